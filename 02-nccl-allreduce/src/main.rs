@@ -1,0 +1,43 @@
+//! 02 — All-reduce: every rank contributes its buffer; every rank gets the sum.
+//!
+//! This is the operation at the heart of data-parallel training: each GPU computes
+//! gradients on its own slice of the data, and an all-reduce adds them up so that every
+//! GPU applies the same update. With all-ones buffers on n ranks, every element becomes n.
+//!
+//! Run it: `cargo run --release --bin 02-nccl-allreduce -- --nproc-per-node 4 --init rank`
+
+use clap::Parser;
+use common::Init;
+
+/// All-reduce (sum): every rank ends up with the element-wise sum of all buffers.
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    #[command(flatten)]
+    run: common::RunArgs,
+    #[command(flatten)]
+    data: common::DataArgs,
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Args = common::parse_args();
+    common::main(&args.run, |session| {
+        // What each rank contributes: ones (or --value) everywhere, or with --init rank,
+        // rank r holds r+1, so the sum 1+2+…+n shows that every rank took part.
+        let start = |rank: usize| match args.data.init {
+            Init::Ones => args.data.value.unwrap_or(1.0),
+            Init::Rank => (rank + 1) as f32,
+        };
+        let mut buf = session.buffer(&args.data, start(session.rank()))?;
+        session.show("Before all-reduce", &buf)?;
+
+        // The lesson: one call, and every rank's buffer becomes the sum of all of them.
+        session.all_reduce_sum(&mut buf)?;
+
+        session.show("After all-reduce", &buf)?;
+        let expected: f32 = (0..session.world_size()).map(start).sum();
+        session.check(&buf, expected)?;
+        session.time(args.data.iters, |s| s.all_reduce_sum(&mut buf))?;
+        Ok(())
+    })
+}

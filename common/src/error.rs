@@ -1,0 +1,60 @@
+//! Errors and exit codes: 2 for what the user asked wrongly, 1 for what went wrong at
+//! run time, and one line on stderr either way.
+
+use std::fmt;
+
+/// Exit status for bad input (flags, variables, sizes), as clap uses.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status for a failure at run time (a peer lost, a wrong result, a timeout).
+pub const EXIT_FAILURE: u8 = 1;
+
+/// Bad input from the user: exits with status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// An error every rank meets alike (a bad --root, a failed check that rank 0 reported):
+/// when all ranks print to one place, only rank 0 says it.
+#[derive(Debug)]
+pub struct SharedError {
+    /// What every rank would say.
+    pub message: String,
+    /// Whether it is the user's input that is wrong.
+    pub usage: bool,
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SharedError {}
+
+/// A usage error with this message.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+/// Whether `err` (or anything it wraps) is the user's input being wrong.
+pub fn is_usage(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|e| e.downcast_ref::<UsageError>().is_some() || e.downcast_ref::<SharedError>().is_some_and(|s| s.usage))
+}
+
+/// Whether `err` is one that every rank meets alike.
+pub fn is_shared(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.downcast_ref::<SharedError>().is_some())
+}
+
+/// The exit status for `err`.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if is_usage(err) { EXIT_USAGE } else { EXIT_FAILURE }
+}

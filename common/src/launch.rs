@@ -1,0 +1,386 @@
+//! Launch: how a process learns which rank it is, and where the master is.
+//!
+//! Four ways, tried in this order (the most explicit wins):
+//! 1. flags: `--world-size W --rank R [--master-addr A --master-port P]`, one process per
+//!    rank started by hand, as in the multi-node Gloo/NCCL examples;
+//! 2. torchrun's variables: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
+//!    `MASTER_ADDR`, `MASTER_PORT` (also what this program's own launcher sets);
+//! 3. Slurm's: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NODEID`, with the
+//!    master on the first host of `SLURM_JOB_NODELIST`;
+//! 4. none: the process becomes the launcher and starts the ranks itself (see
+//!    [`crate::launcher`]).
+
+pub mod hostlist;
+
+use crate::args::RunArgs;
+use crate::error::usage;
+use anyhow::{Context, Result};
+use std::time::Duration;
+
+/// Set by this program's launcher for its ranks: the job's identity.
+pub const ENV_JOB_ID: &str = "NCCL_WORKBOOK_JOB_ID";
+/// Set by this program's launcher for its ranks, so they know who started them.
+pub const ENV_LAUNCHED: &str = "NCCL_WORKBOOK_LAUNCHED";
+/// torchrun's default master port, used when nothing names one.
+pub const DEFAULT_PORT: u16 = 29500;
+
+/// What this process is: the launcher of several ranks, or one rank.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Role {
+    /// Start `nproc_per_node` ranks on this machine and watch them.
+    Launcher(Plan),
+    /// Be one rank.
+    Rank(Identity),
+}
+
+/// A launcher's plan: the ranks of this node, and where they meet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Ranks on this node (`None`: the default of the backend).
+    pub nproc_per_node: Option<usize>,
+    /// Nodes in the job.
+    pub nnodes: usize,
+    /// This node's index.
+    pub node_rank: usize,
+    /// The master's address.
+    pub master_addr: String,
+    /// The master port (`None`: pick a free one; only when this is the only node).
+    pub master_port: Option<u16>,
+    /// The job's identity (`None`: make one up; only when this is the only node).
+    pub job_id: Option<String>,
+}
+
+/// Who a rank is and where it meets the others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    /// This rank, from 0 to `world_size - 1`.
+    pub rank: usize,
+    /// Number of ranks in the job.
+    pub world_size: usize,
+    /// Index among the ranks of this node, when the launcher said (else found at rendezvous).
+    pub local_rank: Option<usize>,
+    /// Ranks on this node, when the launcher said (else found at rendezvous).
+    pub local_world_size: Option<usize>,
+    /// The host of rank 0, where the store is.
+    pub master_addr: String,
+    /// The store's port.
+    pub store_port: u16,
+    /// The job's identity, checked when joining the store.
+    pub job_id: String,
+    /// Who started this rank.
+    pub source: Source,
+}
+
+/// Who started a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `--rank`/`--world-size` flags.
+    Flags,
+    /// This program's own launcher.
+    Launcher,
+    /// torchrun (or anything else that sets its variables).
+    Torchrun,
+    /// Slurm's `srun`.
+    Slurm,
+}
+
+impl Source {
+    /// Whether every rank's output lands in one place (a terminal or a Slurm `.out`
+    /// file), so that an error every rank hits alike need only be said by rank 0.
+    pub fn shared_output(self) -> bool {
+        !matches!(self, Source::Flags)
+    }
+}
+
+/// Decides this process's role from the flags and the environment (`env` reads a variable).
+pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Role> {
+    let num = |name: &str| -> Result<Option<usize>> {
+        env(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| usage(format!("{name}={v:?} is not a number")))
+            })
+            .transpose()
+    };
+    let master_addr = || args.master_addr.clone().or_else(|| env("MASTER_ADDR"));
+    let master_port = || -> Result<Option<u16>> {
+        match args.master_port {
+            Some(p) => Ok(Some(p)),
+            None => env("MASTER_PORT")
+                .map(|v| {
+                    v.trim()
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| usage(format!("MASTER_PORT={v:?} is not a port")))
+                })
+                .transpose(),
+        }
+    };
+    let launching = args.nproc_per_node.is_some() || args.nnodes > 1;
+
+    // 1. Flags: one rank, started by hand.
+    if let (Some(world), Some(rank)) = (args.world_size, args.rank) {
+        let (world, rank) = (world as usize, rank as usize);
+        check_rank(rank, world, "--rank")?;
+        let addr = master_addr().unwrap_or_else(|| "127.0.0.1".into());
+        let port = master_port()?.unwrap_or(DEFAULT_PORT);
+        return Ok(Role::Rank(Identity {
+            rank,
+            world_size: world,
+            local_rank: None,
+            local_world_size: None,
+            job_id: args
+                .job_id
+                .clone()
+                .or_else(|| env(ENV_JOB_ID))
+                .unwrap_or_else(|| format!("manual@{addr}:{port}")),
+            master_addr: addr,
+            store_port: port,
+            source: Source::Flags,
+        }));
+    }
+
+    // 2. torchrun's variables (or this program's launcher, which sets the same ones).
+    if let (Some(rank), Some(world)) = (num("RANK")?, num("WORLD_SIZE")?) {
+        if world == 0 {
+            return Err(usage("WORLD_SIZE=0: a world needs at least one rank"));
+        }
+        check_rank(rank, world, "RANK")?;
+        let ours = env(ENV_LAUNCHED).is_some();
+        let addr = master_addr().unwrap_or_else(|| "127.0.0.1".into());
+        let port = master_port()?.unwrap_or(DEFAULT_PORT);
+        // torchrun's own agent already listens on MASTER_PORT: meet on the next port.
+        let agent = env("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let store_port = if agent {
+            port.checked_add(1)
+                .ok_or_else(|| usage("MASTER_PORT=65535 leaves no port for the store (it uses MASTER_PORT+1)"))?
+        } else {
+            port
+        };
+        let run_id = env("TORCHELASTIC_RUN_ID").unwrap_or_else(|| "env".into());
+        return Ok(Role::Rank(Identity {
+            rank,
+            world_size: world,
+            local_rank: num("LOCAL_RANK")?,
+            local_world_size: num("LOCAL_WORLD_SIZE")?,
+            job_id: args
+                .job_id
+                .clone()
+                .or_else(|| env(ENV_JOB_ID))
+                .unwrap_or_else(|| format!("torchrun:{run_id}@{addr}:{port}")),
+            master_addr: addr,
+            store_port,
+            source: if ours { Source::Launcher } else { Source::Torchrun },
+        }));
+    }
+
+    // 3. Slurm: one task per rank, started by srun (unless asked to launch per node).
+    if let (Some(rank), Some(world), false) = (num("SLURM_PROCID")?, num("SLURM_NTASKS")?, launching) {
+        check_rank(rank, world, "SLURM_PROCID")?;
+        let job = env("SLURM_JOB_ID").unwrap_or_else(|| "0".into());
+        let step = env("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
+        let addr = match master_addr() {
+            Some(a) => a,
+            None => {
+                let list = env("SLURM_JOB_NODELIST")
+                    .or_else(|| env("SLURM_NODELIST"))
+                    .ok_or_else(|| usage("SLURM_PROCID is set but SLURM_JOB_NODELIST is not: set MASTER_ADDR"))?;
+                hostlist::first(&list).context("reading SLURM_JOB_NODELIST")?
+            }
+        };
+        let port = match master_port()? {
+            Some(p) => p,
+            None => slurm_port(&job, &step),
+        };
+        let local_world_size = match (env("SLURM_TASKS_PER_NODE"), num("SLURM_NODEID")?) {
+            (Some(spec), Some(node)) => hostlist::tasks_per_node(&spec)
+                .context("reading SLURM_TASKS_PER_NODE")?
+                .get(node)
+                .copied(),
+            _ => None,
+        };
+        return Ok(Role::Rank(Identity {
+            rank,
+            world_size: world,
+            local_rank: num("SLURM_LOCALID")?,
+            local_world_size,
+            job_id: args.job_id.clone().unwrap_or_else(|| format!("slurm-{job}.{step}")),
+            master_addr: addr,
+            store_port: port,
+            source: Source::Slurm,
+        }));
+    }
+
+    // 4. Nothing says who we are: be the launcher, like `torchrun --nproc-per-node`.
+    let (nnodes, node_rank) = (args.nnodes as usize, args.node_rank as usize);
+    if node_rank >= nnodes {
+        return Err(usage(format!(
+            "--node-rank {node_rank} is outside --nnodes {nnodes} (0 to {})",
+            nnodes - 1
+        )));
+    }
+    let port = master_port()?;
+    if nnodes > 1 && (port.is_none() || master_addr().is_none()) {
+        return Err(usage(format!(
+            "with --nnodes {nnodes}, every node needs the same --master-addr and --master-port \
+             (the address of node 0 and a free port on it)"
+        )));
+    }
+    Ok(Role::Launcher(Plan {
+        nproc_per_node: args.nproc_per_node.map(|n| n as usize),
+        nnodes,
+        node_rank,
+        master_addr: master_addr().unwrap_or_else(|| "127.0.0.1".into()),
+        master_port: port,
+        job_id: args.job_id.clone(),
+    }))
+}
+
+fn check_rank(rank: usize, world: usize, what: &str) -> Result<()> {
+    if rank >= world {
+        return Err(usage(format!(
+            "{what} {rank} is outside a world of {world} ranks (ranks are 0 to {})",
+            world - 1
+        )));
+    }
+    Ok(())
+}
+
+/// The store's port for a Slurm step, derived from the job and step ids so that two
+/// jobs sharing a node do not collide; it stays below Linux's ephemeral ports (32768+).
+pub fn slurm_port(job: &str, step: &str) -> u16 {
+    let job: u64 = job.parse().unwrap_or(0);
+    let step: u64 = step.parse().unwrap_or(0);
+    15000 + ((job.wrapping_mul(8).wrapping_add(step)) % 17000) as u16
+}
+
+/// "60 s", "500 ms", "2.5 s": a duration as people write it.
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn role(flags: &[&str], vars: &[(&str, &str)]) -> Result<Role> {
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(flags.iter().copied())).unwrap();
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        resolve(&cli.run, &|name| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+    }
+
+    fn rank(flags: &[&str], vars: &[(&str, &str)]) -> Identity {
+        match role(flags, vars).unwrap() {
+            Role::Rank(id) => id,
+            other => panic!("expected a rank, got {other:?}"),
+        }
+    }
+
+    const SLURM: &[(&str, &str)] = &[
+        ("SLURM_PROCID", "5"),
+        ("SLURM_NTASKS", "8"),
+        ("SLURM_LOCALID", "1"),
+        ("SLURM_NODEID", "1"),
+        ("SLURM_TASKS_PER_NODE", "4(x2)"),
+        ("SLURM_JOB_NODELIST", "lrdn[0007-0008]"),
+        ("SLURM_JOB_ID", "123456"),
+        ("SLURM_STEP_ID", "0"),
+    ];
+
+    #[test]
+    fn flags_beat_torchrun_which_beats_slurm() {
+        let torch = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "n1"),
+            ("MASTER_PORT", "1234"),
+        ];
+        let both: Vec<_> = torch.iter().chain(SLURM).copied().collect();
+        let id = rank(&["--world-size", "4", "--rank", "3", "--master-port", "999"], &both);
+        assert_eq!(
+            (id.rank, id.world_size, id.store_port, id.source),
+            (3, 4, 999, Source::Flags)
+        );
+        assert_eq!(id.master_addr, "n1", "MASTER_ADDR still names the master");
+        let id = rank(&[], &both);
+        assert_eq!((id.rank, id.world_size, id.source), (1, 2, Source::Torchrun));
+        let id = rank(&[], SLURM);
+        assert_eq!(
+            (id.rank, id.world_size, id.local_rank, id.local_world_size),
+            (5, 8, Some(1), Some(4))
+        );
+        assert_eq!((id.master_addr.as_str(), id.source), ("lrdn0007", Source::Slurm));
+        assert_eq!(id.store_port, slurm_port("123456", "0"));
+        assert_eq!(id.job_id, "slurm-123456.0");
+    }
+
+    #[test]
+    fn slurm_master_can_be_overridden_and_ports_differ_by_job() {
+        let vars: Vec<_> = SLURM
+            .iter()
+            .copied()
+            .chain([("MASTER_ADDR", "10.0.0.9"), ("MASTER_PORT", "4000")])
+            .collect();
+        let id = rank(&[], &vars);
+        assert_eq!((id.master_addr.as_str(), id.store_port), ("10.0.0.9", 4000));
+        assert_ne!(slurm_port("123456", "0"), slurm_port("123457", "0"));
+        assert_ne!(slurm_port("123456", "0"), slurm_port("123456", "1"));
+        assert!((15000..32000).contains(&slurm_port("4294967295", "99")));
+    }
+
+    #[test]
+    fn under_torchruns_agent_the_store_takes_the_next_port() {
+        let vars = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_PORT", "12345"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ];
+        assert_eq!(rank(&[], &vars).store_port, 12346);
+    }
+
+    #[test]
+    fn nothing_set_means_launching() {
+        let Role::Launcher(plan) = role(&["--nproc-per-node", "3"], &[]).unwrap() else {
+            panic!()
+        };
+        assert_eq!((plan.nproc_per_node, plan.nnodes, plan.master_port), (Some(3), 1, None));
+        // Under Slurm, an explicit --nproc-per-node launches per node instead.
+        assert!(matches!(
+            role(&["--nproc-per-node", "2"], SLURM).unwrap(),
+            Role::Launcher(_)
+        ));
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error() {
+        let msg = |r: Result<Role>| {
+            let e = r.unwrap_err();
+            assert!(crate::error::is_usage(&e), "{e:#} is not a usage error");
+            e.to_string()
+        };
+        assert!(msg(role(&["--world-size", "2", "--rank", "2"], &[])).contains("outside a world of 2"));
+        assert!(msg(role(&[], &[("RANK", "x"), ("WORLD_SIZE", "2")])).contains("RANK=\"x\""));
+        assert!(msg(role(&["--nnodes", "2"], &[])).contains("--master-addr"));
+        assert!(msg(role(&["--nnodes", "2", "--node-rank", "2"], &[])).contains("outside --nnodes 2"));
+        assert!(msg(role(&[], &[("MASTER_PORT", "99999")])).contains("not a port"));
+    }
+}

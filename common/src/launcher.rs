@@ -1,0 +1,162 @@
+//! The launcher: what this program does when nothing says which rank it is.
+//!
+//! Like `torchrun --nproc-per-node N`, it starts N copies of itself on this machine,
+//! each with the variables a rank reads (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), lets them write straight to this
+//! terminal, and waits. When one fails, the others get a moment to say what they saw
+//! (a lost peer), then are stopped, and the launcher exits non-zero naming the rank
+//! that failed first and how.
+
+use crate::error::{EXIT_FAILURE, EXIT_USAGE, usage};
+use crate::launch::{ENV_JOB_ID, ENV_LAUNCHED, Plan};
+use anyhow::{Context, Result};
+use std::hash::{BuildHasher, Hasher};
+use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long the other ranks may take to exit on their own after the first failure.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// Starts this node's ranks and waits for them; returns the launcher's exit status.
+/// `extra_env` is added to every rank's environment (the backend's needs).
+pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)]) -> Result<u8> {
+    let world = nproc * plan.nnodes;
+    let port = match plan.master_port {
+        Some(p) => p,
+        None => free_port(&plan.master_addr)?,
+    };
+    let job_id = match &plan.job_id {
+        Some(id) => id.clone(),
+        // Several nodes must agree on the job's name without talking: derive it.
+        None if plan.nnodes > 1 => format!("launch@{}:{port}", plan.master_addr),
+        None => format!("launch-{:016x}", random_u64()),
+    };
+    let exe = std::env::current_exe().context("finding this program's own path to start the ranks")?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut ranks: Vec<(usize, Child)> = Vec::with_capacity(nproc);
+    for local in 0..nproc {
+        let rank = plan.node_rank * nproc + local;
+        let mut cmd = Command::new(&exe);
+        cmd.args(&args)
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("LOCAL_RANK", local.to_string())
+            .env("LOCAL_WORLD_SIZE", nproc.to_string())
+            .env("GROUP_RANK", plan.node_rank.to_string())
+            .env("MASTER_ADDR", &plan.master_addr)
+            .env("MASTER_PORT", port.to_string())
+            .env(ENV_JOB_ID, &job_id)
+            .env(ENV_LAUNCHED, "1")
+            .env_remove("TORCHELASTIC_USE_AGENT_STORE");
+        cmd.envs(extra_env.iter().map(|(k, v)| (k, v)));
+        match cmd.spawn() {
+            Ok(child) => ranks.push((rank, child)),
+            Err(e) => {
+                stop(&mut ranks);
+                return Err(e).with_context(|| format!("starting rank {rank} ({})", exe.display()));
+            }
+        }
+    }
+    Ok(watch(ranks))
+}
+
+/// Waits for every rank; on the first failure, gives the rest a grace period, then stops them.
+fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
+    let mut first: Option<(usize, ExitStatus)> = None;
+    let mut grace_end: Option<Instant> = None;
+    let mut live = ranks.len();
+    let mut done = vec![false; ranks.len()];
+    let mut stopped = 0;
+    while live > 0 {
+        for (i, (rank, child)) in ranks.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                done[i] = true;
+                live -= 1;
+                if !status.success() && first.is_none() {
+                    first = Some((*rank, status));
+                    grace_end = Some(Instant::now() + GRACE);
+                }
+            }
+        }
+        if grace_end.is_some_and(|end| Instant::now() >= end) {
+            for (i, (_, child)) in ranks.iter_mut().enumerate() {
+                if !done[i] {
+                    let _ = child.kill();
+                    stopped += 1;
+                }
+            }
+            grace_end = None;
+        }
+        if live > 0 {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+    match first {
+        None => 0,
+        // Rank 0 has already said what the user got wrong: nothing to add.
+        Some((_, s)) if s.code() == Some(EXIT_USAGE as i32) => EXIT_USAGE,
+        Some((rank, status)) => {
+            let rest = match stopped {
+                0 => String::new(),
+                1 => "; stopped 1 rank still running".into(),
+                n => format!("; stopped {n} ranks still running"),
+            };
+            eprintln!("launcher: rank {rank} failed first ({}){rest}", describe(status));
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn stop(ranks: &mut [(usize, Child)]) {
+    for (_, child) in ranks.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// "exit status 1" or "killed by signal 9 (SIGKILL)".
+pub fn describe(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    let sig = status.signal().unwrap_or(0);
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "",
+    };
+    if name.is_empty() {
+        format!("killed by signal {sig}")
+    } else {
+        format!("killed by signal {sig} ({name})")
+    }
+}
+
+/// A port that was free a moment ago on `addr` (the store binds it soon after).
+fn free_port(addr: &str) -> Result<u16> {
+    let listener =
+        TcpListener::bind((addr, 0)).map_err(|e| usage(format!("cannot listen on the master address {addr}: {e}")))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// A random number from the standard library's randomly seeded hasher.
+pub fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos() ^ u128::from(std::process::id()));
+    h.finish()
+}

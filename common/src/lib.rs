@@ -1,0 +1,152 @@
+//! The workbook's harness, shared by every example (as nccl-tests' `common.cu` is):
+//! launching ranks, the rendezvous, devices, backends, tables, checks and timing.
+//!
+//! An example is a lesson: it parses its [`args`], hands a closure to [`main`], and in
+//! it uses the [`Session`] to make buffers, show them, run one collective and check it.
+//! Everything else lives here, one module per concept.
+
+pub mod args;
+pub mod backend;
+pub mod device;
+pub mod error;
+pub mod launch;
+pub mod launcher;
+pub mod rendezvous;
+pub mod report;
+pub mod session;
+pub mod table;
+pub mod transport;
+pub mod wire;
+
+pub use args::{DataArgs, Init, RunArgs};
+pub use backend::Buffer;
+pub use session::Session;
+
+use anyhow::Result;
+use clap::Parser;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// Parses the command line; a mistake prints one line (`error: ...`) and exits with 2.
+pub fn parse_args<A: Parser>() -> A {
+    match A::try_parse() {
+        Ok(args) => args,
+        Err(e) if !e.use_stderr() => e.exit(), // --help and --version
+        Err(e) => {
+            // clap's message runs until the first blank line; say it on one line.
+            let text = e.render().to_string();
+            let said: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", said.join(" "));
+            std::process::exit(error::EXIT_USAGE as i32);
+        }
+    }
+}
+
+/// Runs `lesson` as every rank of the job this process belongs to.
+///
+/// If nothing says which rank this process is, it becomes the launcher and starts the
+/// ranks (copies of itself) instead. Errors end as one line on stderr that names the
+/// rank, and an exit status: 2 for bad input, 1 for failures at run time.
+pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
+    quiet_panics();
+    set_color(run);
+    let role = match launch::resolve(run, &|name| std::env::var(name).ok()) {
+        Ok(role) => role,
+        Err(e) => return fail(None, &e),
+    };
+    match role {
+        launch::Role::Launcher(plan) => match launch_ranks(run, &plan) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => fail(None, &e),
+        },
+        launch::Role::Rank(id) => {
+            let (rank, source) = (id.rank, id.source);
+            let result = Session::init(id, run).and_then(|mut s| match lesson(&mut s) {
+                Ok(()) => s.finish(),
+                Err(e) => {
+                    s.abandon();
+                    Err(e)
+                }
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                // An error every rank meets alike is said once, by rank 0.
+                Err(e) if error::is_shared(&e) && rank != 0 && source.shared_output() => {
+                    ExitCode::from(error::exit_code(&e))
+                }
+                Err(e) => fail(Some(rank), &e),
+            }
+        }
+    }
+}
+
+/// The launcher's part: how many ranks this node runs, then start and watch them.
+fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
+    let nproc = match plan.nproc_per_node {
+        Some(n) => n,
+        None if run.backend == args::BackendChoice::Cpu => 2,
+        // Like torchrun on a GPU node: one rank per GPU, when NCCL is what will run.
+        None => match device::choose(run.backend, &device::probe())? {
+            (device::Kind::Nccl, _) => device::probe().gpus,
+            (device::Kind::Cpu, _) => 2,
+        },
+    };
+    launcher::run(plan, nproc, &[])
+}
+
+fn fail(rank: Option<usize>, e: &anyhow::Error) -> ExitCode {
+    let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
+    let msg = format!("{e:#}");
+    // Contexts already naming the rank are not repeated.
+    let msg = msg
+        .strip_prefix(&who)
+        .unwrap_or(&msg)
+        .replace(&format!(": {who}"), ": ");
+    eprintln!("error: {who}{msg}");
+    ExitCode::from(error::exit_code(e))
+}
+
+/// Colour only on a terminal, never with NO_COLOR set, unless --color says otherwise.
+fn set_color(run: &RunArgs) {
+    let on = match run.color {
+        args::ColorChoice::Always => true,
+        args::ColorChoice::Never => false,
+        args::ColorChoice::Auto => {
+            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        }
+    };
+    colored::control::set_override(on && run.format == args::Format::Text);
+}
+
+/// A panic is a bug in the workbook: say so in one line, without a backtrace.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        eprintln!("error: internal error (a bug in the workbook, please report it){at}: {what}");
+    }));
+}
+
+/// The running example's name: its binary's file name.
+pub fn example_name() -> String {
+    std::env::args()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,549 @@
+//! Rendezvous: how ranks that know nothing but the master's address find each other.
+//!
+//! Rank 0 hosts a small TCP key-value store (the TCPStore of torchrun and PyTorch) at
+//! the master address; every rank, rank 0 included, joins it as a client. A join carries
+//! the job's identity, the world size and the rank, and the store refuses a rank that
+//! disagrees with it. After that the ranks only `set` keys and `wait` for keys: the
+//! NCCL unique id, each rank's address for the CPU backend, the rows of a table.
+//!
+//! Every wait has a deadline and, when it passes, names the ranks that never arrived.
+//! A rank whose connection closes without a goodbye has crashed or been killed: every
+//! wait then fails at once, naming it, instead of waiting for the deadline.
+
+use crate::wire::{self, Decoder, Encoder};
+use anyhow::{Result, anyhow, bail};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const HELLO: u8 = 1;
+const SET: u8 = 2;
+const GET: u8 = 3;
+const WAIT: u8 = 4;
+const BYE: u8 = 5;
+const OK: u8 = 128;
+const ERR: u8 = 129;
+/// The largest message the store accepts: a table row, an address, an NCCL id.
+const MAX_FRAME: u64 = 16 << 20;
+
+/// Who is joining: sent first on every connection to the store.
+#[derive(Clone, Debug)]
+pub struct Join {
+    /// The job's identity: ranks of another job, or of an earlier run, are refused.
+    pub job_id: String,
+    /// The world size this rank was started with.
+    pub world_size: usize,
+    /// This rank.
+    pub rank: usize,
+}
+
+/// The store's server side, running on threads of rank 0's process.
+pub struct StoreServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    job_id: String,
+    world_size: usize,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    kv: HashMap<String, Vec<u8>>,
+    /// Ranks that joined, with where they joined from.
+    joined: BTreeMap<usize, String>,
+    /// Ranks that said goodbye: their connection closing is expected.
+    finished: HashSet<usize>,
+    /// Ranks whose connection closed without a goodbye, and how.
+    lost: BTreeMap<usize, String>,
+}
+
+impl StoreServer {
+    /// Binds the store at `addr` (the master address, not every interface) and serves it
+    /// on background threads until the process exits.
+    pub fn start(addr: SocketAddr, job_id: &str, world_size: usize) -> Result<StoreServer> {
+        let listener = TcpListener::bind(addr).map_err(|e| match e.kind() {
+            io::ErrorKind::AddrInUse => anyhow!(
+                "port {} on {} is already in use (another job, or a program still running?): \
+                 choose another with --master-port or MASTER_PORT",
+                addr.port(),
+                addr.ip()
+            ),
+            io::ErrorKind::AddrNotAvailable => anyhow!(
+                "cannot host the store on {addr}: that address is not one of this machine's \
+                 (rank 0 must run on the master host)"
+            ),
+            _ => anyhow!("cannot host the store on {addr}: {e}"),
+        })?;
+        let shared = Arc::new(Shared {
+            job_id: job_id.to_string(),
+            world_size,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let server = StoreServer {
+            addr: listener.local_addr()?,
+            shared: shared.clone(),
+        };
+        thread::Builder::new().name("store-accept".into()).spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let shared = shared.clone();
+                let _ = thread::Builder::new()
+                    .name("store-conn".into())
+                    .spawn(move || serve(conn, &shared));
+            }
+        })?;
+        Ok(server)
+    }
+
+    /// The address the store listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits (at most `limit`) until every other rank has said goodbye or gone, so that
+    /// rank 0 does not exit while others still wait for a reply from its store.
+    pub fn drain(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            // Every rank, rank 0 included, has said goodbye or is gone.
+            let gone = st
+                .joined
+                .keys()
+                .filter(|r| st.finished.contains(r) || st.lost.contains_key(r));
+            if gone.count() >= self.shared.world_size {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Serves one connection: a join, then requests until goodbye or the connection ends.
+fn serve(mut conn: TcpStream, shared: &Shared) {
+    let _ = conn.set_nodelay(true);
+    // A stray connection that never sends a join is dropped after a while.
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let Ok((HELLO, payload)) = wire::read_frame(&mut conn, MAX_FRAME) else {
+        return;
+    };
+    let rank = match shared.join(&payload, &peer) {
+        Ok(rank) => rank,
+        Err(why) => {
+            let _ = wire::write_frame(&mut conn, ERR, why.as_bytes());
+            return;
+        }
+    };
+    if wire::write_frame(&mut conn, OK, &[]).is_err() {
+        return;
+    }
+    let _ = conn.set_read_timeout(None);
+    let how = loop {
+        let (kind, payload) = match wire::read_frame(&mut conn, MAX_FRAME) {
+            Ok(frame) => frame,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break "its connection closed".to_string(),
+            Err(e) => break format!("its connection failed: {e}"),
+        };
+        if kind == BYE {
+            shared.update(|st| st.finished.insert(rank));
+            return;
+        }
+        let reply = match shared.request(kind, &payload) {
+            Ok(body) => wire::write_frame(&mut conn, OK, &body),
+            Err(why) => wire::write_frame(&mut conn, ERR, why.as_bytes()),
+        };
+        if let Err(e) = reply {
+            break format!("its connection failed: {e}");
+        }
+    };
+    shared.update(|st| st.lost.insert(rank, how));
+}
+
+impl Shared {
+    fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let r = f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        self.changed.notify_all();
+        r
+    }
+
+    /// Checks a join against the job: identity, world size, rank, no second copy of a rank.
+    fn join(&self, payload: &[u8], peer: &str) -> std::result::Result<usize, String> {
+        let mut d = Decoder(payload);
+        let (job, world, rank) =
+            (|| Ok::<_, io::Error>((d.str()?, d.u64()?, d.u64()?)))().map_err(|e| format!("malformed join: {e}"))?;
+        if job != self.job_id {
+            return Err(format!(
+                "this store belongs to job '{}', not to job '{job}': is another job using the same \
+                 master port, or is this a rank left over from an earlier run?",
+                self.job_id
+            ));
+        }
+        if world as usize != self.world_size {
+            return Err(format!(
+                "rank {rank} was started with a world of {world} ranks, but rank 0 with {}: \
+                 every rank must be started with the same world size",
+                self.world_size
+            ));
+        }
+        if rank >= world {
+            return Err(format!(
+                "rank {rank} is outside a world of {world} ranks (0 to {})",
+                world - 1
+            ));
+        }
+        let rank = rank as usize;
+        self.update(|st| {
+            if let Some(first) = st.joined.get(&rank) {
+                return Err(format!(
+                    "rank {rank} has already joined from {first}: two processes claim the same rank"
+                ));
+            }
+            st.joined.insert(rank, peer.to_string());
+            Ok(rank)
+        })
+    }
+
+    fn request(&self, kind: u8, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
+        let mut d = Decoder(payload);
+        let malformed = |e: io::Error| format!("malformed request: {e}");
+        match kind {
+            SET => {
+                let (key, value) = (d.str().map_err(malformed)?, d.bytes().map_err(malformed)?);
+                self.update(|st| st.kv.insert(key.to_string(), value.to_vec()));
+                Ok(Vec::new())
+            }
+            GET => {
+                let key = d.str().map_err(malformed)?;
+                let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(match st.kv.get(key) {
+                    Some(v) => Encoder::default().u64(1).bytes(v).0,
+                    None => Encoder::default().u64(0).0,
+                })
+            }
+            WAIT => {
+                let timeout = Duration::from_millis(d.u64().map_err(malformed)?);
+                let what = d.str().map_err(malformed)?.to_string();
+                let n = d.u64().map_err(malformed)? as usize;
+                let mut keys = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    keys.push((d.str().map_err(malformed)?.to_string(), d.u64().map_err(malformed)?));
+                }
+                self.wait(&keys, &what, timeout)
+            }
+            other => Err(format!("unknown request kind {other}")),
+        }
+    }
+
+    /// Blocks until every key is set; fails at the deadline, or at once if a rank is lost.
+    fn wait(&self, keys: &[(String, u64)], what: &str, timeout: Duration) -> std::result::Result<Vec<u8>, String> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let missing: Vec<u64> = keys
+                .iter()
+                .filter(|(k, _)| !st.kv.contains_key(k))
+                .map(|(_, r)| *r)
+                .collect();
+            // A rank that is gone will never set its key: fail now rather than at the deadline.
+            if let Some((rank, how)) = missing.iter().find_map(|r| st.lost.get_key_value(&(*r as usize))) {
+                return Err(format!(
+                    "rank {rank} is gone ({how}; it crashed or was killed) while waiting for {what}"
+                ));
+            }
+            if missing.is_empty() {
+                let mut e = Encoder::default();
+                for (k, _) in keys {
+                    e = e.bytes(&st.kv[k]);
+                }
+                return Ok(e.0);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let never = missing
+                    .iter()
+                    .filter(|r| !st.joined.contains_key(&(**r as usize)))
+                    .count();
+                let hint = if never == missing.len() {
+                    " (they never joined: did they start?)"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "timed out after {} waiting for {what}: {} not there{hint}",
+                    crate::launch::human_duration(timeout),
+                    rank_list(&missing)
+                ));
+            }
+            st = self
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// "rank 3" or "ranks 2, 3".
+fn rank_list(ranks: &[u64]) -> String {
+    let list: Vec<String> = ranks.iter().map(u64::to_string).collect();
+    match list.len() {
+        1 => format!("rank {}", list[0]),
+        _ => format!("ranks {}", list.join(", ")),
+    }
+}
+
+/// A rank's connection to the store.
+pub struct Store {
+    conn: TcpStream,
+    addr: String,
+    timeout: Duration,
+}
+
+impl Store {
+    /// Joins the store at `host:port`, retrying until `timeout` while the master is not
+    /// up yet; a refusal (wrong job, world size or rank) fails at once.
+    pub fn connect(host: &str, port: u16, join: &Join, timeout: Duration) -> Result<Store> {
+        let addr = format!("{host}:{port}");
+        let deadline = Instant::now() + timeout;
+        let mut last_err;
+        loop {
+            match try_connect(&addr, join, timeout) {
+                Ok(conn) => return Ok(Store { conn, addr, timeout }),
+                Err(Attempt::Refused(why)) => bail!("the store at {addr} refused this rank: {why}"),
+                Err(Attempt::Failed(e)) => last_err = e,
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "could not reach the master at {addr} within {} ({last_err}): is rank 0 running, \
+                     and is the address right?",
+                    crate::launch::human_duration(timeout)
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sets `key` to `value` for every rank to see.
+    pub fn set(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        self.call(SET, &Encoder::default().str(key).bytes(value).0, key)
+            .map(drop)
+    }
+
+    /// Reads `key` if it is set, without waiting.
+    pub fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>> {
+        let reply = self.call(GET, &Encoder::default().str(key).0, key)?;
+        let mut d = Decoder(&reply);
+        Ok(if d.u64()? == 1 { Some(d.bytes()?.to_vec()) } else { None })
+    }
+
+    /// Waits until each `(key, rank that sets it)` is set and returns the values in order.
+    /// `what` says what is awaited, for the message if it times out.
+    pub fn wait(&mut self, keys: &[(String, usize)], what: &str) -> Result<Vec<Vec<u8>>> {
+        let mut e = Encoder::default()
+            .u64(self.timeout.as_millis() as u64)
+            .str(what)
+            .u64(keys.len() as u64);
+        for (k, r) in keys {
+            e = e.str(k).u64(*r as u64);
+        }
+        let reply = self.call(WAIT, &e.0, what)?;
+        let mut d = Decoder(&reply);
+        keys.iter().map(|_| Ok(d.bytes()?.to_vec())).collect()
+    }
+
+    /// Sets `prefix/<rank>` and waits for the same key of every rank of `0..world_size`.
+    pub fn all_gather(
+        &mut self,
+        prefix: &str,
+        rank: usize,
+        world_size: usize,
+        value: &[u8],
+        what: &str,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.set(&format!("{prefix}/{rank}"), value)?;
+        let keys: Vec<_> = (0..world_size).map(|r| (format!("{prefix}/{r}"), r)).collect();
+        self.wait(&keys, what)
+    }
+
+    /// Waits until every rank has reached the barrier called `name`.
+    pub fn barrier(&mut self, name: &str, rank: usize, world_size: usize) -> Result<()> {
+        self.all_gather(
+            &format!("barrier/{name}"),
+            rank,
+            world_size,
+            &[],
+            &format!("every rank to reach '{name}'"),
+        )
+        .map(drop)
+    }
+
+    /// Says goodbye, so that this connection closing is not taken for a crash.
+    pub fn bye(&mut self) {
+        let _ = wire::write_frame(&mut self.conn, BYE, &[]);
+    }
+
+    fn call(&mut self, kind: u8, payload: &[u8], about: &str) -> Result<Vec<u8>> {
+        let lost = |e: io::Error| {
+            let how = match e.kind() {
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+                    "the connection closed: rank 0, which hosts it, has exited or crashed".to_string()
+                }
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "no answer in time".to_string(),
+                _ => e.to_string(),
+            };
+            anyhow!("lost the store at {} ({how})", self.addr)
+        };
+        // The store answers a wait within the timeout; allow a little more before giving up.
+        self.conn
+            .set_read_timeout(Some(self.timeout + Duration::from_secs(5)))?;
+        wire::write_frame(&mut self.conn, kind, payload).map_err(lost)?;
+        let (reply, body) = wire::read_frame(&mut self.conn, MAX_FRAME).map_err(lost)?;
+        match reply {
+            OK => Ok(body),
+            ERR => Err(anyhow!("{}", String::from_utf8_lossy(&body))),
+            other => Err(anyhow!(
+                "the store sent an unknown reply kind {other} to a request about '{about}'"
+            )),
+        }
+    }
+}
+
+enum Attempt {
+    Refused(String),
+    Failed(io::Error),
+}
+
+fn try_connect(addr: &str, join: &Join, timeout: Duration) -> std::result::Result<TcpStream, Attempt> {
+    let targets: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Attempt::Failed)?.collect();
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
+    for target in targets {
+        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+            Ok(mut conn) => {
+                let _ = conn.set_nodelay(true);
+                conn.set_read_timeout(Some(timeout.min(Duration::from_secs(10))))
+                    .map_err(Attempt::Failed)?;
+                let hello = Encoder::default()
+                    .str(&join.job_id)
+                    .u64(join.world_size as u64)
+                    .u64(join.rank as u64);
+                wire::write_frame(&mut conn, HELLO, &hello.0).map_err(Attempt::Failed)?;
+                return match wire::read_frame(&mut conn, MAX_FRAME) {
+                    Ok((OK, _)) => Ok(conn),
+                    Ok((ERR, why)) => Err(Attempt::Refused(String::from_utf8_lossy(&why).into_owned())),
+                    Ok(_) | Err(_) => Err(Attempt::Refused(format!(
+                        "something other than this program's store answers at {target} \
+                         (torchrun's agent, or another program?)"
+                    ))),
+                };
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(Attempt::Failed(last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(world: usize) -> StoreServer {
+        StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-a", world).unwrap()
+    }
+
+    fn join(s: &StoreServer, job: &str, world: usize, rank: usize) -> Result<Store> {
+        let j = Join {
+            job_id: job.into(),
+            world_size: world,
+            rank,
+        };
+        Store::connect("127.0.0.1", s.addr().port(), &j, Duration::from_secs(2))
+    }
+
+    #[test]
+    fn set_wait_and_barrier_across_ranks() {
+        let s = server(2);
+        let port = s.addr().port();
+        let other = thread::spawn(move || {
+            let j = Join {
+                job_id: "job-a".into(),
+                world_size: 2,
+                rank: 1,
+            };
+            let mut st = Store::connect("127.0.0.1", port, &j, Duration::from_secs(2)).unwrap();
+            st.set("x", b"from 1").unwrap();
+            st.barrier("end", 1, 2).unwrap();
+            st.bye();
+        });
+        let mut st = join(&s, "job-a", 2, 0).unwrap();
+        let got = st.wait(&[("x".into(), 1)], "x").unwrap();
+        assert_eq!(got, vec![b"from 1".to_vec()]);
+        st.barrier("end", 0, 2).unwrap();
+        other.join().unwrap();
+    }
+
+    #[test]
+    fn refuses_wrong_job_world_and_duplicate_rank() {
+        let s = server(2);
+        let e = join(&s, "job-b", 2, 1).err().unwrap().to_string();
+        assert!(e.contains("belongs to job 'job-a'"), "{e}");
+        let e = join(&s, "job-a", 3, 1).err().unwrap().to_string();
+        assert!(e.contains("world of 3 ranks, but rank 0 with 2"), "{e}");
+        let _first = join(&s, "job-a", 2, 1).unwrap();
+        let e = join(&s, "job-a", 2, 1).err().unwrap().to_string();
+        assert!(e.contains("already joined"), "{e}");
+    }
+
+    #[test]
+    fn a_wait_times_out_naming_the_missing_rank() {
+        let s = server(3);
+        let mut st = join(&s, "job-a", 3, 0).unwrap();
+        st.timeout = Duration::from_millis(200);
+        let e = st.barrier("b", 0, 3).unwrap_err().to_string();
+        assert!(e.contains("ranks 1, 2 not there (they never joined"), "{e}");
+    }
+
+    #[test]
+    fn a_lost_rank_fails_waits_at_once() {
+        let s = server(2);
+        let mut st = join(&s, "job-a", 2, 0).unwrap();
+        drop(join(&s, "job-a", 2, 1).unwrap()); // rank 1 vanishes without a goodbye
+        let t = Instant::now();
+        let e = st.barrier("b", 0, 2).unwrap_err().to_string();
+        assert!(e.contains("rank 1 is gone"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn stray_bytes_do_not_disturb_the_store() {
+        use std::io::Write;
+        let s = server(1);
+        for junk in [
+            &b"GET / HTTP/1.1\r\n\r\n"[..],
+            &wire::header(HELLO, u64::MAX),
+            &[0u8; 3],
+        ] {
+            let mut c = TcpStream::connect(s.addr()).unwrap();
+            let _ = c.write_all(junk);
+        }
+        let mut st = join(&s, "job-a", 1, 0).unwrap();
+        st.set("k", b"v").unwrap();
+        assert_eq!(st.get("k").unwrap(), Some(b"v".to_vec()));
+    }
+}

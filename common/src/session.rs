@@ -1,0 +1,520 @@
+//! The session: one rank's view of the job, and the handful of calls a lesson makes.
+//!
+//! [`Session::init`] does what every distributed program does before its first
+//! collective: join the rendezvous, learn who else is there, pick a device, and set up
+//! the backend. The lesson then makes buffers, shows them, runs collectives, checks the
+//! result and times it; rank 0 gathers and prints every table.
+
+use crate::args::{DataArgs, Format, RunArgs};
+use crate::backend::{self, Backend, Buffer, Element};
+use crate::device::{self, Kind};
+use crate::error::SharedError;
+use crate::launch::Identity;
+use crate::rendezvous::{Join, Store, StoreServer};
+use crate::report::{Check, RankReport, Report, Timing, human_bytes};
+use crate::table;
+use crate::transport::{Link, Op, tcp};
+use anyhow::{Context, Result, anyhow};
+use serde::{Deserialize, Serialize};
+use std::net::ToSocketAddrs;
+use std::time::{Duration, Instant};
+
+/// What each rank tells the others about itself at the rendezvous.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Member {
+    rank: usize,
+    local_rank: usize,
+    host: String,
+    pid: u32,
+    device: String,
+    device_name: Option<String>,
+}
+
+/// One rank's session: who it is, its store connection and its backend.
+pub struct Session {
+    id: Identity,
+    format: Format,
+    timeout: Duration,
+    store: Store,
+    server: Option<StoreServer>,
+    backend: Backend,
+    members: Vec<Member>,
+    report: Report,
+    /// The elements of the last table, to mark what changed in the next one.
+    last_rows: Option<Vec<Vec<String>>>,
+    /// How many elements the tables show.
+    show: Option<usize>,
+    /// The last collective run and its size in bytes, for timing.
+    last_op: Option<(Op, usize)>,
+    /// Numbers the keys of successive tables, checks and timings.
+    seq: u64,
+    /// Devices per node: GPUs on NCCL, ranks of the node on the CPU backend.
+    device_count: usize,
+    /// Why a check failed: the session still finishes, then fails.
+    failed: Option<String>,
+}
+
+impl Session {
+    /// Joins the job as the rank `id` describes: rendezvous, device, backend.
+    pub fn init(id: Identity, run: &RunArgs) -> Result<Session> {
+        let (rank, world) = (id.rank, id.world_size);
+        // The backend: asked for, or what the probe finds (and why).
+        let probe = if run.backend == crate::args::BackendChoice::Cpu {
+            device::Probe::default()
+        } else {
+            device::probe()
+        };
+        let (kind, reason) = device::choose(run.backend, &probe)?;
+
+        // Rendezvous: rank 0 hosts the store on the master address; everyone joins it.
+        let server = if rank == 0 {
+            let addr = (id.master_addr.as_str(), id.store_port)
+                .to_socket_addrs()
+                .with_context(|| format!("resolving the master address {}", id.master_addr))?
+                .next()
+                .ok_or_else(|| anyhow!("the master address {} resolves to nothing", id.master_addr))?;
+            Some(StoreServer::start(addr, &id.job_id, world)?)
+        } else {
+            None
+        };
+        let join = Join {
+            job_id: id.job_id.clone(),
+            world_size: world,
+            rank,
+        };
+        let mut store = Store::connect(&id.master_addr, id.store_port, &join, run.timeout)?;
+
+        // Who is where: local ranks come from the launcher, or from comparing hosts.
+        let host = hostname();
+        let hosts = store.all_gather("host", rank, world, host.as_bytes(), "every rank's host name")?;
+        let same_host: Vec<usize> = (0..world).filter(|r| hosts[*r] == host.as_bytes()).collect();
+        let local_rank = id
+            .local_rank
+            .unwrap_or_else(|| same_host.iter().position(|r| *r == rank).unwrap_or(0));
+        let local_world = id.local_world_size.unwrap_or(same_host.len());
+
+        // The device, by the course's rule, and the backend on it.
+        let device_count = if kind == Kind::Cpu { local_world } else { probe.gpus };
+        let (backend, device, device_name, nccl_version) = match kind {
+            Kind::Cpu => {
+                let dev = device::device_for(rank, device_count);
+                let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
+                let links = tcp::connect_mesh(&mut store, rank, world, &id.job_id, ip, run.timeout)?;
+                let links = links
+                    .into_iter()
+                    .map(|l| l.map(|l| Box::new(l) as Box<dyn Link>))
+                    .collect();
+                (
+                    Backend::Cpu(backend::cpu::Cpu::new(rank, world, links)),
+                    format!("cpu:{dev}"),
+                    None,
+                    None,
+                )
+            }
+            Kind::Nccl => {
+                if local_world > probe.gpus {
+                    return Err(SharedError {
+                        message: format!(
+                            "{local_world} ranks on host {host} but only {}: NCCL refuses two ranks on one GPU \
+                             (\"Duplicate GPU detected\"); start at most {} ranks per node (--nproc-per-node {}), \
+                             or use --backend cpu",
+                            if probe.gpus == 1 {
+                                "1 GPU".to_string()
+                            } else {
+                                format!("{} GPUs", probe.gpus)
+                            },
+                            probe.gpus,
+                            probe.gpus
+                        ),
+                        usage: true,
+                    }
+                    .into());
+                }
+                let dev = device::device_for(rank, probe.gpus);
+                let nccl = backend::nccl::Nccl::init(&mut store, rank, world, dev)?;
+                let name = nccl.device_name();
+                (
+                    Backend::Nccl(nccl),
+                    format!("cuda:{dev}"),
+                    Some(name),
+                    probe.nccl.clone(),
+                )
+            }
+        };
+
+        let me = Member {
+            rank,
+            local_rank,
+            host,
+            pid: std::process::id(),
+            device,
+            device_name,
+        };
+        let all = store.all_gather(
+            "member",
+            rank,
+            world,
+            &serde_json::to_vec(&me)?,
+            "every rank's registration",
+        )?;
+        let members = all
+            .iter()
+            .enumerate()
+            .map(|(r, m)| serde_json::from_slice(m).with_context(|| format!("rank {r}'s registration is malformed")))
+            .collect::<Result<Vec<Member>>>()?;
+
+        let report = Report {
+            example: crate::example_name(),
+            backend: backend.name().into(),
+            backend_reason: reason.clone(),
+            nccl_version,
+            world_size: world,
+            ranks: members
+                .iter()
+                .map(|m| RankReport {
+                    rank: m.rank,
+                    local_rank: m.local_rank,
+                    host: m.host.clone(),
+                    pid: m.pid,
+                    device: m.device.clone(),
+                    device_name: m.device_name.clone(),
+                    ..RankReport::default()
+                })
+                .collect(),
+            ..Report::default()
+        };
+        let session = Session {
+            id,
+            format: run.format,
+            timeout: run.timeout,
+            store,
+            server,
+            backend,
+            members,
+            report,
+            last_rows: None,
+            show: None,
+            last_op: None,
+            seq: 0,
+            device_count,
+            failed: None,
+        };
+        session.say(&reason);
+        Ok(session)
+    }
+
+    /// This rank, from 0 to `world_size() - 1`.
+    pub fn rank(&self) -> usize {
+        self.id.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.id.world_size
+    }
+
+    /// Prints a line of text output, on rank 0 only.
+    pub fn say(&self, line: &str) {
+        if self.rank() == 0 && self.format == Format::Text {
+            println!("{line}");
+        }
+    }
+
+    /// Hello world's roll call: every rank's rank, local rank, host, pid, device and
+    /// backend, in one table on rank 0, in rank order.
+    pub fn roll_call(&mut self) -> Result<()> {
+        if let Some(v) = &self.report.nccl_version {
+            self.say(&format!("NCCL version {v}"));
+        }
+        let rows: Vec<Vec<String>> = self
+            .members
+            .iter()
+            .map(|m| {
+                let dev = match &m.device_name {
+                    Some(name) => format!("{} ({name})", m.device),
+                    None => m.device.clone(),
+                };
+                vec![
+                    m.rank.to_string(),
+                    m.local_rank.to_string(),
+                    m.host.clone(),
+                    m.pid.to_string(),
+                    dev,
+                    self.backend.name().into(),
+                ]
+            })
+            .collect();
+        self.say(&format!("Hello from {} ranks:", self.world_size()));
+        self.say(&table::with_header(
+            &["rank", "local rank", "host", "pid", "device", "backend"],
+            &rows,
+        ));
+        self.say(&format!(
+            "Each rank uses device = rank % device_count, with device_count = {}.",
+            self.device_count
+        ));
+        Ok(())
+    }
+
+    /// A buffer of `--count` (or `--size`) elements, all equal to `value`, placed where
+    /// the backend computes (GPU memory on NCCL). Also takes `--show` for the tables.
+    pub fn buffer<T: Element>(&mut self, data: &DataArgs, value: T) -> Result<Buffer<T>> {
+        let count = data.count();
+        self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
+        self.report.count = Some(count);
+        self.backend.upload(vec![value; count])
+    }
+
+    /// Prints a table of every rank's first elements, titled `title` ("Before
+    /// broadcast:"), on rank 0. Cells that changed since the previous table stand out.
+    pub fn show<T: Element>(&mut self, title: &str, buf: &Buffer<T>) -> Result<()> {
+        let n = self.show.unwrap_or(buf.len().min(8));
+        let mine = self.backend.download(buf, n)?;
+        let key = self.next_key("show");
+        self.store
+            .set(&format!("{key}/{}", self.rank()), &serde_json::to_vec(&mine)?)?;
+        if self.rank() != 0 {
+            return Ok(());
+        }
+        let keys: Vec<_> = (0..self.world_size()).map(|r| (format!("{key}/{r}"), r)).collect();
+        let rows: Vec<Vec<serde_json::Value>> = self
+            .store
+            .wait(&keys, &format!("every rank's row of '{title}'"))?
+            .iter()
+            .map(|v| serde_json::from_slice(v))
+            .collect::<Result<_, _>>()?;
+        let stage = title
+            .split_whitespace()
+            .next()
+            .unwrap_or(title)
+            .trim_end_matches(':')
+            .to_lowercase();
+        for (r, row) in rows.iter().enumerate() {
+            self.report.ranks[r].stages.insert(stage.clone(), row.clone());
+        }
+        let cells: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(cell).collect()).collect();
+        let changed: Option<Vec<Vec<bool>>> = self.last_rows.as_ref().map(|prev| {
+            cells
+                .iter()
+                .zip(prev)
+                .map(|(now, was)| now.iter().zip(was).map(|(a, b)| a != b).collect())
+                .collect()
+        });
+        let label = if self.backend.name() == "nccl" { "GPU" } else { "CPU" };
+        let labels: Vec<String> = (0..self.world_size()).map(|r| format!("{label} {r}")).collect();
+        let title = if title.ends_with(':') {
+            title.to_string()
+        } else {
+            format!("{title}:")
+        };
+        self.say(&table::stage(
+            &title,
+            &labels,
+            &cells,
+            changed.as_deref(),
+            buf.len() - n,
+        ));
+        self.last_rows = Some(cells);
+        Ok(())
+    }
+
+    /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
+    /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
+    pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
+        if rank >= self.world_size() {
+            return Err(SharedError {
+                message: format!(
+                    "{flag} {rank} is not a rank: the world has ranks 0 to {}",
+                    self.world_size() - 1
+                ),
+                usage: true,
+            }
+            .into());
+        }
+        Ok(rank)
+    }
+
+    /// Broadcast: `root`'s buffer is copied into every rank's buffer.
+    pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
+        self.ensure_rank(root, "root")?;
+        self.last_op = Some((Op::Broadcast, buf.len() * size_of::<T>()));
+        let rank = self.rank();
+        self.backend
+            .broadcast(buf, root)
+            .with_context(|| format!("rank {rank}"))
+    }
+
+    /// All-reduce with sum: every rank's buffer becomes the element-wise sum of all of them.
+    pub fn all_reduce_sum<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
+        self.last_op = Some((Op::AllReduce, buf.len() * size_of::<T>()));
+        let rank = self.rank();
+        self.backend.all_reduce_sum(buf).with_context(|| format!("rank {rank}"))
+    }
+
+    /// Sends the whole buffer to rank `peer`, which must `recv` as many elements.
+    pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
+        let rank = self.rank();
+        self.backend.send(buf, peer).with_context(|| format!("rank {rank}"))
+    }
+
+    /// Receives a whole buffer from rank `peer`.
+    pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
+        let rank = self.rank();
+        self.backend.recv(buf, peer).with_context(|| format!("rank {rank}"))
+    }
+
+    /// Checks every element of every rank's buffer against `expected`, as nccl-tests
+    /// counts `#wrong`; rank 0 reports. Fails on every rank if any element is wrong.
+    pub fn check<T: Element>(&mut self, buf: &Buffer<T>, expected: T) -> Result<()> {
+        let mut all = self.backend.download(buf, buf.len())?;
+        corrupt_for_tests(self.rank(), &mut all);
+        let wrong = all.iter().filter(|v| !v.matches(expected)).count();
+        let first = all
+            .iter()
+            .position(|v| !v.matches(expected))
+            .map(|i| format!("element {i} is {} instead of {expected}", all[i]));
+        let key = self.next_key("check");
+        let mine = serde_json::to_vec(&(wrong, first))?;
+        let (rank, world) = (self.rank(), self.world_size());
+        let replies = self.store.all_gather(&key, rank, world, &mine, "every rank's check")?;
+        let results: Vec<(usize, Option<String>)> = replies
+            .iter()
+            .map(|r| serde_json::from_slice(r))
+            .collect::<Result<_, _>>()?;
+        let total: usize = results.iter().map(|(w, _)| w).sum();
+        self.report.check = Some(Check {
+            ok: total == 0,
+            wrong: total as u64,
+        });
+        if total == 0 {
+            self.say(&format!(
+                "Check: OK, all {world} ranks hold {expected} in all {} elements",
+                all.len()
+            ));
+            return Ok(());
+        }
+        let bad: Vec<String> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, (w, _))| *w > 0)
+            .map(|(r, (w, first))| format!("rank {r}: {w} wrong ({})", first.as_deref().unwrap_or("?")))
+            .collect();
+        let plural = if total == 1 { "" } else { "s" };
+        let message = format!("check FAILED, {total} wrong element{plural}: {}", bad.join("; "));
+        self.say(&format!("Check: {}", message.replace("check FAILED", "FAILED")));
+        // Like nccl-tests, carry on (timing, the report) and fail at the end.
+        self.failed = Some(message);
+        Ok(())
+    }
+
+    /// Times `iters` runs of `op` (a collective on this session): a barrier first, then
+    /// the runs back to back; the time of the slowest rank counts. Rank 0 prints it with
+    /// nccl-tests' algbw and busbw.
+    pub fn time(&mut self, iters: u32, mut op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
+        let key = self.next_key("time");
+        let (rank, world) = (self.rank(), self.world_size());
+        self.store.barrier(&key, rank, world)?;
+        let start = Instant::now();
+        for _ in 0..iters {
+            op(self)?;
+        }
+        self.backend.synchronize()?;
+        let mine = start.elapsed().as_secs_f64() / iters as f64;
+        let all = self
+            .store
+            .all_gather(&key, rank, world, &mine.to_le_bytes(), "every rank's timing")?;
+        let slowest = all
+            .iter()
+            .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
+            .fold(0.0, f64::max);
+        let (kind, bytes) = self
+            .last_op
+            .ok_or_else(|| anyhow!("time() needs a collective to time"))?;
+        let t = Timing::new(kind, bytes, world, slowest);
+        self.report.time_us = Some(t.seconds * 1e6);
+        self.report.algbw_gbps = Some(t.algbw);
+        self.report.busbw_gbps = Some(t.busbw);
+        let factor = match kind {
+            Op::AllReduce => format!("algbw × 2(n-1)/n = × {:.2}", backend::bus_factor(kind, world)),
+            _ => "= algbw".into(),
+        };
+        self.say(&format!(
+            "Time: {:.1} us per {} of {} (slowest of {world} ranks, mean of {iters} runs): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
+            t.seconds * 1e6,
+            kind.name(),
+            human_bytes(bytes),
+            t.algbw,
+            t.busbw,
+        ));
+        Ok(t)
+    }
+
+    /// Ends the session: waits until every rank is done (so none exits while another
+    /// still needs it), then rank 0 prints the JSON report.
+    pub fn finish(mut self) -> Result<()> {
+        let (rank, world) = (self.rank(), self.world_size());
+        self.store.barrier("end", rank, world)?;
+        self.backend.synchronize()?;
+        self.store.bye();
+        if let Some(server) = &self.server {
+            server.drain(self.timeout.min(Duration::from_secs(5)));
+        }
+        if rank == 0 && self.format == Format::Json {
+            println!("{}", serde_json::to_string_pretty(&self.report)?);
+        }
+        match self.failed {
+            Some(message) => Err(SharedError { message, usage: false }.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Leaves after an error. Rank 0 keeps its store up a moment (until the others
+    /// have gone, 2 s at most), so that a rank still waiting for a reply gets it and meets
+    /// the same error itself, rather than reporting a lost store.
+    pub fn abandon(mut self) {
+        if let Some(server) = &self.server {
+            self.store.bye();
+            server.drain(Duration::from_secs(2));
+        }
+    }
+
+    fn next_key(&mut self, what: &str) -> String {
+        self.seq += 1;
+        format!("{what}/{}", self.seq)
+    }
+}
+
+/// Test hook: `NCCL_WORKBOOK_FAULT=corrupt:RANK:INDEX` doubles one element of one
+/// rank's result before the check (tests corrupt non-zero results), so that tests can
+/// prove a wrong result is caught, reported and fails the run.
+fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
+    let Ok(spec) = std::env::var("NCCL_WORKBOOK_FAULT") else {
+        return;
+    };
+    let mut parts = spec.split(':');
+    if let (Some("corrupt"), Some(r), Some(i)) = (parts.next(), parts.next(), parts.next())
+        && r.parse() == Ok(rank)
+        && let Some(v) = i.parse::<usize>().ok().and_then(|i| data.get_mut(i))
+    {
+        *v = *v + *v;
+    }
+}
+
+/// A JSON number as a table shows it: `42`, not `42.0`.
+fn cell(v: &serde_json::Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        Some(f) => format!("{f}"),
+        None => v.to_string(),
+    }
+}
+
+/// This machine's name.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}

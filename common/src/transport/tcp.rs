@@ -1,0 +1,202 @@
+//! The TCP transport: every pair of ranks shares one connection (a full mesh), so any
+//! rank can send to any other, across machines as well as on one.
+//!
+//! Setting it up: each rank listens on the address that routes to the master (so the
+//! address works from other nodes), publishes it in the store, connects to every lower
+//! rank and accepts every higher one. Each new connection starts with a greeting naming
+//! the job and the rank; one that does not (a port scanner, another job) is closed.
+
+use super::{Link, Op};
+use crate::rendezvous::Store;
+use crate::wire::{self, Decoder, Encoder};
+use anyhow::{Context, Result, anyhow, bail};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const GREET: u8 = 200;
+const GREET_OK: u8 = 201;
+
+/// A TCP connection to one peer.
+pub struct TcpLink {
+    stream: TcpStream,
+    peer: usize,
+    addr: SocketAddr,
+}
+
+impl TcpLink {
+    fn check_header(&self, op: Op, len: usize) -> io::Result<()> {
+        let (tag, got) = wire::read_header(&mut &self.stream, u64::MAX)?;
+        if tag != op as u8 {
+            let theirs = Op::from_tag(tag).map_or("something unknown", Op::name);
+            return Err(wire::bad(format!(
+                "rank {} is in a {theirs} while this rank is in a {}: every rank must call the same collectives in the same order",
+                self.peer,
+                op.name()
+            )));
+        }
+        if got != len as u64 {
+            return Err(wire::bad(format!(
+                "rank {} sent {got} bytes where {len} were expected: do all ranks use the same count?",
+                self.peer
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Link for TcpLink {
+    fn send(&self, op: Op, data: &[u8]) -> io::Result<()> {
+        let mut s = &self.stream;
+        s.write_all(&wire::header(op as u8, data.len() as u64))?;
+        s.write_all(data)
+    }
+
+    fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
+        self.check_header(op, dst.len())?;
+        (&self.stream).read_exact(dst)
+    }
+
+    fn recv_pieces(
+        &self,
+        op: Op,
+        len: usize,
+        scratch: &mut [u8],
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<()> {
+        self.check_header(op, len)?;
+        let mut off = 0;
+        while off < len {
+            let n = scratch.len().min(len - off);
+            (&self.stream).read_exact(&mut scratch[..n])?;
+            each(off, &scratch[..n]);
+            off += n;
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("rank {} at {}", self.peer, self.addr)
+    }
+}
+
+/// The local address this host uses to reach `host`: the address other nodes can
+/// reach this rank at (127.0.0.1 when the master is on loopback).
+pub fn local_ip_towards(host: &str, port: u16) -> Result<IpAddr> {
+    let target = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving the master address {host}"))?
+        .next()
+        .ok_or_else(|| anyhow!("the master address {host} resolves to nothing"))?;
+    let any: SocketAddr = if target.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let probe = UdpSocket::bind(any)?;
+    probe
+        .connect(target)
+        .with_context(|| format!("finding a route to the master {target}"))?;
+    Ok(probe.local_addr()?.ip())
+}
+
+/// Connects this rank to every other rank; `links[peer]` is `None` only for `rank` itself.
+pub fn connect_mesh(
+    store: &mut Store,
+    rank: usize,
+    world: usize,
+    job_id: &str,
+    local_ip: IpAddr,
+    timeout: Duration,
+) -> Result<Vec<Option<TcpLink>>> {
+    let listener = TcpListener::bind((local_ip, 0)).with_context(|| format!("listening for peers on {local_ip}"))?;
+    let me = listener.local_addr()?;
+    let addrs = store.all_gather(
+        "cpu/addr",
+        rank,
+        world,
+        me.to_string().as_bytes(),
+        "every rank's CPU-backend address",
+    )?;
+    let deadline = Instant::now() + timeout;
+    let mut links: Vec<Option<TcpLink>> = (0..world).map(|_| None).collect();
+
+    // Connect to every lower rank; the listener's backlog holds us until they accept.
+    for (peer, addr) in addrs.iter().enumerate().take(rank) {
+        let addr: SocketAddr = std::str::from_utf8(addr)
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| anyhow!("rank {peer} published a malformed address"))?;
+        let stream = dial(addr, peer, deadline).with_context(|| format!("connecting to rank {peer} at {addr}"))?;
+        let mut s = &stream;
+        wire::write_frame(&mut s, GREET, &Encoder::default().str(job_id).u64(rank as u64).0)?;
+        match wire::read_frame(&mut s, 1024) {
+            Ok((GREET_OK, _)) => {}
+            _ => bail!("rank {peer} at {addr} did not accept this rank's greeting (another job on that port?)"),
+        }
+        links[peer] = Some(configure(stream, peer, addr, timeout)?);
+    }
+
+    // Accept every higher rank, closing whatever else knocks.
+    listener.set_nonblocking(true)?;
+    while links.iter().enumerate().skip(rank + 1).any(|(_, l)| l.is_none()) {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                if let Some(peer) = greeted(&stream, job_id, rank, world, &links) {
+                    let mut s = &stream;
+                    wire::write_frame(&mut s, GREET_OK, &[])?;
+                    links[peer] = Some(configure(stream, peer, from, timeout)?);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing: Vec<String> = (rank + 1..world)
+                        .filter(|p| links[*p].is_none())
+                        .map(|p| p.to_string())
+                        .collect();
+                    bail!(
+                        "timed out after {} waiting for rank(s) {} to connect to this rank at {me}",
+                        crate::launch::human_duration(timeout),
+                        missing.join(", ")
+                    );
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e).context("accepting a peer connection"),
+        }
+    }
+    Ok(links)
+}
+
+fn dial(addr: SocketAddr, peer: usize, deadline: Instant) -> Result<TcpStream> {
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() >= deadline => return Err(e).context(format!("rank {peer} never answered")),
+            Err(_) => thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Reads a newcomer's greeting: the peer's rank if it is one of ours, else `None`.
+fn greeted(stream: &TcpStream, job_id: &str, rank: usize, world: usize, links: &[Option<TcpLink>]) -> Option<usize> {
+    stream.set_nonblocking(false).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut s = stream;
+    let (GREET, payload) = wire::read_frame(&mut s, 1024).ok()? else {
+        return None;
+    };
+    let mut d = Decoder(&payload);
+    let (job, peer) = (d.str().ok()?, d.u64().ok()? as usize);
+    (job == job_id && peer > rank && peer < world && links[peer].is_none()).then_some(peer)
+}
+
+fn configure(stream: TcpStream, peer: usize, addr: SocketAddr, timeout: Duration) -> Result<TcpLink> {
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(false)?;
+    // A peer that goes silent for the whole timeout is treated as lost, never waited on forever.
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(TcpLink { stream, peer, addr })
+}

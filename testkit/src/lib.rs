@@ -1,0 +1,152 @@
+//! Test helpers: run the workbook's real binaries as multi-process jobs and read what
+//! they print. Every run has a hard time limit: a test may fail, never hang.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The longest any test run may take: well past the `--timeout` the tests give the
+/// programs, so a stuck run ends with the program's own message, not this limit.
+pub const LIMIT: Duration = Duration::from_secs(90);
+
+/// The `--timeout` tests give the programs: short enough to fail fast, long enough for a
+/// loaded 2-core machine.
+pub const TIMEOUT: &str = "20";
+
+/// What a finished run printed, and how it ended.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// The JSON document on stdout (`--format json`), or a panic showing what was printed.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{self}"))
+    }
+
+    /// Panics with the output unless the run exited 0.
+    pub fn ok(self) -> Self {
+        assert_eq!(self.code, Some(0), "the run failed:\n{self}");
+        self
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?} after {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A command for `bin` with `args`, its environment cleared of anything that would make
+/// it a rank of some other job (torchrun's, Slurm's or our launcher's variables).
+pub fn command(bin: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    if !args.contains(&"--timeout") {
+        cmd.args(["--timeout", TIMEOUT]);
+    }
+    for (k, _) in std::env::vars() {
+        let launcher_var = [
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "NO_COLOR",
+        ]
+        .contains(&k.as_str());
+        if launcher_var || k.starts_with("SLURM_") || k.starts_with("TORCHELASTIC_") || k.starts_with("NCCL_WORKBOOK_")
+        {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Starts `cmd` with its output captured.
+pub fn spawn(mut cmd: Command) -> Child {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().expect("starting the binary")
+}
+
+/// Waits for `child` at most `limit`, killing it (and failing the test) past that.
+pub fn finish(mut child: Child, limit: Duration) -> Run {
+    let start = Instant::now();
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the binary") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let run = Run {
+                code: None,
+                stdout: out.join().unwrap(),
+                stderr: err.join().unwrap(),
+                elapsed: start.elapsed(),
+            };
+            panic!("the run took longer than {limit:?} and was killed:\n{run}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Run {
+        code: status.code(),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Runs `bin args` to the end (at most [`LIMIT`]).
+pub fn run(bin: &str, args: &[&str]) -> Run {
+    finish(spawn(command(bin, args)), LIMIT)
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The shown elements of every rank at `stage` ("before" or "after") in a JSON report.
+pub fn stage(report: &serde_json::Value, stage: &str) -> Vec<Vec<f64>> {
+    report["ranks"]
+        .as_array()
+        .expect("ranks")
+        .iter()
+        .map(|r| {
+            r[stage]
+                .as_array()
+                .unwrap_or_else(|| panic!("no '{stage}' in {r}"))
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
+}
