@@ -454,7 +454,7 @@ impl Session {
     pub fn finish(mut self) -> Result<()> {
         let (rank, world) = (self.rank(), self.world_size());
         self.store.barrier("end", rank, world)?;
-        self.backend.synchronize()?;
+        self.backend.close()?;
         self.store.bye();
         if let Some(server) = &self.server {
             server.drain(self.timeout.min(Duration::from_secs(5)));

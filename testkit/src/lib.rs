@@ -3,7 +3,9 @@
 
 use std::io::Read;
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -149,4 +151,48 @@ pub fn stage(report: &serde_json::Value, stage: &str) -> Vec<Vec<f64>> {
                 .collect()
         })
         .collect()
+}
+
+/// The folder that makes the NCCL test double (nccl-double/) the CUDA driver and NCCL
+/// of a process: one library linked under the names cudarc loads. Built once, in release
+/// mode, by the cargo running these tests.
+pub fn nccl_double_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+        // This test runs as <target>/<profile>/deps/<name>: find <target> from it.
+        let exe = std::env::current_exe().expect("the test's own path");
+        let target = exe.ancestors().nth(3).expect("the target folder").to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--release", "-p", "nccl-double", "--manifest-path"])
+            .arg(workspace.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("running cargo to build the NCCL test double");
+        assert!(status.success(), "building the NCCL test double failed");
+        let lib = target.join("release/libnccl_double.so");
+        let dir = target.join("nccl-double-lib");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Symlinks, not copies: glibc must see one library, so the NCCL half shares the
+        // CUDA half's state (the current context, the allocations).
+        for name in ["libcuda.so", "libcuda.so.1", "libnccl.so", "libnccl.so.2"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&lib, &link).unwrap();
+        }
+        dir
+    })
+}
+
+/// A command for `bin` that runs on the NCCL test double with `gpus` devices: the double
+/// first on `LD_LIBRARY_PATH` (read when the process starts, so it is set here, for the
+/// child), and `NCCL_DOUBLE=1`, without which the double refuses to act.
+pub fn nccl_command(bin: &str, args: &[&str], gpus: usize) -> Command {
+    let mut cmd = command(bin, args);
+    cmd.env("LD_LIBRARY_PATH", nccl_double_dir())
+        .env("NCCL_DOUBLE", "1")
+        .env("NCCL_DOUBLE_DEVICES", gpus.to_string())
+        .env_remove("NCCL_DOUBLE_HOST");
+    cmd
 }

@@ -168,6 +168,15 @@ impl Backend {
         }
     }
 
+    /// Ends the backend after the last operation: NCCL leaves its communicator. Nothing
+    /// may be called after it.
+    pub fn close(&mut self) -> Result<()> {
+        match self {
+            Backend::Cpu(_) => Ok(()),
+            Backend::Nccl(n) => n.close(),
+        }
+    }
+
     /// Waits until every queued operation has finished (a no-op on the CPU backend,
     /// whose operations finish before they return).
     pub fn synchronize(&self) -> Result<()> {

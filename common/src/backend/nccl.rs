@@ -26,9 +26,8 @@ pub struct Nccl {
     world: usize,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// Never dropped: cudarc's `Drop` for `Comm` aborts the communicator and panics if
-    /// that fails (cudarc#584). The stream is synchronised before the process exits,
-    /// and the exit releases NCCL's resources.
+    /// Dropped only by [`Nccl::close`], after the stream has finished: cudarc's `Drop`
+    /// for `Comm` aborts the communicator and panics if that fails (cudarc#584).
     comm: ManuallyDrop<Comm>,
 }
 
@@ -131,6 +130,19 @@ impl Nccl {
                 self.rank,
                 Some(&self.comm),
                 &format!("receive from rank {peer} (ncclRecv)"),
+            )
+        })
+    }
+
+    /// Leaves the communicator once every queued operation has finished.
+    pub(super) fn close(&mut self) -> Result<()> {
+        self.synchronize()?;
+        // SAFETY: `comm` is not used again; `close` consumes the backend's last use.
+        let comm = unsafe { ManuallyDrop::take(&mut self.comm) };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(comm))).map_err(|_| {
+            anyhow!(
+                "rank {}: NCCL failed to release the communicator (ncclCommAbort)",
+                self.rank
             )
         })
     }

@@ -1,0 +1,133 @@
+//! Hello world with --backend nccl on the NCCL test double (nccl-double/), and the
+//! rules of NCCL that the project must respect, each broken on purpose.
+
+use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, spawn};
+
+const BIN: &str = env!("CARGO_BIN_EXE_00-nccl-hello-world");
+
+#[test]
+fn hello_on_1_2_and_4_gpus_shows_nccls_version_and_each_gpu() {
+    for world in [1usize, 2, 4] {
+        let w = world.to_string();
+        let r = finish(
+            spawn(nccl_command(
+                BIN,
+                &["--backend", "nccl", "--nproc-per-node", &w, "--format", "json"],
+                4,
+            )),
+            LIMIT,
+        )
+        .ok();
+        let j = r.json();
+        assert_eq!(j["nccl_version"], "2.18.3", "{r}");
+        for (rank, info) in j["ranks"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(info["device"], format!("cuda:{rank}"), "{r}");
+            assert_eq!(
+                info["device_name"],
+                format!("NCCL test double GPU {rank} (host memory)"),
+                "{r}"
+            );
+        }
+    }
+    let r = finish(spawn(nccl_command(BIN, &["--nproc-per-node", "2"], 2)), LIMIT).ok();
+    assert!(
+        r.stdout.contains("NCCL version 2.18.3") && r.stdout.contains("cuda:1 (NCCL test double GPU 1"),
+        "{r}"
+    );
+}
+
+#[test]
+fn by_default_one_rank_per_gpu_like_torchrun() {
+    let r = finish(spawn(nccl_command(BIN, &["--format", "json"], 3)), LIMIT).ok();
+    assert_eq!(r.json()["world_size"], 3, "{r}");
+}
+
+#[test]
+fn more_ranks_than_gpus_is_refused_before_nccl_is_called() {
+    let r = finish(
+        spawn(nccl_command(BIN, &["--backend", "nccl", "--nproc-per-node", "3"], 2)),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr.contains("3 ranks on host") && r.stderr.contains("but only 2 GPUs: NCCL refuses two ranks on one GPU"),
+        "{r}"
+    );
+    assert!(
+        !r.stderr.contains("nccl-double WARN"),
+        "NCCL must not have been called:\n{r}"
+    );
+}
+
+/// Two launchers on this machine as two nodes of 2 ranks on 2 GPUs each: ranks 0 and 2
+/// both take device 0 (rank % device_count). `host` gives each launcher a host name.
+fn two_nodes(host: [&str; 2]) -> [Run; 2] {
+    let port = free_port().to_string();
+    let node = |n: usize| {
+        let args = [
+            "--backend",
+            "nccl",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            if n == 0 { "0" } else { "1" },
+            "--master-port",
+            &port,
+            "--master-addr",
+            "127.0.0.1",
+            "--format",
+            "json",
+        ];
+        let mut cmd = nccl_command(BIN, &args, 2);
+        cmd.env("NCCL_DOUBLE_HOST", host[n]);
+        spawn(cmd)
+    };
+    let (a, b) = (node(0), node(1));
+    [finish(a, LIMIT), finish(b, LIMIT)]
+}
+
+#[test]
+fn two_nodes_of_two_gpus_map_ranks_cyclically() {
+    let [a, _] = two_nodes(["node-a", "node-b"]);
+    let j = a.ok().json();
+    let devices: Vec<&str> = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices, ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]);
+}
+
+#[test]
+fn rule_two_ranks_of_one_host_on_one_gpu_is_nccls_duplicate_gpu() {
+    // Both "nodes" on one host: ranks 0 and 2 share GPU 0, which NCCL refuses.
+    let [a, b] = two_nodes(["same-host", "same-host"]);
+    let all = format!("{a}\n{b}");
+    assert_ne!(a.code, Some(0), "{all}");
+    assert!(
+        all.contains("Duplicate GPU detected : rank 0 and rank 2 both on CUDA device 0"),
+        "{all}"
+    );
+    assert!(
+        all.contains("NCCL failed in joining the communicator (ncclCommInitRank) with ncclInvalidUsage"),
+        "{all}"
+    );
+}
+
+#[test]
+fn the_double_refuses_to_act_unless_asked() {
+    let mut cmd = command(BIN, &["--backend", "auto"]);
+    cmd.env("LD_LIBRARY_PATH", testkit::nccl_double_dir());
+    let r = finish(spawn(cmd), LIMIT).ok();
+    assert!(
+        r.stderr
+            .contains("nccl-double: refusing to act as CUDA/NCCL: NCCL_DOUBLE=1 is not set"),
+        "{r}"
+    );
+    assert!(
+        r.stdout
+            .starts_with("backend: cpu, because the CUDA driver sees no GPU"),
+        "{r}"
+    );
+}
