@@ -58,3 +58,10 @@ pub fn is_shared(err: &anyhow::Error) -> bool {
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if is_usage(err) { EXIT_USAGE } else { EXIT_FAILURE }
 }
+
+/// Writes one line to stderr in a single write, so that lines from several ranks
+/// sharing a terminal or a Slurm `.out` file never interleave mid-line.
+pub fn say_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}

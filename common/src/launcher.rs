@@ -107,7 +107,10 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
                 1 => "; stopped 1 rank still running".into(),
                 n => format!("; stopped {n} ranks still running"),
             };
-            eprintln!("launcher: rank {rank} failed first ({}){rest}", describe(status));
+            crate::error::say_line(&format!(
+                "launcher: rank {rank} failed first ({}){rest}",
+                describe(status)
+            ));
             EXIT_FAILURE
         }
     }

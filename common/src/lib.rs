@@ -40,7 +40,7 @@ pub fn parse_args<A: Parser>() -> A {
                 .take_while(|l| !l.trim().is_empty())
                 .map(str::trim)
                 .collect();
-            eprintln!("{} (see --help)", said.join(" "));
+            error::say_line(&format!("{} (see --help)", said.join(" ")));
             std::process::exit(error::EXIT_USAGE as i32);
         }
     }
@@ -106,7 +106,7 @@ fn fail(rank: Option<usize>, e: &anyhow::Error) -> ExitCode {
         .strip_prefix(&who)
         .unwrap_or(&msg)
         .replace(&format!(": {who}"), ": ");
-    eprintln!("error: {who}{msg}");
+    error::say_line(&format!("error: {who}{msg}"));
     ExitCode::from(error::exit_code(e))
 }
 
@@ -135,7 +135,9 @@ fn quiet_panics() {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        eprintln!("error: internal error (a bug in the workbook, please report it){at}: {what}");
+        error::say_line(&format!(
+            "error: internal error (a bug in the workbook, please report it){at}: {what}"
+        ));
     }));
 }
 

@@ -59,7 +59,11 @@ struct P2p {
 /// Records and prints a failure: NCCL's last error, and a WARN line as NCCL_DEBUG=WARN would.
 fn fail(code: NcclResult, rank: Option<usize>, why: String) -> NcclResult {
     let who = rank.map(|r| format!(" rank {r}")).unwrap_or_default();
-    eprintln!("nccl-double WARN{who}: {why}");
+    // One write per line: lines of several ranks never interleave.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("nccl-double WARN{who}: {why}\n").as_bytes(),
+    );
     LAST_ERROR.with(|e| *e.borrow_mut() = format!("{why}\0").into_bytes());
     code
 }
