@@ -138,3 +138,49 @@ fn the_double_refuses_to_act_unless_asked() {
         "{r}"
     );
 }
+
+/// A folder under target/ holding the double under exactly the names given.
+fn folder(name: &str, names: &[&str]) -> std::path::PathBuf {
+    let lib = testkit::nccl_double_dir().join("libnccl.so").canonicalize().unwrap();
+    let dir = testkit::nccl_double_dir().with_file_name(format!("nccl-double-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for n in names {
+        std::os::unix::fs::symlink(&lib, dir.join(n)).unwrap();
+    }
+    dir
+}
+
+fn backend_line(ld_path: &std::path::Path, nccl_library: Option<std::path::PathBuf>) -> Run {
+    let mut cmd = nccl_command(BIN, &[], 2);
+    cmd.env("LD_LIBRARY_PATH", ld_path);
+    if let Some(file) = nccl_library {
+        cmd.env("NCCL_LIBRARY", file);
+    }
+    finish(spawn(cmd), LIMIT).ok()
+}
+
+#[test]
+fn libnccl_is_found_where_real_installs_put_it() {
+    // Only the runtime's name, libnccl.so.2, which cudarc never looks for.
+    let r = backend_line(&folder("so2", &["libcuda.so", "libnccl.so.2"]), None);
+    assert!(
+        r.stdout.starts_with("backend: nccl, found 2 GPUs and NCCL 2.18.3"),
+        "{r}"
+    );
+    // A specific file named by NCCL_LIBRARY, nowhere on the path.
+    let named = folder("named", &["libnccl.so.2.18.3"]).join("libnccl.so.2.18.3");
+    let cuda_only = folder("cuda-only", &["libcuda.so"]);
+    let r = backend_line(&cuda_only, Some(named));
+    assert!(
+        r.stdout.starts_with("backend: nccl, found 2 GPUs and NCCL 2.18.3"),
+        "{r}"
+    );
+    // None at all: the CPU backend runs, and the line says what is missing.
+    let r = backend_line(&cuda_only, None);
+    assert!(
+        r.stdout
+            .starts_with("backend: cpu, because found 2 GPUs but no libnccl"),
+        "{r}"
+    );
+}

@@ -11,6 +11,7 @@ pub mod device;
 pub mod error;
 pub mod launch;
 pub mod launcher;
+pub mod nccl_library;
 pub mod rendezvous;
 pub mod report;
 pub mod session;
@@ -54,6 +55,15 @@ pub fn parse_args<A: Parser>() -> A {
 pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
     quiet_panics();
     set_color(run);
+    if run.backend != args::BackendChoice::Cpu {
+        nccl_library::make_loadable(); // may restart this process, once
+    }
+    let code = run_role(run, lesson);
+    nccl_library::clean_up();
+    code
+}
+
+fn run_role(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
     let role = match launch::resolve(run, &|name| std::env::var(name).ok()) {
         Ok(role) => role,
         Err(e) => return fail(None, &e),

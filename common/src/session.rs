@@ -216,7 +216,7 @@ impl Session {
     /// Prints a line of text output, on rank 0 only.
     pub fn say(&self, line: &str) {
         if self.rank() == 0 && self.format == Format::Text {
-            println!("{line}");
+            print_out(line);
         }
     }
 
@@ -460,7 +460,7 @@ impl Session {
             server.drain(self.timeout.min(Duration::from_secs(5)));
         }
         if rank == 0 && self.format == Format::Json {
-            println!("{}", serde_json::to_string_pretty(&self.report)?);
+            print_out(&serde_json::to_string_pretty(&self.report)?);
         }
         match self.failed {
             Some(message) => Err(SharedError { message, usage: false }.into()),
@@ -507,6 +507,12 @@ fn cell(v: &serde_json::Value) -> String {
         Some(f) => format!("{f}"),
         None => v.to_string(),
     }
+}
+
+/// Prints a line on stdout; a reader that went away (`| head`) is not an error.
+fn print_out(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 /// This machine's name.
