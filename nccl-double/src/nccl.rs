@@ -129,10 +129,19 @@ impl Comm {
         }
     }
 
-    /// Marks this rank failed, so the others stop waiting for it.
+    /// Marks this rank failed, so the others stop waiting for it, and gone: a failed
+    /// communicator is not used again, and the last rank out removes the folder.
     fn give_up(&self, code: NcclResult, why: String) -> NcclResult {
         let _ = publish(&self.dir.join(format!("failed-{}", self.rank)), why.as_bytes());
+        self.mark_left();
         fail(code, Some(self.rank), why)
+    }
+
+    fn mark_left(&self) {
+        let _ = publish(&self.dir.join(format!("left-{}", self.rank)), b"");
+        if (0..self.nranks).all(|r| self.dir.join(format!("left-{r}")).exists()) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 
     /// The rules every use of a communicator must follow.
@@ -592,11 +601,9 @@ fn leave(comm: *mut Comm) -> NcclResult {
         return SUCCESS;
     }
     let c = unsafe { Box::from_raw(comm) };
-    let _ = fs::remove_file(c.dir.join(format!("op-{}-{}", c.seq, c.rank)));
-    let _ = publish(&c.dir.join(format!("left-{}", c.rank)), b"");
-    if (0..c.nranks).all(|r| c.dir.join(format!("left-{r}")).exists()) {
-        let _ = fs::remove_dir_all(&c.dir);
-    }
+    // This rank's share of the last collective may still be unread by a slower rank:
+    // only when every rank has left is the folder surely no longer needed.
+    c.mark_left();
     SUCCESS
 }
 
