@@ -515,10 +515,12 @@ fn print_out(line: &str) {
     let _ = writeln!(std::io::stdout(), "{line}");
 }
 
-/// This machine's name.
+/// This machine's name: the node name Slurm gave the task (the same as the hostname on
+/// a cluster, and what tells emulated nodes apart), else the hostname.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    std::env::var("SLURMD_NODENAME")
         .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())

@@ -77,12 +77,16 @@ fn timeout() -> Duration {
     )
 }
 
+/// This rank's host, for the Duplicate GPU rule: `NCCL_DOUBLE_HOST`, else the node name
+/// Slurm gave the task (emulated nodes share one real host), else the hostname.
 fn host() -> String {
-    std::env::var("NCCL_DOUBLE_HOST").unwrap_or_else(|_| {
-        fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default()
-    })
+    std::env::var("NCCL_DOUBLE_HOST")
+        .or_else(|_| std::env::var("SLURMD_NODENAME"))
+        .unwrap_or_else(|_| {
+            fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default()
+        })
 }
 
 /// Writes `data` to `path` so that readers see all of it or nothing.
@@ -102,11 +106,9 @@ impl Comm {
         let deadline = Instant::now() + timeout();
         loop {
             if let Some(failed) = (0..self.nranks).find(|r| self.dir.join(format!("failed-{r}")).exists()) {
-                let why = fs::read_to_string(self.dir.join(format!("failed-{failed}"))).unwrap_or_default();
-                return Err((
-                    REMOTE_ERROR,
-                    format!("rank {failed} failed ({why}) while this rank waited for {what}"),
-                ));
+                // The file holds the first failure's cause: pass it on, not wrapped again.
+                let cause = fs::read_to_string(self.dir.join(format!("failed-{failed}"))).unwrap_or_default();
+                return Err((REMOTE_ERROR, format!("{cause} (this rank was waiting for {what})")));
             }
             if paths.iter().all(|p| p.exists()) {
                 return paths
@@ -132,7 +134,12 @@ impl Comm {
     /// Marks this rank failed, so the others stop waiting for it, and gone: a failed
     /// communicator is not used again, and the last rank out removes the folder.
     fn give_up(&self, code: NcclResult, why: String) -> NcclResult {
-        let _ = publish(&self.dir.join(format!("failed-{}", self.rank)), why.as_bytes());
+        // Others read this to fail at once: it names the first rank that failed, and why.
+        let cause = match why.split_once(" (this rank was waiting for ") {
+            Some((first, _)) if code == REMOTE_ERROR => first.to_string(),
+            _ => format!("rank {} failed: {why}", self.rank),
+        };
+        let _ = publish(&self.dir.join(format!("failed-{}", self.rank)), cause.as_bytes());
         self.mark_left();
         fail(code, Some(self.rank), why)
     }
