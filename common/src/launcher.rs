@@ -52,6 +52,7 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)]) -> Result<
             .env(ENV_LAUNCHED, "1")
             .env_remove("TORCHELASTIC_USE_AGENT_STORE");
         cmd.envs(extra_env.iter().map(|(k, v)| (k, v)));
+        die_with_parent(&mut cmd);
         match cmd.spawn() {
             Ok(child) => ranks.push((rank, child)),
             Err(e) => {
@@ -61,6 +62,24 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)]) -> Result<
         }
     }
     Ok(watch(ranks))
+}
+
+/// A rank whose launcher dies (killed, its terminal closed) is killed too, by the kernel
+/// (Linux's `PR_SET_PDEATHSIG`), instead of living on as an orphan.
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    unsafe extern "C" {
+        fn prctl(option: std::ffi::c_int, ...) -> std::ffi::c_int;
+    }
+    const PR_SET_PDEATHSIG: std::ffi::c_int = 1;
+    const SIGKILL: std::ffi::c_ulong = 9;
+    // SAFETY: prctl is async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        cmd.pre_exec(|| {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            Ok(())
+        });
+    }
 }
 
 /// Waits for every rank; on the first failure, gives the rest a grace period, then stops them.

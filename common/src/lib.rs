@@ -77,10 +77,8 @@ fn run_role(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> E
             let (rank, source) = (id.rank, id.source);
             let result = Session::init(id, run).and_then(|mut s| match lesson(&mut s) {
                 Ok(()) => s.finish(),
-                Err(e) => {
-                    s.abandon();
-                    Err(e)
-                }
+                // No goodbye: the others see this rank as gone, and fail at once.
+                Err(e) => Err(s.explain(e)),
             });
             match result {
                 Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,7 @@ const SET: u8 = 2;
 const GET: u8 = 3;
 const WAIT: u8 = 4;
 const BYE: u8 = 5;
+const FIRST_LOST: u8 = 6;
 const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
@@ -62,6 +63,8 @@ struct State {
     finished: HashSet<usize>,
     /// Ranks whose connection closed without a goodbye, and how.
     lost: BTreeMap<usize, String>,
+    /// The first rank lost: the cause of the failures that follow.
+    first_lost: Option<usize>,
 }
 
 impl StoreServer {
@@ -135,6 +138,15 @@ impl StoreServer {
     }
 }
 
+/// Rank 0 leaving, for whatever reason, keeps its store up a moment (until every rank
+/// has said goodbye or gone, 2 s at most): a rank still waiting for a reply gets it, and
+/// meets the same error itself, rather than reporting a lost store.
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.drain(Duration::from_secs(2));
+    }
+}
+
 /// Serves one connection: a join, then requests until goodbye or the connection ends.
 fn serve(mut conn: TcpStream, shared: &Shared) {
     let _ = conn.set_nodelay(true);
@@ -173,7 +185,10 @@ fn serve(mut conn: TcpStream, shared: &Shared) {
             break format!("its connection failed: {e}");
         }
     };
-    shared.update(|st| st.lost.insert(rank, how));
+    shared.update(|st| {
+        st.first_lost.get_or_insert(rank);
+        st.lost.insert(rank, how)
+    });
 }
 
 impl Shared {
@@ -246,6 +261,13 @@ impl Shared {
                     keys.push((d.str().map_err(malformed)?.to_string(), d.u64().map_err(malformed)?));
                 }
                 self.wait(&keys, &what, timeout)
+            }
+            FIRST_LOST => {
+                let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(match st.first_lost {
+                    Some(r) => Encoder::default().u64(1).u64(r as u64).str(&st.lost[&r]).0,
+                    None => Encoder::default().u64(0).0,
+                })
             }
             other => Err(format!("unknown request kind {other}")),
         }
@@ -394,6 +416,18 @@ impl Store {
         .map(drop)
     }
 
+    /// The first rank whose connection closed without a goodbye, and how: after a
+    /// failure, the rank that caused it, rather than the neighbour that reported it.
+    pub fn first_lost(&mut self) -> Result<Option<(usize, String)>> {
+        let reply = self.call(FIRST_LOST, &[], "the first rank lost")?;
+        let mut d = Decoder(&reply);
+        Ok(if d.u64()? == 1 {
+            Some((d.u64()? as usize, d.str()?.to_string()))
+        } else {
+            None
+        })
+    }
+
     /// Says goodbye, so that this connection closing is not taken for a crash.
     pub fn bye(&mut self) {
         let _ = wire::write_frame(&mut self.conn, BYE, &[]);
@@ -528,6 +562,19 @@ mod tests {
         let e = st.barrier("b", 0, 2).unwrap_err().to_string();
         assert!(e.contains("rank 1 is gone"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_store_remembers_which_rank_went_first() {
+        let s = server(3);
+        let mut st = join(&s, "job-a", 3, 0).unwrap();
+        assert_eq!(st.first_lost().unwrap(), None);
+        drop(join(&s, "job-a", 3, 2).unwrap());
+        thread::sleep(Duration::from_millis(100));
+        drop(join(&s, "job-a", 3, 1).unwrap());
+        thread::sleep(Duration::from_millis(100));
+        let (rank, how) = st.first_lost().unwrap().unwrap();
+        assert_eq!((rank, how.as_str()), (2, "its connection closed"));
     }
 
     #[test]

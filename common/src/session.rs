@@ -32,12 +32,15 @@ struct Member {
 
 /// One rank's session: who it is, its store connection and its backend.
 pub struct Session {
+    // Fields drop in this order. On a failure, the links to the peers close first (so
+    // that blocked peers fail at once), then this rank's store connection, and rank 0's
+    // store itself last, once the others have asked it who failed first.
+    backend: Backend,
+    store: Store,
+    server: Option<StoreServer>,
     id: Identity,
     format: Format,
     timeout: Duration,
-    store: Store,
-    server: Option<StoreServer>,
-    backend: Backend,
     members: Vec<Member>,
     report: Report,
     /// The elements of the last table, to mark what changed in the next one.
@@ -184,12 +187,12 @@ impl Session {
             ..Report::default()
         };
         let session = Session {
+            backend,
+            store,
+            server,
             id,
             format: run.format,
             timeout: run.timeout,
-            store,
-            server,
-            backend,
             members,
             report,
             last_rows: None,
@@ -468,13 +471,19 @@ impl Session {
         }
     }
 
-    /// Leaves after an error. Rank 0 keeps its store up a moment (until the others
-    /// have gone, 2 s at most), so that a rank still waiting for a reply gets it and meets
-    /// the same error itself, rather than reporting a lost store.
-    pub fn abandon(mut self) {
-        if let Some(server) = &self.server {
-            self.store.bye();
-            server.drain(Duration::from_secs(2));
+    /// Adds to a failure which rank went first, when that is another rank: a rank whose
+    /// neighbour exited because of a third rank's crash then names the crashed one.
+    pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+        if crate::error::is_shared(&err) {
+            return err;
+        }
+        // Give the store a moment to see the connection of a killed rank close.
+        std::thread::sleep(Duration::from_millis(50));
+        match self.store.first_lost() {
+            Ok(Some((r, how))) if r != self.rank() => err.context(format!("rank {r} failed first ({how})")),
+            Ok(_) => err,
+            Err(_) if self.rank() != 0 => err.context("rank 0, which hosts the store, is gone too"),
+            Err(_) => err,
         }
     }
 
