@@ -213,6 +213,32 @@ mod tests {
     }
 
     #[test]
+    fn sizes_round_trip_and_garbage_never_panics() {
+        let mut seed = 0x853c_49e6_748f_ea9bu64;
+        let mut next = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for _ in 0..5000 {
+            let (n, unit) = (1 + next(1 << 20), ["", "K", "M", "G", "KiB", "mb"][next(6) as usize]);
+            let shift = match unit.to_ascii_uppercase().chars().next() {
+                Some('K') => 10,
+                Some('M') => 20,
+                Some('G') => 30,
+                _ => 0,
+            };
+            let want = n.checked_mul(1 << shift).filter(|b| *b <= 16 << 30);
+            assert_eq!(parse_size(&format!("{n}{unit}")).ok(), want, "{n}{unit}");
+            let junk: String = (0..next(10))
+                .map(|_| "0123456789KMGiBb -+.xé".chars().nth(next(22) as usize).unwrap())
+                .collect();
+            let _ = (parse_size(&junk), parse_duration(&junk));
+        }
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("60"), Ok(Duration::from_secs(60)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));

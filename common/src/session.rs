@@ -405,8 +405,8 @@ impl Session {
         let plural = if total == 1 { "" } else { "s" };
         let message = format!("check FAILED, {total} wrong element{plural}: {}", bad.join("; "));
         self.say(&format!("Check: {}", message.replace("check FAILED", "FAILED")));
-        // Like nccl-tests, carry on (timing, the report) and fail at the end.
-        self.failed = Some(message);
+        // Like nccl-tests, carry on (timing, the report) and fail at the end, with the first failure.
+        self.failed.get_or_insert(message);
         Ok(())
     }
 

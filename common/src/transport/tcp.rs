@@ -182,7 +182,8 @@ fn dial(addr: SocketAddr, peer: usize, deadline: Instant) -> Result<TcpStream> {
 /// Reads a newcomer's greeting: the peer's rank if it is one of ours, else `None`.
 fn greeted(stream: &TcpStream, job_id: &str, rank: usize, world: usize, links: &[Option<TcpLink>]) -> Option<usize> {
     stream.set_nonblocking(false).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    // A real peer greets at once; a stray connection that says nothing is dropped soon.
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     let mut s = stream;
     let (GREET, payload) = wire::read_frame(&mut s, 1024).ok()? else {
         return None;
