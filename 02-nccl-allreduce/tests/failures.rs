@@ -295,3 +295,56 @@ unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+#[test]
+fn junk_sent_to_the_peer_ports_while_the_mesh_is_built_changes_nothing() {
+    // Rank 2 is held after every rank published its address: ranks 0 and 1 wait on
+    // their open peer ports, where a port scanner's and a stranger's bytes arrive first.
+    let (port, w) = (free_port(), ["--count", "100000", "--format", "json"]);
+    let mut ranks = start(3, &[0, 1], port, &w);
+    let mut late = command(
+        BIN,
+        &[
+            "--world-size",
+            "3",
+            "--rank",
+            "2",
+            "--master-port",
+            &port.to_string(),
+            "--count",
+            "100000",
+            "--format",
+            "json",
+        ],
+    );
+    late.env("NCCL_WORKBOOK_FAULT", "stall-mesh:2:1500");
+    ranks.push((2, spawn(late)));
+    sleep(Duration::from_millis(700));
+    let peer_ports: Vec<u16> = ranks
+        .iter()
+        .filter(|(r, _)| *r < 2)
+        .flat_map(|(_, c)| listening_ports(c.id()))
+        .filter(|p| *p != port)
+        .collect();
+    assert!(!peer_ports.is_empty(), "no peer port open while the mesh is built");
+    let junk: [&[u8]; 3] = [
+        b"SSH-2.0-scanner\r\n",
+        b"NCWB\x01\xc8\0\0\xff\xff\xff\xff\xff\xff\xff\x7f",
+        b"NCWB\x01\xc8",
+    ];
+    for p in &peer_ports {
+        for bytes in junk {
+            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", *p)) {
+                let _ = c.write_all(bytes);
+            }
+        }
+        let _ = TcpStream::connect(("127.0.0.1", *p)); // and one that says nothing at all
+    }
+    for (r, child) in ranks {
+        let run = finish(child, LIMIT);
+        assert_eq!(run.code, Some(0), "rank {r} (peer ports {peer_ports:?}):\n{run}");
+        if r == 0 {
+            assert_eq!(run.json()["check"]["ok"], true, "{run}");
+        }
+    }
+}

@@ -116,12 +116,12 @@ impl StoreServer {
         let deadline = Instant::now() + limit;
         let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            // Every rank, rank 0 included, has said goodbye or is gone.
+            // Every rank that joined, rank 0 included, has said goodbye or is gone.
             let gone = st
                 .joined
                 .keys()
                 .filter(|r| st.finished.contains(r) || st.lost.contains_key(r));
-            if gone.count() >= self.shared.world_size {
+            if gone.count() >= st.joined.len() {
                 return;
             }
             let now = Instant::now();

@@ -119,6 +119,7 @@ pub fn connect_mesh(
         me.to_string().as_bytes(),
         "every rank's CPU-backend address",
     )?;
+    stall_for_tests(rank);
     let deadline = Instant::now() + timeout;
     let mut links: Vec<Option<TcpLink>> = (0..world).map(|_| None).collect();
 
@@ -167,6 +168,22 @@ pub fn connect_mesh(
         }
     }
     Ok(links)
+}
+
+/// Test hook: `NCCL_WORKBOOK_FAULT=stall-mesh:RANK:MS` holds one rank for MS
+/// milliseconds after every rank has published its address, so that tests can reach the
+/// other ranks' open peer ports while the mesh is being built.
+fn stall_for_tests(rank: usize) {
+    let Ok(spec) = std::env::var("NCCL_WORKBOOK_FAULT") else {
+        return;
+    };
+    let mut parts = spec.split(':');
+    if let (Some("stall-mesh"), Some(r), Some(ms)) = (parts.next(), parts.next(), parts.next())
+        && r.parse() == Ok(rank)
+        && let Ok(ms) = ms.parse()
+    {
+        thread::sleep(Duration::from_millis(ms));
+    }
 }
 
 fn dial(addr: SocketAddr, peer: usize, deadline: Instant) -> Result<TcpStream> {
