@@ -3,19 +3,21 @@
 //!
 //! No machine of this project has a GPU, yet the NCCL path must not be code that nobody
 //! ran. The tests put a folder first on `LD_LIBRARY_PATH` in which this one library is
-//! linked under the names cudarc loads (`libcuda.so`, `libnccl.so`, ...), so the examples
-//! run `--backend nccl` through cudarc's real loading path, as real processes. Device
-//! memory is host memory; ranks meet through files in `/dev/shm`, so the collectives
-//! really work across processes.
+//! linked under the names cudarc loads (`libcuda.so`, `libcuda.so.1`, `libnccl.so`,
+//! `libnccl.so.2`; symlinks to one file, so that glibc maps it once and the NCCL half
+//! sees the CUDA half's contexts and allocations). Programs then run through cudarc's
+//! real dynamic-loading path, as real processes: device memory is host memory
+//! ([`memory`]), and ranks meet through files in `/dev/shm` ([`exchange`]), so the
+//! collectives really work across processes.
 //!
-//! It enforces the rules the real libraries enforce and a program could break: a CUDA
-//! context current on the thread that makes or uses a communicator; ranks in range and
-//! agreeing on the world; two ranks of one host never on one device ("Duplicate GPU");
-//! every rank calling the same collective with the same count, type and root; buffers
-//! that are live device allocations of the communicator's device.
+//! It enforces rules that the real libraries either enforce or silently get wrong, each
+//! with an error that says what was broken ([`nccl`] lists them). Every failure prints one
+//! line `nccl-double WARN rank R: <reason>` on stderr, which is also what
+//! `ncclGetLastError` returns.
 //!
-//! Limits: collectives complete when called (real NCCL only queues them), so a read on
-//! another stream without a wait cannot be caught; no kernels, no f16.
+//! Limits: collectives complete when called (real NCCL only queues them on the stream),
+//! so a read of the result on another stream without a wait cannot be caught; no kernels;
+//! no half-precision types.
 //!
 //! Safety catch: unless `NCCL_DOUBLE=1` is set, it refuses to act (cuInit says there is
 //! no device), so it can never stand in for a real GPU by accident.
@@ -23,26 +25,113 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod driver;
+mod exchange;
+mod memory;
 mod nccl;
+mod reduce;
 
-use std::sync::OnceLock;
+use std::collections::BTreeSet;
+use std::ffi::{CString, c_char};
+use std::io::Write;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-/// Whether this process may use the double (`NCCL_DOUBLE=1`), said once if not.
-fn allowed() -> bool {
+/// Whether this process may use the double (`NCCL_DOUBLE=1`); says once why not.
+pub(crate) fn allowed() -> bool {
     static ALLOWED: OnceLock<bool> = OnceLock::new();
     *ALLOWED.get_or_init(|| {
         let ok = std::env::var("NCCL_DOUBLE").is_ok_and(|v| v == "1");
         if !ok {
-            eprintln!(
-                "nccl-double: refusing to act as CUDA/NCCL: NCCL_DOUBLE=1 is not set (this library is a test double)"
-            );
+            let why =
+                "nccl-double: refusing to act as CUDA/NCCL: NCCL_DOUBLE=1 is not set (this library is a test double)";
+            say(why);
+            remember(why);
         }
         ok
     })
 }
 
-/// Runs an entry point's body, turning a panic into `failed` (a panic must never
-/// cross into C).
-fn guard<R: Copy>(failed: R, body: impl FnOnce() -> R) -> R {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(failed)
+/// Prints `line` on stderr in one write, so lines of several ranks never interleave.
+pub(crate) fn say(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// The text `ncclGetLastError` returns: the last failure of this thread, or else of the
+/// process. The strings are leaked on purpose: a pointer handed out stays valid forever
+/// (failures are few, and this is a test double).
+static LAST_ERROR: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+thread_local! {
+    static THREAD_LAST_ERROR: std::cell::Cell<*mut c_char> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Reports a failure: one WARN line on stderr (as `NCCL_DEBUG=WARN` would print), kept
+/// as the last error.
+pub(crate) fn warn(rank: Option<usize>, why: &str) {
+    let who = rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+    say(&format!("nccl-double WARN{who}: {why}"));
+    remember(why);
+}
+
+/// Keeps `why` as the last error, for `ncclGetLastError`.
+pub(crate) fn remember(why: &str) {
+    let text = CString::new(why.replace('\0', " ")).unwrap_or_default().into_raw();
+    LAST_ERROR.store(text, Ordering::Release);
+    THREAD_LAST_ERROR.with(|t| t.set(text));
+}
+
+/// The last failure's text (empty if none), for `ncclGetLastError`.
+pub(crate) fn last_error() -> *const c_char {
+    let mine = THREAD_LAST_ERROR.with(|t| t.get());
+    let text = if mine.is_null() {
+        LAST_ERROR.load(Ordering::Acquire)
+    } else {
+        mine
+    };
+    if text.is_null() { c"".as_ptr() } else { text }
+}
+
+/// Runs an exported function's body: records the call for `NCCL_DOUBLE_TRACE`, and turns
+/// a panic into `on_panic` (a panic must never unwind into C).
+pub(crate) fn entry<R: Copy>(name: &'static str, on_panic: R, body: impl FnOnce() -> R) -> R {
+    trace(name);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            warn(None, &format!("{name} panicked (a bug in the double): {what}"));
+            on_panic
+        }
+    }
+}
+
+/// With `NCCL_DOUBLE_TRACE=<file>`, appends the name of each entry point the first time
+/// this process calls it: how the tests learn which symbols cudarc really uses.
+fn trace(name: &'static str) {
+    static FILE: OnceLock<Option<String>> = OnceLock::new();
+    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let Some(file) = FILE.get_or_init(|| std::env::var("NCCL_DOUBLE_TRACE").ok()) else {
+        return;
+    };
+    if SEEN.lock().unwrap_or_else(|p| p.into_inner()).insert(name) {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .and_then(|mut f| f.write_all(format!("{name}\n").as_bytes()));
+    }
+}
+
+/// A setting from the environment, or `default` (with a warning if it does not parse).
+pub(crate) fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            warn(None, &format!("{name}={v:?} is not a number: using {default}"));
+            default
+        }),
+    }
 }

@@ -1,82 +1,264 @@
-//! The double enforces the rules of the real CUDA driver and NCCL: each test breaks one
-//! on purpose, through cudarc, in real processes (one per rank), and checks the error.
+//! The double enforces its rules: each test breaks one on purpose, through cudarc, in a
+//! job of real processes (one per rank), and checks the error of the rank that broke it
+//! (and that the others fail fast with ncclRemoteError instead of waiting out a timeout).
 
-use testkit::{LIMIT, Run, finish, nccl_command, spawn};
+mod support;
 
-const PROBE: &str = env!("CARGO_BIN_EXE_nccl-double-probe");
+use std::time::Duration;
+use support::{Job, Out, all, failed_with, finish, probe, spawn};
 
-/// Runs `world` ranks of the probe on `case`; returns each rank's run.
-fn ranks(case: &str, world: usize) -> Vec<Run> {
-    let file = std::env::temp_dir().join(format!("nccl-double-id-{case}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&file);
-    let file = file.to_string_lossy().into_owned();
-    let children: Vec<_> = (0..world)
-        .map(|r| {
-            let mut cmd = nccl_command(PROBE, &[case, &r.to_string(), &world.to_string(), &file], 4);
-            cmd.env("NCCL_DOUBLE_TIMEOUT_S", "10");
-            spawn(cmd)
-        })
-        .collect();
-    let runs = children.into_iter().map(|c| finish(c, LIMIT)).collect();
-    let _ = std::fs::remove_file(&file);
-    runs
-}
+/// Well under the 20 s wait limit the probes get: the others did not wait it out.
+const FAST: Duration = Duration::from_secs(10);
 
-fn all_fail_with(runs: &[Run], code: &str, text: &str) {
-    let all: String = runs.iter().map(|r| r.to_string()).collect();
-    for r in runs {
-        assert_eq!(r.code, Some(1), "{all}");
-        assert!(r.stdout.starts_with("error: nccl"), "{all}");
-    }
-    assert!(
-        runs.iter().any(|r| r.stdout.contains(code) && r.stdout.contains(text)),
-        "no rank says {code}: {text}\n{all}"
-    );
-}
-
-#[test]
-fn a_correct_program_works_on_2_and_4_ranks() {
-    for world in [2, 4] {
-        let sum = (world * (world + 1) / 2) as f32;
-        for r in ranks("all-reduce", world) {
-            assert_eq!(r.stdout.trim(), format!("ok {:?}", vec![sum; 4]), "{r}");
-        }
+fn fast(outs: &[Out]) {
+    for o in outs {
+        assert!(o.elapsed < FAST, "rank {} took {:?}:\n{}", o.rank, o.elapsed, all(outs));
     }
 }
 
+/// Rank 1 breaks `rule`; rank 0 must fail with ncclRemoteError, saying why.
+fn one_breaks(op: &str, world: usize, rule: &str, code: &str, text: &str) -> Vec<Out> {
+    let outs = Job::new(op, world).rank_args(1, &["--break", rule]).run();
+    failed_with(&outs, 1, code, text);
+    failed_with(&outs, 0, "ncclRemoteError", text);
+    fast(&outs);
+    outs
+}
+
 #[test]
-fn rule_a_context_must_be_current_on_the_thread() {
-    all_fail_with(
-        &ranks("no-context", 2),
+fn rule_1_a_context_current_when_the_communicator_is_made() {
+    let outs = one_breaks(
+        "allreduce",
+        2,
+        "no-context",
         "ncclInvalidUsage",
-        "no CUDA context current on this thread",
+        "with no CUDA context current on this thread",
+    );
+    assert!(
+        all(&outs).contains("real NCCL would silently use device 0"),
+        "{}",
+        all(&outs)
     );
 }
 
 #[test]
-fn rule_ranks_must_agree_on_the_world() {
-    all_fail_with(&ranks("world-mismatch", 2), "ncclInvalidArgument", "joined a world of");
-    let runs = ranks("same-rank", 2);
-    let all: String = runs.iter().map(|r| r.to_string()).collect();
-    assert!(runs.iter().all(|r| r.code == Some(1)), "{all}");
-    assert!(all.contains("two processes claim the same rank"), "{all}");
+fn rule_1_a_context_current_when_the_communicator_is_used() {
+    one_breaks(
+        "allreduce",
+        2,
+        "no-context-use",
+        "ncclInvalidUsage",
+        "with no CUDA context current on this thread",
+    );
+    one_breaks(
+        "broadcast",
+        2,
+        "wrong-context-use",
+        "ncclInvalidUsage",
+        "on rank 1's communicator (device 1) while device 2's context is current on this thread",
+    );
 }
 
 #[test]
-fn rule_every_rank_calls_the_same_collective() {
-    all_fail_with(&ranks("count-mismatch", 2), "ncclInvalidUsage", "collective mismatch");
-    all_fail_with(&ranks("root-mismatch", 3), "ncclInvalidUsage", "collective mismatch");
+fn rule_2_ranks_in_range_and_agreeing() {
+    one_breaks(
+        "allreduce",
+        2,
+        "rank-out-of-range",
+        "ncclInvalidArgument",
+        "rank must be in 0..2",
+    );
+    let outs = Job::new("allreduce", 2)
+        .rank_args(1, &["--break", "world-mismatch"])
+        .run();
+    // Both see the disagreement in the other's card.
+    failed_with(
+        &outs,
+        0,
+        "ncclInvalidArgument",
+        "rank 1 joined a world of 3 ranks, this rank (0) one of 2",
+    );
+    failed_with(
+        &outs,
+        1,
+        "ncclInvalidArgument",
+        "rank 0 joined a world of 2 ranks, this rank (1) one of 3",
+    );
+    fast(&outs);
+    // Rank 1 claims rank 0 too: whichever comes second is refused, the other told.
+    let outs = Job::new("allreduce", 2).rank_args(1, &["--break", "same-rank"]).run();
+    let text = "two processes claim the same rank 0";
+    assert!(outs.iter().all(|o| o.code == Some(1)), "{}", all(&outs));
+    assert!(
+        outs.iter().any(|o| o.stderr.contains("ncclInvalidArgument")),
+        "{}",
+        all(&outs)
+    );
+    assert!(outs.iter().all(|o| o.stderr.contains(text)), "{}", all(&outs));
+    fast(&outs);
 }
 
 #[test]
-fn rule_buffers_are_device_memory() {
-    all_fail_with(&ranks("host-memory", 2), "ncclInvalidArgument", "is not device memory");
+fn rule_3_two_ranks_of_one_host_on_one_gpu_is_a_duplicate_gpu() {
+    // One GPU for two ranks on one host.
+    let outs = Job::new("allreduce", 2).env("NCCL_DOUBLE_DEVICES", "1").run();
+    for r in 0..2 {
+        failed_with(
+            &outs,
+            r,
+            "ncclInvalidUsage",
+            "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0",
+        );
+    }
+    fast(&outs);
+    // The same on two "hosts" is fine.
+    let outs = Job::new("allreduce", 2)
+        .env("NCCL_DOUBLE_DEVICES", "1")
+        .rank_env(0, "NCCL_DOUBLE_HOST", "node-a")
+        .rank_env(1, "NCCL_DOUBLE_HOST", "node-b")
+        .run();
+    support::all_ok(&outs);
 }
 
 #[test]
-fn cudarc_loads_the_double_only_through_the_path() {
-    let mut cmd = testkit::command(PROBE, &["all-reduce", "0", "1", "/nonexistent/id"]);
-    cmd.env("NCCL_DOUBLE", "1").env("LD_LIBRARY_PATH", "/nonexistent");
-    let r = finish(spawn(cmd), LIMIT);
-    assert_ne!(r.code, Some(0), "the probe ran without the double on its path:\n{r}");
+fn rule_4_every_rank_calls_the_same_collective() {
+    let both = |op: &str, world: usize, rule: &str, text: &str| {
+        let outs = Job::new(op, world).rank_args(1, &["--break", rule]).run();
+        for r in 0..world {
+            failed_with(&outs, r, "ncclInvalidUsage", text);
+            failed_with(&outs, r, "ncclInvalidUsage", "collective mismatch");
+        }
+        fast(&outs);
+    };
+    both(
+        "allreduce",
+        2,
+        "mismatch-count",
+        "rank 0 called ncclAllReduce(count=4, ncclFloat32, ncclSum) but rank 1 called ncclAllReduce(count=5, ncclFloat32, ncclSum)",
+    );
+    both(
+        "allreduce",
+        2,
+        "mismatch-op",
+        "rank 1 called ncclAllReduce(count=4, ncclFloat32, ncclMax)",
+    );
+    both(
+        "allreduce",
+        2,
+        "mismatch-dtype",
+        "rank 1 called ncclAllReduce(count=4, ncclFloat64, ncclSum)",
+    );
+    both(
+        "allreduce",
+        3,
+        "mismatch-kind",
+        "rank 0 called ncclAllReduce(count=4, ncclFloat32, ncclSum) but rank 1 called ncclBroadcast(count=4, ncclFloat32, root=0)",
+    );
+    both(
+        "broadcast-inplace",
+        3,
+        "mismatch-root",
+        "rank 0 called ncclBroadcast(count=4, ncclFloat32, root=0) but rank 1 called ncclBroadcast(count=4, ncclFloat32, root=1)",
+    );
+}
+
+#[test]
+fn rule_4_a_matched_send_and_recv_have_one_size() {
+    let outs = Job::new("pairs", 2).rank_args(1, &["--break", "recv-size"]).run();
+    let text = "ncclRecv of 5 x ncclFloat32 by rank 1 from rank 0 does not match ncclSend of 4 x ncclFloat32 by rank 0";
+    failed_with(&outs, 0, "ncclInvalidUsage", text);
+    failed_with(&outs, 1, "ncclInvalidUsage", text);
+    fast(&outs);
+}
+
+#[test]
+fn rule_5_buffers_are_live_device_memory_of_the_communicators_device() {
+    one_breaks(
+        "allreduce",
+        2,
+        "host-buffer",
+        "ncclInvalidArgument",
+        "is not device memory",
+    );
+    one_breaks("allreduce", 2, "freed-buffer", "ncclInvalidArgument", "already freed");
+    one_breaks("allreduce", 2, "count-too-large", "ncclInvalidArgument", "16 bytes at");
+    one_breaks(
+        "allreduce",
+        2,
+        "count-too-large",
+        "ncclInvalidArgument",
+        "run past the end",
+    );
+    one_breaks(
+        "allreduce",
+        2,
+        "other-device-buffer",
+        "ncclInvalidArgument",
+        "is memory of device 2, but the communicator is on device 1",
+    );
+}
+
+#[test]
+fn rule_5_the_driver_refuses_a_host_pointer_as_device_memory() {
+    let o = finish(0, spawn(probe(&["--op", "driver", "--break", "dtoh-host-pointer"])));
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(
+        o.stderr.contains(
+            "clone_dtoh from a host pointer failed: DriverError(CUDA_ERROR_INVALID_VALUE, \"invalid argument\")"
+        ),
+        "{o}"
+    );
+    assert!(o.stderr.contains("nccl-double WARN: cuMemcpyDtoHAsync: 0x"), "{o}");
+    assert!(o.stderr.contains("is not device memory"), "{o}");
+}
+
+/// Not a rule of the double but a trap of cudarc: a buffer dropped on a thread with no
+/// current context is not freed, and the error comes back from an unrelated call.
+#[test]
+fn a_buffer_dropped_on_a_thread_without_a_context_is_said_loudly() {
+    let o = finish(0, spawn(probe(&["--op", "driver", "--break", "free-without-context"])));
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(
+        o.stderr.contains("cuMemFreeAsync(0x") && o.stderr.contains("on a thread with no current CUDA context"),
+        "{o}"
+    );
+    assert!(
+        o.stderr.contains(
+            "ctx.name() after a buffer was dropped on another thread failed: DriverError(CUDA_ERROR_INVALID_CONTEXT"
+        ),
+        "{o}"
+    );
+    assert!(
+        o.stderr
+            .contains("destroyed with 1 allocation(s) (16 bytes) never freed"),
+        "{o}"
+    );
+}
+
+#[test]
+fn waits_end_when_a_rank_never_comes_leaves_or_dies() {
+    // Never started: the timeout names it.
+    let outs = Job::new("allreduce", 3)
+        .env("NCCL_DOUBLE_TIMEOUT_S", "2")
+        .without(2)
+        .run();
+    for r in 0..2 {
+        failed_with(
+            &outs,
+            r,
+            "ncclRemoteError",
+            "timed out after 2 s (NCCL_DOUBLE_TIMEOUT_S)",
+        );
+        failed_with(&outs, r, "ncclRemoteError", "rank(s) 2 never arrived");
+    }
+    fast(&outs);
+    // Left without calling the collective: the others stop at once.
+    let outs = Job::new("allreduce", 2).rank_args(1, &["--break", "exit-early"]).run();
+    failed_with(&outs, 0, "ncclRemoteError", "rank 1 has already left the communicator");
+    fast(&outs);
+    // Died (no ncclCommAbort): the others notice the process is gone.
+    let outs = Job::new("allreduce", 2).rank_args(1, &["--break", "crash"]).run();
+    assert_eq!(outs[1].code, Some(3), "{}", all(&outs));
+    failed_with(&outs, 0, "ncclRemoteError", "rank 1's process (pid");
+    fast(&outs);
 }

@@ -1,0 +1,279 @@
+//! Test helpers: the folder that makes the double the CUDA driver and NCCL of a child
+//! process, and jobs of probe processes (one per rank) with a hard time limit.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The probe (a fixture of this package).
+pub const PROBE: &str = env!("CARGO_BIN_EXE_nccl-double-probe");
+
+/// The longest a process may run before it is killed (and the test fails).
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// The double that cargo built for these tests. `cargo test` builds the package's
+/// library (as rlib and cdylib at once) into `<target>/<profile>/deps/`, next to the
+/// probe's folder; `cargo build` also copies it up beside the probe. The newer wins.
+pub fn library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = Path::new(PROBE).parent().unwrap();
+        let newest = [dir.join("deps/libnccl_double.so"), dir.join("libnccl_double.so")]
+            .into_iter()
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .max();
+        newest
+            .unwrap_or_else(|| panic!("no libnccl_double.so in {} or its deps/", dir.display()))
+            .1
+    })
+}
+
+/// A folder holding the double under the names cudarc loads: four symlinks to the one
+/// library. Symlinks, not copies: glibc must map one library, so the NCCL half shares
+/// the CUDA half's state.
+pub fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| link_dir("lib", &["libcuda.so", "libcuda.so.1", "libnccl.so", "libnccl.so.2"]))
+}
+
+/// A folder under target/tmp with the double linked under exactly `names`.
+pub fn link_dir(name: &str, names: &[&str]) -> PathBuf {
+    let lib = library();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nccl-double-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for n in names {
+        // Made under a temporary name, then renamed over: safe when test binaries race.
+        let tmp = dir.join(format!(".{n}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(lib, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join(n)).unwrap();
+    }
+    dir
+}
+
+/// A command for the probe with the double loaded and allowed (`NCCL_DOUBLE=1`), no
+/// inherited NCCL_DOUBLE_* settings, and a 20 s wait limit.
+pub fn probe(args: &[&str]) -> Command {
+    let mut cmd = Command::new(PROBE);
+    cmd.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NCCL_DOUBLE") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("LD_LIBRARY_PATH", lib_dir())
+        .env("NCCL_DOUBLE", "1")
+        .env("NCCL_DOUBLE_TIMEOUT_S", "20");
+    cmd
+}
+
+/// How one process ended, and what it printed.
+pub struct Out {
+    pub rank: usize,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Out {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "--- rank {}: exit {:?} after {:?}\n{}{}",
+            self.rank, self.code, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Out {
+    /// Each result line's `result=` values, in order.
+    pub fn results(&self) -> Vec<Vec<f64>> {
+        self.stdout
+            .lines()
+            .filter_map(|l| fields(l).get("result").map(|v| parse_values(v)))
+            .collect()
+    }
+}
+
+/// `key=value` fields of a line.
+pub fn fields(line: &str) -> HashMap<&str, &str> {
+    line.split(' ').filter_map(|f| f.split_once('=')).collect()
+}
+
+fn parse_values(v: &str) -> Vec<f64> {
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// Starts `cmd` with its output captured.
+pub fn spawn(mut cmd: Command) -> Child {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().expect("starting the probe")
+}
+
+/// Waits for `child` at most [`LIMIT`], killing it past that.
+pub fn finish(rank: usize, mut child: Child) -> Out {
+    let start = Instant::now();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Out {
+        rank,
+        code,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// A job: `world` probe processes, one per rank, sharing an id through a file.
+pub struct Job {
+    world: usize,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    rank_args: HashMap<usize, Vec<String>>,
+    rank_env: HashMap<usize, Vec<(String, String)>>,
+    absent: Vec<usize>,
+    /// Where the ranks meet (NCCL_DOUBLE_DIR), private to the job.
+    pub meet: PathBuf,
+    id_file: PathBuf,
+}
+
+impl Job {
+    pub fn new(op: &str, world: usize) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("jobs/{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("meet")).unwrap();
+        Self {
+            world,
+            args: vec!["--op".into(), op.into(), "--world".into(), world.to_string()],
+            env: Vec::new(),
+            rank_args: HashMap::new(),
+            rank_env: HashMap::new(),
+            absent: Vec::new(),
+            meet: root.join("meet"),
+            id_file: root.join("id"),
+        }
+    }
+
+    /// Arguments for every rank.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Arguments for one rank only (e.g. `--break ...`).
+    pub fn rank_args(mut self, rank: usize, args: &[&str]) -> Self {
+        self.rank_args
+            .entry(rank)
+            .or_default()
+            .extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn rank_env(mut self, rank: usize, k: &str, v: &str) -> Self {
+        self.rank_env.entry(rank).or_default().push((k.into(), v.into()));
+        self
+    }
+
+    /// A rank that never starts.
+    pub fn without(mut self, rank: usize) -> Self {
+        self.absent.push(rank);
+        self
+    }
+
+    /// Runs every rank to its end (at most [`LIMIT`]).
+    pub fn run(&self) -> Vec<Out> {
+        let children: Vec<(usize, Child)> = (0..self.world)
+            .filter(|r| !self.absent.contains(r))
+            .map(|r| {
+                let mut cmd = probe(&[]);
+                cmd.args(&self.args)
+                    .args(["--rank", &r.to_string(), "--id-file"])
+                    .arg(&self.id_file)
+                    .args(self.rank_args.get(&r).into_iter().flatten())
+                    .env("NCCL_DOUBLE_DIR", &self.meet);
+                for (k, v) in self.env.iter().chain(self.rank_env.get(&r).into_iter().flatten()) {
+                    cmd.env(k, v);
+                }
+                (r, spawn(cmd))
+            })
+            .collect();
+        children.into_iter().map(|(r, c)| finish(r, c)).collect()
+    }
+
+    /// Whether the meeting folder was cleaned up (the last rank to leave removes it).
+    pub fn left_nothing_behind(&self) -> bool {
+        std::fs::read_dir(&self.meet).map(|d| d.count() == 0).unwrap_or(true)
+    }
+}
+
+/// Every run, for assertion messages.
+pub fn all(outs: &[Out]) -> String {
+    outs.iter().map(|o| o.to_string()).collect()
+}
+
+/// Asserts that every rank exited 0.
+pub fn all_ok(outs: &[Out]) {
+    for o in outs {
+        assert_eq!(o.code, Some(0), "rank {} failed:\n{}", o.rank, all(outs));
+    }
+}
+
+/// Asserts that `rank` failed with `code` (NCCL's or the driver's name) and `text`, with
+/// a WARN line saying the same.
+pub fn failed_with(outs: &[Out], rank: usize, code: &str, text: &str) {
+    let o = outs.iter().find(|o| o.rank == rank).unwrap();
+    assert_eq!(o.code, Some(1), "rank {rank} should have failed:\n{}", all(outs));
+    let err = o.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(
+        err.contains(code) && err.contains(text),
+        "rank {rank} should fail with {code} and {text:?}:\n{}",
+        all(outs)
+    );
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.starts_with("nccl-double WARN") && l.contains(text)),
+        "rank {rank} should print a WARN line with {text:?}:\n{}",
+        all(outs)
+    );
+}
