@@ -26,13 +26,8 @@ fn main() -> std::process::ExitCode {
 fn soak(session: &mut Session, args: &Args) -> anyhow::Result<()> {
     let (rank, n) = (session.rank(), session.world_size());
     // Every rank draws the same sequence, so all agree on each round's size and root.
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |below: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % below
-    };
+    let mut rng = testkit::Xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut next = |n| rng.below(n);
     let mut fds_after_first = 0;
     for round in 0..args.rounds {
         let data = common::DataArgs {

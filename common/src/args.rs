@@ -214,13 +214,8 @@ mod tests {
 
     #[test]
     fn sizes_round_trip_and_garbage_never_panics() {
-        let mut seed = 0x853c_49e6_748f_ea9bu64;
-        let mut next = move |below: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % below
-        };
+        let mut rng = testkit::Xorshift(0x853c_49e6_748f_ea9b);
+        let mut next = |n| rng.below(n);
         for _ in 0..5000 {
             let (n, unit) = (1 + next(1 << 20), ["", "K", "M", "G", "KiB", "mb"][next(6) as usize]);
             let shift = match unit.to_ascii_uppercase().chars().next() {

@@ -196,3 +196,17 @@ pub fn nccl_command(bin: &str, args: &[&str], gpus: usize) -> Command {
         .env_remove("NCCL_DOUBLE_HOST");
     cmd
 }
+
+/// A small deterministic random generator (xorshift64) for property tests and soaks: the
+/// same seed gives the same sequence everywhere, so a failure can be replayed.
+pub struct Xorshift(pub u64);
+
+impl Xorshift {
+    /// A number from 0 to `n - 1`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
