@@ -107,8 +107,14 @@ fn torchrun_style_variables_with_and_without_its_agent() {
     assert_eq!(runs[0].json()["world_size"], 2);
 
     // Under torchrun, its agent already listens on MASTER_PORT: the store takes the next.
-    let agent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = agent.local_addr().unwrap().port();
+    // (Hold a port P for the agent whose P+1 is free too: other tests' sockets come and go.)
+    let (_agent, port) = loop {
+        let agent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = agent.local_addr().unwrap().port();
+        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            break (agent, port);
+        }
+    };
     let ranks: Vec<_> = (0..2).map(|r| torchrun_rank(r, 2, port, true)).collect();
     let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT)).collect();
     assert_eq!(runs[0].code, Some(0), "{}", runs[0]);

@@ -5,13 +5,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The probe (a fixture of this package).
 pub const PROBE: &str = env!("CARGO_BIN_EXE_nccl-double-probe");
@@ -116,44 +114,18 @@ fn parse_values(v: &str) -> Vec<f64> {
         .collect()
 }
 
-/// Starts `cmd` with its output captured.
-pub fn spawn(mut cmd: Command) -> Child {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.spawn().expect("starting the probe")
-}
+/// Starts `cmd` with its output captured (testkit's runner, shared with the examples' tests).
+pub use testkit::spawn;
 
-/// Waits for `child` at most [`LIMIT`], killing it past that.
-pub fn finish(rank: usize, mut child: Child) -> Out {
-    let start = Instant::now();
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let code = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(5));
-    };
+/// Waits for `child` at most [`LIMIT`]; a run past it fails the test, with its output.
+pub fn finish(rank: usize, child: Child) -> Out {
+    let run = testkit::finish(child, LIMIT);
     Out {
         rank,
-        code,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-        elapsed: start.elapsed(),
+        code: run.code,
+        stdout: run.stdout,
+        stderr: run.stderr,
+        elapsed: run.elapsed,
     }
 }
 
