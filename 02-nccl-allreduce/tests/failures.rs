@@ -300,7 +300,11 @@ unsafe extern "C" {
 fn junk_sent_to_the_peer_ports_while_the_mesh_is_built_changes_nothing() {
     // Rank 2 is held after every rank published its address: ranks 0 and 1 wait on
     // their open peer ports, where a port scanner's and a stranger's bytes arrive first.
-    let (port, w) = (free_port(), ["--count", "100000", "--format", "json"]);
+    // (TCP between every pair: on one host the ranks would otherwise share memory.)
+    let (port, w) = (
+        free_port(),
+        ["--count", "100000", "--format", "json", "--transport", "tcp"],
+    );
     let mut ranks = start(3, &[0, 1], port, &w);
     let mut late = command(
         BIN,
@@ -315,6 +319,8 @@ fn junk_sent_to_the_peer_ports_while_the_mesh_is_built_changes_nothing() {
             "100000",
             "--format",
             "json",
+            "--transport",
+            "tcp",
         ],
     );
     late.env("NCCL_WORKBOOK_FAULT", "stall-mesh:2:1500");

@@ -1,6 +1,7 @@
 //! The command line every example shares: how to launch, which backend, how to print
 //! ([`RunArgs`]), and what data to move ([`DataArgs`]).
 
+pub use crate::transport::TransportChoice;
 use clap::{Args, ValueEnum};
 use std::time::Duration;
 
@@ -48,6 +49,12 @@ pub struct RunArgs {
     /// How long any wait may last before failing with who was missing (e.g. 60, 10s, 500ms, 2m).
     #[arg(long, value_name = "TIME", default_value = "60s", value_parser = parse_duration)]
     pub timeout: Duration,
+
+    /// CPU backend: how each pair of ranks exchanges data. `auto`: shared memory within a
+    /// host, TCP between hosts (as NCCL does); `tcp` or `shm` for every pair.
+    /// `NCCL_DEBUG=INFO` prints the choice for every pair.
+    #[arg(long, value_enum, env = "NCCL_WORKBOOK_TRANSPORT", default_value_t = TransportChoice::Auto)]
+    pub transport: TransportChoice,
 
     /// `text` tables for people, or one `json` document on stdout for programs.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -103,7 +110,7 @@ impl DataArgs {
 pub enum BackendChoice {
     /// NCCL when it can run here, else the CPU backend (and say why).
     Auto,
-    /// Ring algorithms over TCP between processes: runs anywhere.
+    /// Ring algorithms between processes (shared memory, TCP): runs anywhere.
     Cpu,
     /// NVIDIA's NCCL on GPUs, through cudarc.
     Nccl,

@@ -79,7 +79,7 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
     match (choice, missing) {
         (BackendChoice::Cpu, _) => Ok((
             Kind::Cpu,
-            "backend: cpu, as asked (--backend cpu): ring algorithms over TCP".into(),
+            "backend: cpu, as asked (--backend cpu): ring algorithms over shared memory and TCP".into(),
         )),
         (BackendChoice::Nccl, Some(why)) => bail!("--backend nccl cannot run here: {why}"),
         (BackendChoice::Auto, Some(why)) => Ok((Kind::Cpu, format!("backend: cpu, because {why}"))),

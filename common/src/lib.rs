@@ -12,6 +12,7 @@ pub mod error;
 pub mod launch;
 pub mod launcher;
 pub mod nccl_library;
+pub mod perf;
 pub mod rendezvous;
 pub mod report;
 pub mod session;

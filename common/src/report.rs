@@ -2,7 +2,7 @@
 //! JSON document that `--format json` prints for programs and tests.
 
 use crate::backend::bus_factor;
-use crate::transport::Op;
+use crate::transport::{Op, Via};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -18,6 +18,9 @@ pub struct Report {
     /// NCCL's version, on the NCCL backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_version: Option<String>,
+    /// CPU backend: the transport of every pair of ranks ("0-1": "shm").
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub transports: BTreeMap<String, Via>,
     /// Number of ranks.
     pub world_size: usize,
     /// Elements per buffer.
@@ -37,6 +40,61 @@ pub struct Report {
     /// Bus bandwidth: algbw times nccl-tests' factor for the collective.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busbw_gbps: Option<f64>,
+    /// The benchmark's sweep (03-nccl-perf), its fields at the top level.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub perf: Option<Perf>,
+}
+
+/// A benchmark sweep, as nccl-tests prints it: one row per size.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Perf {
+    /// `all_reduce` or `broadcast`, nccl-tests' names.
+    pub op: String,
+    /// `float`, `double` or `int32`.
+    #[serde(rename = "type")]
+    pub datatype: String,
+    /// Single-thread memcpy bandwidth of 100 MiB on rank 0, GB/s: the bound for a
+    /// copy-based collective on one machine.
+    pub memcpy_gbps: f64,
+    /// One row per size.
+    pub rows: Vec<PerfRow>,
+    /// The mean of the busbw column(s), as nccl-tests' `# Avg bus bandwidth`.
+    pub avg_busbw: f64,
+    /// Wrong elements over every size, placement and rank.
+    pub wrong: u64,
+}
+
+/// One size of the sweep.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct PerfRow {
+    /// Bytes per rank's buffer.
+    pub size: usize,
+    /// Elements per buffer.
+    pub count: usize,
+    /// The element type.
+    #[serde(rename = "type")]
+    pub datatype: String,
+    /// `sum`, or `none` for a broadcast.
+    pub redop: String,
+    /// The root rank, or -1 when there is none.
+    pub root: i64,
+    /// Separate send and receive buffers.
+    pub out_of_place: Placement,
+    /// One buffer, overwritten with the result.
+    pub in_place: Placement,
+}
+
+/// The figures of one placement at one size.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Placement {
+    /// Microseconds per operation, combined over ranks as `-a` says.
+    pub time_us: f64,
+    /// Bytes / time, GB/s.
+    pub algbw: f64,
+    /// algbw × the collective's bus factor, GB/s.
+    pub busbw: f64,
+    /// Wrong elements over every rank (nccl-tests' #wrong); absent when not checked.
+    pub wrong: Option<u64>,
 }
 
 /// What one rank reported.

@@ -13,9 +13,10 @@ use crate::launch::Identity;
 use crate::rendezvous::{Join, Store, StoreServer};
 use crate::report::{Check, RankReport, Report, Timing, human_bytes};
 use crate::table;
-use crate::transport::{Link, Op, tcp};
+use crate::transport::{self, Link, Op, Via, shm, tcp};
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::ToSocketAddrs;
 use std::time::{Duration, Instant};
 
@@ -98,20 +99,16 @@ impl Session {
 
         // The device, by the course's rule, and the backend on it.
         let device_count = if kind == Kind::Cpu { local_world } else { probe.gpus };
-        let (backend, device, device_name, nccl_version) = match kind {
+        let (backend, device, device_name, nccl_version, transports) = match kind {
             Kind::Cpu => {
                 let dev = device::device_for(rank, device_count);
-                let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
-                let links = tcp::connect_mesh(&mut store, rank, world, &id.job_id, ip, run.timeout)?;
-                let links = links
-                    .into_iter()
-                    .map(|l| l.map(|l| Box::new(l) as Box<dyn Link>))
-                    .collect();
+                let (links, transports) = cpu_links(&mut store, &id, &host, run)?;
                 (
                     Backend::Cpu(backend::cpu::Cpu::new(rank, world, links)),
                     format!("cpu:{dev}"),
                     None,
                     None,
+                    transports,
                 )
             }
             Kind::Nccl => {
@@ -141,6 +138,7 @@ impl Session {
                     format!("cuda:{dev}"),
                     Some(name),
                     probe.nccl.clone(),
+                    BTreeMap::new(),
                 )
             }
         };
@@ -171,6 +169,7 @@ impl Session {
             backend: backend.name().into(),
             backend_reason: reason.clone(),
             nccl_version,
+            transports,
             world_size: world,
             ranks: members
                 .iter()
@@ -203,6 +202,7 @@ impl Session {
             failed: None,
         };
         session.say(&reason);
+        session.say_transports();
         Ok(session)
     }
 
@@ -220,6 +220,30 @@ impl Session {
     pub fn say(&self, line: &str) {
         if self.rank() == 0 && self.format == Format::Text {
             print_out(line);
+        }
+    }
+
+    /// With `NCCL_DEBUG=INFO`, as NCCL prints each channel's transport: how every pair
+    /// of ranks exchanges data on the CPU backend, and why.
+    fn say_transports(&self) {
+        let info = std::env::var("NCCL_DEBUG").is_ok_and(|v| matches!(v.to_uppercase().as_str(), "INFO" | "TRACE"));
+        if !info {
+            return;
+        }
+        for (pair, via) in &self.report.transports {
+            let Some((a, b)) = pair
+                .split_once('-')
+                .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+            else {
+                continue;
+            };
+            let (ha, hb) = (&self.members[a].host, &self.members[b].host);
+            let how = match via {
+                Via::Shm => "SHM/shared memory (same host)",
+                Via::Tcp if ha == hb => "NET/TCP (--transport tcp)",
+                Via::Tcp => "NET/TCP (different hosts)",
+            };
+            self.say(&format!("cpu INFO {a}[{ha}] <-> {b}[{hb}] via {how}"));
         }
     }
 
@@ -366,6 +390,106 @@ impl Session {
         self.backend.recv(buf, peer).with_context(|| format!("rank {rank}"))
     }
 
+    /// Out of place: `root`'s `send` buffer is copied into every rank's `recv` buffer
+    /// (the root's too); `send` is unchanged.
+    pub fn broadcast_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
+        self.ensure_rank(root, "root")?;
+        same_len(send, recv)?;
+        self.last_op = Some((Op::Broadcast, recv.len() * size_of::<T>()));
+        let rank = self.rank();
+        self.backend
+            .broadcast_into(send, recv, root)
+            .with_context(|| format!("rank {rank}"))
+    }
+
+    /// Out of place: every rank's `recv` becomes the sum of every rank's `send`.
+    pub fn all_reduce_sum_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
+        same_len(send, recv)?;
+        self.last_op = Some((Op::AllReduce, recv.len() * size_of::<T>()));
+        let rank = self.rank();
+        self.backend
+            .all_reduce_sum_into(send, recv)
+            .with_context(|| format!("rank {rank}"))
+    }
+
+    /// A buffer holding `data`, placed where the backend computes (GPU memory on NCCL).
+    pub fn upload<T: Element>(&self, data: Vec<T>) -> Result<Buffer<T>> {
+        self.backend.upload(data)
+    }
+
+    /// Every element of `buf`, read back to the host (after queued work on it is done).
+    /// The test hook `NCCL_WORKBOOK_FAULT=corrupt:RANK:INDEX` applies here too.
+    pub fn download_checked<T: Element>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
+        let mut all = self.backend.download(buf, buf.len())?;
+        corrupt_for_tests(self.rank(), &mut all);
+        Ok(all)
+    }
+
+    /// Waits until every rank gets here (through the store, so it costs a round trip).
+    pub fn barrier(&mut self) -> Result<()> {
+        let key = self.next_key("barrier");
+        let (rank, world) = (self.rank(), self.world_size());
+        self.store.barrier(&key, rank, world)
+    }
+
+    /// Waits until every operation this rank queued has finished (NCCL runs them
+    /// asynchronously; the CPU backend's are done when they return).
+    pub fn synchronize(&self) -> Result<()> {
+        self.backend.synchronize()
+    }
+
+    /// Every rank's `value`, in rank order, on every rank (`what` names it in errors).
+    pub fn all_gather_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
+        let key = self.next_key("gather");
+        let (rank, world) = (self.rank(), self.world_size());
+        let all = self.store.all_gather(&key, rank, world, &value.to_le_bytes(), what)?;
+        all.iter()
+            .enumerate()
+            .map(|(r, b)| {
+                b.as_slice()
+                    .try_into()
+                    .map(f64::from_le_bytes)
+                    .map_err(|_| anyhow!("rank {r} sent a malformed {what}"))
+            })
+            .collect()
+    }
+
+    /// The name of this session's backend: `cpu` or `nccl`.
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// One line per rank saying where it runs, as nccl-tests' `#  Rank  0 Pid ... on
+    /// host device ...` lines.
+    pub fn rank_lines(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| {
+                let name = m.device_name.as_deref().map(|n| format!(" [{n}]")).unwrap_or_default();
+                format!(
+                    "#  Rank {:>2} Pid {:>7} on {:>10} device {}{name}",
+                    m.rank, m.pid, m.host, m.device
+                )
+            })
+            .collect()
+    }
+
+    /// How pairs of ranks exchange data on the CPU backend ("0-1": shm), for headers.
+    pub fn transports(&self) -> &BTreeMap<String, Via> {
+        &self.report.transports
+    }
+
+    /// Puts the benchmark's results in the JSON report.
+    pub fn set_perf(&mut self, perf: crate::report::Perf) {
+        self.report.perf = Some(perf);
+    }
+
+    /// Makes the run fail at the end with `message` (after the report is printed), as
+    /// a failed check does; the first such message wins.
+    pub fn fail_at_end(&mut self, message: String) {
+        self.failed.get_or_insert(message);
+    }
+
     /// Checks every element of every rank's buffer against `expected`, as nccl-tests
     /// counts `#wrong`; rank 0 reports. Fails on every rank if any element is wrong.
     pub fn check<T: Element>(&mut self, buf: &Buffer<T>, expected: T) -> Result<()> {
@@ -509,6 +633,17 @@ fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
     }
 }
 
+fn same_len<T: Element>(send: &Buffer<T>, recv: &Buffer<T>) -> Result<()> {
+    if send.len() != recv.len() {
+        return Err(crate::error::usage(format!(
+            "the send buffer has {} elements and the receive buffer {}: they must match",
+            send.len(),
+            recv.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A JSON number as a table shows it: `42`, not `42.0`.
 fn cell(v: &serde_json::Value) -> String {
     match v.as_f64() {
@@ -522,6 +657,58 @@ fn cell(v: &serde_json::Value) -> String {
 fn print_out(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+/// The links of a CPU-backend rank: shared memory to the ranks on its machine and TCP
+/// to the others (or as `--transport` says), and the choice for every pair ("0-1": shm).
+/// Every rank takes part in both setups, even with no peer of that kind, because each
+/// setup gathers from every rank through the store.
+#[allow(clippy::type_complexity)]
+fn cpu_links(
+    store: &mut Store,
+    id: &Identity,
+    host: &str,
+    run: &RunArgs,
+) -> Result<(Vec<Option<Box<dyn Link>>>, BTreeMap<String, Via>)> {
+    let (rank, world) = (id.rank, id.world_size);
+    // One machine = one host name and one boot: two containers may share a name, not a boot id.
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let machine = format!("{host} {}", boot.trim());
+    let keys = store.all_gather("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
+    let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+    let table = transport::choose(&keys, run.transport).map_err(|message| SharedError { message, usage: true })?;
+    let every = || table.iter().flatten().flatten();
+
+    let mut links: Vec<Option<Box<dyn Link>>> = (0..world).map(|_| None).collect();
+    if every().any(|v| *v == Via::Tcp) {
+        let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
+        let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
+        for (peer, link) in tcp::connect_mesh(store, rank, &id.job_id, &wanted, ip, run.timeout)?
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(link) = link {
+                links[peer] = Some(Box::new(link));
+            }
+        }
+    }
+    if every().any(|v| *v == Via::Shm) {
+        shm::available()?;
+        let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
+        for link in shm::connect(store, rank, world, &peers, run.timeout)? {
+            let peer = link.peer();
+            links[peer] = Some(Box::new(link));
+        }
+    }
+    let mut pairs = BTreeMap::new();
+    for (a, row) in table.iter().enumerate() {
+        for (b, via) in row.iter().enumerate().skip(a + 1) {
+            if let Some(via) = via {
+                pairs.insert(format!("{a}-{b}"), *via);
+            }
+        }
+    }
+    Ok((links, pairs))
 }
 
 /// This machine's name: the node name Slurm gave the task (the same as the hostname on

@@ -11,12 +11,11 @@ use anyhow::{Context, Result, anyhow};
 use std::ops::Range;
 use std::thread;
 
-/// Messages up to this size are sent before receiving, without a helper thread: the
-/// kernel's socket buffers hold them, so the ring cannot deadlock.
-const INLINE_SEND: usize = 16 << 10;
 /// A broadcast moves in pieces of this size, so that each rank forwards one piece while
 /// the next one is still arriving (a pipeline).
 const BROADCAST_PIECE: usize = 512 << 10;
+/// A link that buffers at least this much gets ring steps in slices, in one thread.
+const MIN_SLICE: usize = 256 << 10;
 /// An all-reduce reduces what arrives in pieces of this size, while the rest is in flight.
 const REDUCE_PIECE: usize = 256 << 10;
 
@@ -37,15 +36,23 @@ impl Cpu {
         self.links[peer].as_deref().expect("a link to every other rank")
     }
 
-    /// Ring all-reduce: reduce-scatter, then all-gather.
+    /// Ring all-reduce: reduce-scatter, then all-gather. In place when `src` is `None`;
+    /// otherwise `data` receives the sum of every rank's `src` (out of place, as
+    /// `ncclAllReduce(sendbuff, recvbuff)` with two buffers).
     ///
     /// The buffer is cut into `world` chunks. In the reduce-scatter, each of `world - 1`
     /// steps sends one chunk right and adds the chunk arriving from the left into ours;
     /// after it, rank r holds the full sum of chunk r+1. The all-gather then passes the
     /// finished chunks around the ring, `world - 1` steps again, until every rank has
     /// every chunk. Each rank sends 2(n-1)/n of the buffer in all: nccl-tests' busbw factor.
-    pub fn all_reduce_sum<T: Element>(&self, data: &mut [T]) -> Result<()> {
+    pub fn all_reduce_sum<T: Element>(&self, src: Option<&[T]>, data: &mut [T]) -> Result<()> {
         let (n, r) = (self.world, self.rank);
+        if let Some(src) = src {
+            check_same_len(src.len(), data.len())?;
+            if n == 1 {
+                data.copy_from_slice(src);
+            }
+        }
         if n == 1 {
             return Ok(());
         }
@@ -54,13 +61,25 @@ impl Cpu {
         let mut scratch = vec![T::default(); (REDUCE_PIECE / size_of::<T>()).max(1)];
         for step in 0..n - 1 {
             let (send, recv) = ((r + n - step) % n, (r + 2 * n - step - 1) % n);
-            let (out, acc) = split_two(data, chunk(send), chunk(recv));
-            self.exchange(Op::AllReduce, out, |link| {
+            let (partial, acc) = split_two(data, chunk(send), chunk(recv));
+            // Out of place, the first chunk sent and every chunk added to come from `src`.
+            let out = match src {
+                Some(src) if step == 0 => &src[chunk(send)],
+                _ => partial,
+            };
+            let mine = src.map(|src| &src[chunk(recv)]);
+            self.exchange(Op::AllReduce, out, size_of_val(acc), |link, slice| {
                 link.recv_pieces(
                     Op::AllReduce,
-                    size_of_val(acc),
+                    slice.len(),
                     as_bytes_mut(&mut scratch),
-                    &mut |off, piece| add_into(&mut acc[off / size_of::<T>()..], piece),
+                    &mut |off, piece| {
+                        let at = (slice.start + off) / size_of::<T>();
+                        match mine {
+                            Some(mine) => add_from(&mut acc[at..], &mine[at..], piece),
+                            None => add_into(&mut acc[at..], piece),
+                        }
+                    },
                 )
             })
             .with_context(|| format!("all-reduce, reduce-scatter step {} of {}", step + 1, n - 1))?;
@@ -68,8 +87,9 @@ impl Cpu {
         for step in 0..n - 1 {
             let (send, recv) = ((r + 1 + n - step) % n, (r + n - step) % n);
             let (out, dst) = split_two(data, chunk(send), chunk(recv));
-            self.exchange(Op::AllReduce, out, |link| {
-                link.recv_into(Op::AllReduce, as_bytes_mut(dst))
+            let dst = as_bytes_mut(dst);
+            self.exchange(Op::AllReduce, out, dst.len(), |link, slice| {
+                link.recv_into(Op::AllReduce, &mut dst[slice])
             })
             .with_context(|| format!("all-reduce, all-gather step {} of {}", step + 1, n - 1))?;
         }
@@ -78,10 +98,17 @@ impl Cpu {
 
     /// Pipelined ring broadcast: the root sends its buffer piece by piece to its right
     /// neighbour; every rank forwards each piece to the next as soon as it has it, so the
-    /// pieces flow round the ring like water down a pipe.
-    pub fn broadcast<T: Element>(&self, data: &mut [T], root: usize) -> Result<()> {
+    /// pieces flow round the ring like water down a pipe. In place when `src` is `None`;
+    /// otherwise the root sends from `src` (and copies it into its own `data`).
+    pub fn broadcast<T: Element>(&self, src: Option<&[T]>, data: &mut [T], root: usize) -> Result<()> {
         let (n, r) = (self.world, self.rank);
         check_peer(root, n, "--root")?;
+        if let Some(src) = src {
+            check_same_len(src.len(), data.len())?;
+            if r == root {
+                data.copy_from_slice(src);
+            }
+        }
         let pos = (r + n - root) % n; // this rank's distance from the root along the ring
         let (left, right) = ((r + n - 1) % n, (r + 1) % n);
         let bytes = as_bytes_mut(data);
@@ -124,23 +151,42 @@ impl Cpu {
             .with_context(|| format!("receiving {n} elements from {}", self.peer_name(peer)))
     }
 
-    /// One ring step: send `out` to the right neighbour while `receive` reads from the left.
+    /// One ring step: send `out` to the right neighbour while `receive` reads `in_len`
+    /// bytes from the left, called once per slice with the slice's byte range.
+    ///
+    /// Every rank sends at the same time, so no rank may wait for its send to be received
+    /// before it receives. A link that buffers a useful amount (the shared-memory ring)
+    /// gets the message in slices that fit its buffer, and one thread alternates "send
+    /// a slice, receive a slice", as NCCL's steps do. A message the link cannot buffer
+    /// (a large one over TCP) is sent whole by a second thread.
     fn exchange<T: Element>(
         &self,
         op: Op,
         out: &[T],
-        receive: impl FnOnce(&dyn Link) -> std::io::Result<()>,
+        in_len: usize,
+        mut receive: impl FnMut(&dyn Link, Range<usize>) -> std::io::Result<()>,
     ) -> Result<()> {
         let (left, right) = ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world);
         let (to, from) = (self.link(right), self.link(left));
         let bytes = as_bytes(out);
-        if bytes.len() <= INLINE_SEND {
-            to.send(op, bytes).map_err(|e| self.lost(e, right))?;
-            return receive(from).map_err(|e| self.lost(e, left));
+        let (sends, recvs) = (slices(bytes.len(), to), slices(in_len, from));
+        if sends.iter().all(|s| s.len() <= to.eager_limit()) {
+            for k in 0..sends.len().max(recvs.len()) {
+                if let Some(s) = sends.get(k) {
+                    to.send(op, &bytes[s.clone()]).map_err(|e| self.lost(e, right))?;
+                }
+                if let Some(r) = recvs.get(k) {
+                    receive(from, r.clone()).map_err(|e| self.lost(e, left))?;
+                }
+            }
+            return Ok(());
         }
         thread::scope(|s| {
-            let sender = s.spawn(|| to.send(op, bytes));
-            let got = receive(from).map_err(|e| self.lost(e, left));
+            let sender = s.spawn(|| sends.iter().try_for_each(|s| to.send(op, &bytes[s.clone()])));
+            let got = recvs
+                .iter()
+                .try_for_each(|r| receive(from, r.clone()))
+                .map_err(|e| self.lost(e, left));
             let sent = sender
                 .join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("the sending thread panicked")));
@@ -188,6 +234,30 @@ fn check_peer(peer: usize, world: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// How a message of `len` bytes over `link` is cut: into slices the link can buffer
+/// when that is a useful amount (at least [`MIN_SLICE`]), else whole. Both ends of a link
+/// cut alike, since they see the same kind of link. Always at least one slice, maybe empty.
+fn slices(len: usize, link: &dyn Link) -> Vec<Range<usize>> {
+    let size = match link.eager_limit() {
+        e if e >= MIN_SLICE => e,
+        _ => len.max(1),
+    };
+    let mut out: Vec<Range<usize>> = (0..len).step_by(size).map(|a| a..(a + size).min(len)).collect();
+    if out.is_empty() {
+        out.push(0..0);
+    }
+    out
+}
+
+fn check_same_len(send: usize, recv: usize) -> Result<()> {
+    if send != recv {
+        return Err(usage(format!(
+            "the send buffer has {send} elements and the receive buffer {recv}: they must match"
+        )));
+    }
+    Ok(())
+}
+
 /// Chunk `i` of `n` nearly equal chunks of `len` elements (sizes differ by at most one;
 /// some are empty when `len < n`).
 pub fn chunk_range(len: usize, n: usize, i: usize) -> Range<usize> {
@@ -215,7 +285,18 @@ fn add_into<T: Element>(acc: &mut [T], piece: &[u8]) {
     for (i, a) in acc[..n].iter_mut().enumerate() {
         // SAFETY: in bounds; read_unaligned because wire bytes carry no alignment promise.
         let v: T = unsafe { std::ptr::read_unaligned(piece.as_ptr().cast::<T>().add(i)) };
-        *a = *a + v;
+        *a = a.sum(v);
+    }
+}
+
+/// Writes `mine + piece` (raw bytes from the wire) into the front of `dst`: the
+/// out-of-place reduction, one pass over each input, nothing copied first.
+fn add_from<T: Element>(dst: &mut [T], mine: &[T], piece: &[u8]) {
+    let n = piece.len() / size_of::<T>();
+    for (i, (d, m)) in dst[..n].iter_mut().zip(&mine[..n]).enumerate() {
+        // SAFETY: in bounds; read_unaligned because wire bytes carry no alignment promise.
+        let v: T = unsafe { std::ptr::read_unaligned(piece.as_ptr().cast::<T>().add(i)) };
+        *d = m.sum(v);
     }
 }
 

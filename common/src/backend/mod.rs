@@ -1,6 +1,7 @@
 //! Backends: what moves the data. Both offer the same operations on the same buffers:
 //!
-//! - [`cpu`]: ring algorithms over TCP between processes, the Gloo of this workbook;
+//! - [`cpu`]: ring algorithms between processes (shared memory within a host, TCP
+//!   between hosts), the Gloo of this workbook;
 //! - [`nccl`]: NVIDIA's NCCL on GPUs, through cudarc.
 //!
 //! The interface is shaped by the GPU case: buffers live on the device, operations may
@@ -38,12 +39,22 @@ pub unsafe trait Element:
     const NAME: &'static str;
     /// Whether `self` is `expected`, allowing for rounding in floating point.
     fn matches(self, expected: Self) -> bool;
+    /// `self + other` as a reduction computes it: integers wrap around, as in NCCL.
+    fn sum(self, other: Self) -> Self;
+    /// A small whole number in this type (test data whose sums are exact in any type).
+    fn from_small(v: i32) -> Self;
 }
 
 unsafe impl Element for f32 {
     const NAME: &'static str = "float";
     fn matches(self, expected: f32) -> bool {
         self == expected || (self - expected).abs() <= 1e-5 * expected.abs().max(1.0)
+    }
+    fn sum(self, other: f32) -> f32 {
+        self + other
+    }
+    fn from_small(v: i32) -> f32 {
+        v as f32
     }
 }
 
@@ -52,12 +63,24 @@ unsafe impl Element for f64 {
     fn matches(self, expected: f64) -> bool {
         self == expected || (self - expected).abs() <= 1e-12 * expected.abs().max(1.0)
     }
+    fn sum(self, other: f64) -> f64 {
+        self + other
+    }
+    fn from_small(v: i32) -> f64 {
+        v as f64
+    }
 }
 
 unsafe impl Element for i32 {
     const NAME: &'static str = "int32";
     fn matches(self, expected: i32) -> bool {
         self == expected
+    }
+    fn sum(self, other: i32) -> i32 {
+        self.wrapping_add(other)
+    }
+    fn from_small(v: i32) -> i32 {
+        v
     }
 }
 
@@ -100,7 +123,7 @@ impl<T: Element> Buffer<T> {
 
 /// The backend this rank runs.
 pub enum Backend {
-    /// Ring algorithms over TCP.
+    /// Ring algorithms over shared memory and TCP.
     Cpu(cpu::Cpu),
     /// NCCL on a GPU.
     Nccl(nccl::Nccl),
@@ -138,16 +161,32 @@ impl Backend {
     /// Copies `root`'s buffer into every rank's buffer.
     pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
         match self {
-            Backend::Cpu(c) => c.broadcast(host_mut(buf), root),
+            Backend::Cpu(c) => c.broadcast(None, host_mut(buf), root),
             Backend::Nccl(n) => n.broadcast(buf, root),
+        }
+    }
+
+    /// Out of place: `root`'s `send` buffer is copied into every rank's `recv` buffer.
+    pub fn broadcast_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
+        match self {
+            Backend::Cpu(c) => c.broadcast(Some(host(send)), host_mut(recv), root),
+            Backend::Nccl(n) => n.broadcast_into(send, recv, root),
         }
     }
 
     /// Replaces every rank's buffer by the element-wise sum of all of them.
     pub fn all_reduce_sum<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
         match self {
-            Backend::Cpu(c) => c.all_reduce_sum(host_mut(buf)),
+            Backend::Cpu(c) => c.all_reduce_sum(None, host_mut(buf)),
             Backend::Nccl(n) => n.all_reduce_sum(buf),
+        }
+    }
+
+    /// Out of place: every rank's `recv` becomes the element-wise sum of every `send`.
+    pub fn all_reduce_sum_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
+        match self {
+            Backend::Cpu(c) => c.all_reduce_sum(Some(host(send)), host_mut(recv)),
+            Backend::Nccl(n) => n.all_reduce_sum_into(send, recv),
         }
     }
 
@@ -184,6 +223,13 @@ impl Backend {
             Backend::Cpu(_) => Ok(()),
             Backend::Nccl(n) => n.synchronize(),
         }
+    }
+}
+
+fn host<T: Element>(buf: &Buffer<T>) -> &[T] {
+    match &buf.storage {
+        Storage::Host(v) => v,
+        Storage::Device(_) => unreachable!("device buffers only come from NCCL"),
     }
 }
 

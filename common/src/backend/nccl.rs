@@ -107,6 +107,23 @@ impl Nccl {
             .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "all-reduce (ncclAllReduce)"))
     }
 
+    pub(super) fn broadcast_into<T: Element>(&self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
+        if root >= self.world {
+            return Err(usage(format!(
+                "--root {root} is not a rank: the world has ranks 0 to {}",
+                self.world - 1
+            )));
+        }
+        let src = device(send);
+        status(self.comm.broadcast(Some(src), device_mut(recv), root as i32))
+            .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "broadcast (ncclBroadcast)"))
+    }
+
+    pub(super) fn all_reduce_sum_into<T: Element>(&self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
+        status(self.comm.all_reduce(device(send), device_mut(recv), &ReduceOp::Sum))
+            .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "all-reduce (ncclAllReduce)"))
+    }
+
     pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.check_peer(peer)?;
         let Storage::Device(slice) = &buf.storage else {
@@ -162,6 +179,13 @@ impl Nccl {
             )));
         }
         Ok(())
+    }
+}
+
+fn device<T: Element>(buf: &Buffer<T>) -> &cudarc::driver::CudaSlice<T> {
+    match &buf.storage {
+        Storage::Device(s) => s,
+        Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
     }
 }
 

@@ -1,12 +1,13 @@
 //! Transports: how the CPU backend moves bytes between two ranks.
 //!
 //! A [`Link`] joins this rank to one peer and carries whole messages both ways. The ring
-//! algorithms in [`crate::backend::cpu`] are written once over links, so a faster
-//! transport (shared memory within a node, as NCCL does) can slot in under the same
-//! algorithm. Each message is tagged with the operation that sent it, so two ranks that
-//! run different collectives, or the same one with different sizes, get an error saying
-//! so instead of mixing their data.
+//! algorithms in [`crate::backend::cpu`] are written once over links, and the transports
+//! slot in under them, as in NCCL: [`shm`] between ranks on one host, [`tcp`] between
+//! hosts, chosen for each pair of ranks ([`choose`]). Each message is tagged with the
+//! operation that sent it, so two ranks that run different collectives, or the same one
+//! with different sizes, get an error saying so instead of mixing their data.
 
+pub mod shm;
 pub mod tcp;
 
 use std::io;
@@ -56,4 +57,104 @@ pub trait Link: Send + Sync {
     -> io::Result<()>;
     /// Where the peer is, for messages.
     fn describe(&self) -> String;
+    /// The largest message `send` hands over without waiting for the peer to receive
+    /// it (the "eager" size: what the socket's buffer or the shared ring holds). A ring
+    /// step may send such a message and then receive, in one thread, without deadlock;
+    /// a larger one needs a second thread, since every rank sends at the same time.
+    fn eager_limit(&self) -> usize;
+}
+
+/// The error for a message from an operation other than the one this rank is in.
+pub fn op_mismatch(peer: usize, tag: u8, op: Op) -> io::Error {
+    let theirs = Op::from_tag(tag).map_or("something unknown", Op::name);
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "rank {peer} is in a {theirs} while this rank is in a {}: every rank must call the same collectives in the same order",
+            op.name()
+        ),
+    )
+}
+
+/// The error for a message of another size than this rank expects.
+pub fn len_mismatch(peer: usize, got: u64, len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("rank {peer} sent {got} bytes where {len} were expected: do all ranks use the same count?"),
+    )
+}
+
+/// How a pair of ranks exchanges data on the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// Shared memory: both ranks on one host.
+    Shm,
+    /// A TCP connection: works between any two hosts.
+    Tcp,
+}
+
+/// What the user asked for (`--transport`, or `NCCL_WORKBOOK_TRANSPORT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportChoice {
+    /// Shared memory between ranks on one host, TCP between hosts (as NCCL does).
+    Auto,
+    /// Shared memory for every pair: fails if two ranks are on different hosts.
+    Shm,
+    /// TCP for every pair, even on one host (to test or compare the network path).
+    Tcp,
+}
+
+/// The transport for every pair of ranks, from where each rank runs (`host_keys`, one
+/// per rank: equal keys mean one machine) and what was asked. Every rank computes the
+/// same table from the same gathered facts, so both ends of a pair agree.
+pub fn choose(host_keys: &[String], choice: TransportChoice) -> Result<Vec<Vec<Option<Via>>>, String> {
+    let n = host_keys.len();
+    let mut table = vec![vec![None; n]; n];
+    for a in 0..n {
+        for b in 0..n {
+            if a == b {
+                continue;
+            }
+            let same_host = host_keys[a] == host_keys[b];
+            table[a][b] = Some(match choice {
+                TransportChoice::Tcp => Via::Tcp,
+                TransportChoice::Auto if same_host => Via::Shm,
+                TransportChoice::Auto => Via::Tcp,
+                TransportChoice::Shm if same_host => Via::Shm,
+                TransportChoice::Shm => {
+                    return Err(format!(
+                        "--transport shm: ranks {a} and {b} are on different hosts, which share no memory \
+                         (use --transport auto or tcp)"
+                    ));
+                }
+            });
+        }
+    }
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_within_a_host_tcp_between_hosts() {
+        let hosts: Vec<String> = ["a", "a", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let t = choose(&hosts, TransportChoice::Auto).unwrap();
+        assert_eq!(t[0][1], Some(Via::Shm));
+        assert_eq!(t[3][0], Some(Via::Shm));
+        assert_eq!(t[0][2], Some(Via::Tcp));
+        assert_eq!(t[2][3], Some(Via::Tcp));
+        assert_eq!(t[1][1], None);
+        for (a, row) in t.iter().enumerate() {
+            for (b, via) in row.iter().enumerate() {
+                assert_eq!(*via, t[b][a], "both ends of {a}-{b} agree");
+            }
+        }
+        assert!(choose(&hosts, TransportChoice::Tcp).unwrap()[0][1] == Some(Via::Tcp));
+        let err = choose(&hosts, TransportChoice::Shm).unwrap_err();
+        assert!(err.contains("ranks 0 and 2 are on different hosts"), "{err}");
+        assert!(choose(&hosts[..2], TransportChoice::Shm).is_ok());
+    }
 }

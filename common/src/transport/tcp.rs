@@ -6,7 +6,7 @@
 //! rank and accepts every higher one. Each new connection starts with a greeting naming
 //! the job and the rank; one that does not (a port scanner, another job) is closed.
 
-use super::{Link, Op};
+use super::{Link, Op, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
 use crate::wire::{self, Decoder, Encoder};
 use anyhow::{Context, Result, anyhow, bail};
@@ -29,18 +29,10 @@ impl TcpLink {
     fn check_header(&self, op: Op, len: usize) -> io::Result<()> {
         let (tag, got) = wire::read_header(&mut &self.stream, u64::MAX)?;
         if tag != op as u8 {
-            let theirs = Op::from_tag(tag).map_or("something unknown", Op::name);
-            return Err(wire::bad(format!(
-                "rank {} is in a {theirs} while this rank is in a {}: every rank must call the same collectives in the same order",
-                self.peer,
-                op.name()
-            )));
+            return Err(op_mismatch(self.peer, tag, op));
         }
         if got != len as u64 {
-            return Err(wire::bad(format!(
-                "rank {} sent {got} bytes where {len} were expected: do all ranks use the same count?",
-                self.peer
-            )));
+            return Err(len_mismatch(self.peer, got, len));
         }
         Ok(())
     }
@@ -79,6 +71,11 @@ impl Link for TcpLink {
     fn describe(&self) -> String {
         format!("rank {} at {}", self.peer, self.addr)
     }
+
+    /// What any kernel's socket buffers hold, however small they are configured.
+    fn eager_limit(&self) -> usize {
+        16 << 10
+    }
 }
 
 /// The local address this host uses to reach `host`: the address other nodes can
@@ -101,15 +98,17 @@ pub fn local_ip_towards(host: &str, port: u16) -> Result<IpAddr> {
     Ok(probe.local_addr()?.ip())
 }
 
-/// Connects this rank to every other rank; `links[peer]` is `None` only for `rank` itself.
+/// Connects this rank to every peer `wanted` marks (the pairs that use TCP);
+/// `links[peer]` is `None` for the others and for `rank` itself.
 pub fn connect_mesh(
     store: &mut Store,
     rank: usize,
-    world: usize,
     job_id: &str,
+    wanted: &[bool],
     local_ip: IpAddr,
     timeout: Duration,
 ) -> Result<Vec<Option<TcpLink>>> {
+    let world = wanted.len();
     let listener = TcpListener::bind((local_ip, 0)).with_context(|| format!("listening for peers on {local_ip}"))?;
     let me = listener.local_addr()?;
     let addrs = store.all_gather(
@@ -124,7 +123,7 @@ pub fn connect_mesh(
     let mut links: Vec<Option<TcpLink>> = (0..world).map(|_| None).collect();
 
     // Connect to every lower rank; the listener's backlog holds us until they accept.
-    for (peer, addr) in addrs.iter().enumerate().take(rank) {
+    for (peer, addr) in addrs.iter().enumerate().take(rank).filter(|(p, _)| wanted[*p]) {
         let addr: SocketAddr = std::str::from_utf8(addr)
             .ok()
             .and_then(|a| a.parse().ok())
@@ -141,10 +140,11 @@ pub fn connect_mesh(
 
     // Accept every higher rank, closing whatever else knocks.
     listener.set_nonblocking(true)?;
-    while links.iter().enumerate().skip(rank + 1).any(|(_, l)| l.is_none()) {
+    let missing = |links: &[Option<TcpLink>]| (rank + 1..world).filter(|p| wanted[*p] && links[*p].is_none()).count();
+    while missing(&links) > 0 {
         match listener.accept() {
             Ok((stream, from)) => {
-                if let Some(peer) = greeted(&stream, job_id, rank, world, &links) {
+                if let Some(peer) = greeted(&stream, job_id, rank, wanted, &links) {
                     let mut s = &stream;
                     wire::write_frame(&mut s, GREET_OK, &[])?;
                     links[peer] = Some(configure(stream, peer, from, timeout)?);
@@ -153,7 +153,7 @@ pub fn connect_mesh(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     let missing: Vec<String> = (rank + 1..world)
-                        .filter(|p| links[*p].is_none())
+                        .filter(|p| wanted[*p] && links[*p].is_none())
                         .map(|p| p.to_string())
                         .collect();
                     bail!(
@@ -197,7 +197,7 @@ fn dial(addr: SocketAddr, peer: usize, deadline: Instant) -> Result<TcpStream> {
 }
 
 /// Reads a newcomer's greeting: the peer's rank if it is one of ours, else `None`.
-fn greeted(stream: &TcpStream, job_id: &str, rank: usize, world: usize, links: &[Option<TcpLink>]) -> Option<usize> {
+fn greeted(stream: &TcpStream, job_id: &str, rank: usize, wanted: &[bool], links: &[Option<TcpLink>]) -> Option<usize> {
     stream.set_nonblocking(false).ok()?;
     // A real peer greets at once; a stray connection that says nothing is dropped soon.
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
@@ -207,7 +207,7 @@ fn greeted(stream: &TcpStream, job_id: &str, rank: usize, world: usize, links: &
     };
     let mut d = Decoder(&payload);
     let (job, peer) = (d.str().ok()?, d.u64().ok()? as usize);
-    (job == job_id && peer > rank && peer < world && links[peer].is_none()).then_some(peer)
+    (job == job_id && peer > rank && wanted.get(peer) == Some(&true) && links[peer].is_none()).then_some(peer)
 }
 
 fn configure(stream: TcpStream, peer: usize, addr: SocketAddr, timeout: Duration) -> Result<TcpLink> {

@@ -1,0 +1,527 @@
+//! The shared-memory transport: two ranks on one host pass messages through memory that
+//! both processes map, as NCCL's SHM transport does inside a node. No socket, no kernel
+//! copy: the sender copies a piece into a slot, the receiver reads (or reduces) it
+//! straight from there.
+//!
+//! Each direction of a pair is a *channel*: a file in `/dev/shm` holding a header and a
+//! small ring of slots, small enough to stay in the CPU's cache. It is a
+//! single-producer, single-consumer queue: the sender fills slot `head % SLOTS` and then
+//! advances `head`; the receiver empties slot `tail % SLOTS` and then advances `tail`.
+//! A side that must wait spins briefly (the other rank is usually about to answer), then
+//! sleeps on a futex that the other side wakes. While it sleeps it checks, every few
+//! milliseconds, that the peer process is still alive and that the whole `--timeout`
+//! has not passed, so a crashed peer ends the wait at once instead of hanging it.
+
+use super::{Link, Op, len_mismatch, op_mismatch};
+use crate::rendezvous::Store;
+use anyhow::{Context, Result, anyhow, bail};
+use std::ffi::CString;
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::time::{Duration, Instant};
+
+/// Bytes per slot: one piece of a message.
+pub const SLOT_BYTES: usize = 512 << 10;
+/// Slots per channel: 4 × 512 KiB = 2 MiB, which stays in the CPU's last-level cache, so a
+/// piece the sender wrote is still in cache when the receiver reads it. (Measured on
+/// 2-core AMD machines: 64 KiB slots made the waits, not the copies, the cost.)
+pub const SLOTS: usize = 4;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"NCWB-SHM");
+/// Where the slots start in a channel's file: after the header and the slots' metadata.
+const DATA_OFFSET: usize = 4096;
+const CHANNEL_BYTES: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
+/// How long a waiting side spins, then yields its core, before it sleeps.
+const SPIN_FOR: Duration = Duration::from_micros(5);
+const YIELD_FOR: Duration = Duration::from_micros(50);
+/// How often a sleeping side wakes up to check that its peer is alive.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+
+/// A channel's header. Counters that different sides write sit on different cache
+/// lines, so that the two processes do not fight over one line.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    _pad0: [u64; 7],
+    /// Pieces written so far (the sender's counter; also its futex word).
+    head: AtomicU32,
+    /// The receiver is asleep on `head`.
+    receiver_sleeping: AtomicU32,
+    _pad1: [u64; 7],
+    /// Pieces read so far (the receiver's counter; also its futex word).
+    tail: AtomicU32,
+    /// The sender is asleep on `tail`.
+    sender_sleeping: AtomicU32,
+    _pad2: [u64; 7],
+    /// Set by either side when it leaves (normally or not).
+    closed: AtomicU32,
+}
+
+/// What a slot holds: which message and which part of it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SlotMeta {
+    op: u32,
+    len: u32,
+    message_len: u64,
+    offset: u64,
+}
+
+/// One direction between two ranks, mapped in this process.
+struct Channel {
+    base: *mut u8,
+}
+
+// SAFETY: the mapping is shared memory made for two processes; every access that races
+// goes through the header's atomics, and each channel has one sender and one receiver.
+unsafe impl Send for Channel {}
+unsafe impl Sync for Channel {}
+
+impl Channel {
+    /// Maps the channel file at `path` (creating and sizing it when `create`).
+    fn map(path: &str, create: bool) -> io::Result<Channel> {
+        let c_path = CString::new(path).map_err(io::Error::other)?;
+        let flags = if create {
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC
+        } else {
+            libc::O_RDWR | libc::O_CLOEXEC
+        };
+        // SAFETY: plain system calls on a file we name; every result is checked.
+        unsafe {
+            let fd = libc::open(c_path.as_ptr(), flags, 0o600);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if create && libc::ftruncate(fd, CHANNEL_BYTES as libc::off_t) != 0 {
+                let e = io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
+            }
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                CHANNEL_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(fd);
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let channel = Channel { base: base.cast() };
+            if create {
+                channel.header().magic.store(MAGIC, Release);
+            } else if channel.header().magic.load(Acquire) != MAGIC {
+                return Err(io::Error::other(format!("{path} is not a channel of this program")));
+            }
+            Ok(channel)
+        }
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header and lives as long as `self`.
+        unsafe { &*self.base.cast::<Header>() }
+    }
+
+    fn meta(&self, slot: usize) -> *mut SlotMeta {
+        // SAFETY: the metadata of SLOTS slots fits between the header and DATA_OFFSET.
+        unsafe { self.base.add(size_of::<Header>()).cast::<SlotMeta>().add(slot) }
+    }
+
+    fn data(&self, slot: usize) -> *mut u8 {
+        // SAFETY: slot < SLOTS, inside the mapping.
+        unsafe { self.base.add(DATA_OFFSET + slot * SLOT_BYTES) }
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        let h = self.header();
+        h.closed.store(1, SeqCst);
+        futex_wake(&h.head);
+        futex_wake(&h.tail);
+        // SAFETY: the mapping was made by `map` with this length and is not used again.
+        unsafe { libc::munmap(self.base.cast(), CHANNEL_BYTES) };
+    }
+}
+
+/// A shared-memory link to one peer on this host: a channel each way.
+pub struct ShmLink {
+    peer: usize,
+    peer_pid: u32,
+    /// This rank writes, the peer reads.
+    out: Channel,
+    /// The peer writes, this rank reads.
+    inbox: Channel,
+    timeout: Duration,
+}
+
+impl ShmLink {
+    /// Waits until `ready()` holds: spins a little, then sleeps on `word` (a futex),
+    /// flagging `sleeping` so the other side knows to wake it. Fails when the peer has
+    /// left or died, or when nothing happened for the whole timeout.
+    fn wait(
+        &self,
+        channel: &Channel,
+        word: &AtomicU32,
+        sleeping: &AtomicU32,
+        ready: impl Fn() -> bool,
+        gone: io::ErrorKind,
+    ) -> io::Result<()> {
+        // Spinning pays when the peer runs on another core right now: it answers within
+        // microseconds, far sooner than a sleeping process is woken. Then yielding the core
+        // for a while lets a peer that shares it (more ranks than cores) run; only a
+        // long wait goes to sleep.
+        let start = Instant::now();
+        while start.elapsed() < SPIN_FOR {
+            for _ in 0..16 {
+                if ready() {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+        }
+        while start.elapsed() < YIELD_FOR {
+            if ready() {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            sleeping.store(1, SeqCst);
+            let seen = word.load(SeqCst);
+            if ready() {
+                sleeping.store(0, Relaxed);
+                return Ok(());
+            }
+            if channel.header().closed.load(SeqCst) != 0 {
+                sleeping.store(0, Relaxed);
+                return Err(io::Error::new(gone, format!("rank {} closed the channel", self.peer)));
+            }
+            futex_wait(word, seen, CHECK_EVERY);
+            sleeping.store(0, Relaxed);
+            if ready() {
+                return Ok(());
+            }
+            if !process_alive(self.peer_pid) {
+                return Err(io::Error::new(
+                    gone,
+                    format!("rank {} (pid {}) is gone", self.peer, self.peer_pid),
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "nothing moved for the whole timeout",
+                ));
+            }
+        }
+    }
+
+    /// Waits for the next piece of a message `len` bytes long whose first `offset`
+    /// bytes have arrived, and returns its slot and length.
+    fn next_piece(&self, op: Op, len: usize, offset: usize) -> io::Result<(usize, usize)> {
+        let h = self.inbox.header();
+        let tail = h.tail.load(Relaxed);
+        self.wait(
+            &self.inbox,
+            &h.head,
+            &h.receiver_sleeping,
+            || h.head.load(Acquire) != tail,
+            io::ErrorKind::UnexpectedEof,
+        )?;
+        let slot = tail as usize % SLOTS;
+        // SAFETY: the sender wrote this slot's metadata before advancing `head` (Release),
+        // which we have seen (Acquire); it will not touch the slot until `tail` moves.
+        let meta = unsafe { self.inbox.meta(slot).read() };
+        if meta.op != op as u32 {
+            return Err(op_mismatch(self.peer, meta.op as u8, op));
+        }
+        if meta.message_len != len as u64 {
+            return Err(len_mismatch(self.peer, meta.message_len, len));
+        }
+        if meta.offset != offset as u64 || meta.len as usize > SLOT_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the shared-memory channel is corrupt",
+            ));
+        }
+        Ok((slot, meta.len as usize))
+    }
+
+    /// Hands the slot back to the sender.
+    fn release(&self) {
+        let h = self.inbox.header();
+        h.tail.fetch_add(1, SeqCst);
+        if h.sender_sleeping.load(SeqCst) != 0 {
+            futex_wake(&h.tail);
+        }
+    }
+}
+
+impl ShmLink {
+    /// The rank at the other end.
+    pub fn peer(&self) -> usize {
+        self.peer
+    }
+}
+
+impl Link for ShmLink {
+    fn send(&self, op: Op, data: &[u8]) -> io::Result<()> {
+        let h = self.out.header();
+        let mut offset = 0;
+        loop {
+            let head = h.head.load(Relaxed);
+            // A slot is free when the receiver is fewer than SLOTS pieces behind.
+            self.wait(
+                &self.out,
+                &h.tail,
+                &h.sender_sleeping,
+                || head.wrapping_sub(h.tail.load(Acquire)) < SLOTS as u32,
+                io::ErrorKind::BrokenPipe,
+            )?;
+            let slot = head as usize % SLOTS;
+            let n = SLOT_BYTES.min(data.len() - offset);
+            // SAFETY: the slot is free (see above) and holds SLOT_BYTES.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.data(slot), n);
+                self.out.meta(slot).write(SlotMeta {
+                    op: op as u32,
+                    len: n as u32,
+                    message_len: data.len() as u64,
+                    offset: offset as u64,
+                });
+            }
+            h.head.fetch_add(1, SeqCst); // publishes the piece (and orders the writes before it)
+            if h.receiver_sleeping.load(SeqCst) != 0 {
+                futex_wake(&h.head);
+            }
+            offset += n;
+            if offset >= data.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
+        let len = dst.len();
+        self.recv_pieces(op, len, &mut [], &mut |off, piece| {
+            dst[off..off + piece.len()].copy_from_slice(piece)
+        })
+    }
+
+    /// Zero-copy: `each` reads each piece in its slot (`scratch` is not needed).
+    fn recv_pieces(&self, op: Op, len: usize, _: &mut [u8], each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+        let mut offset = 0;
+        loop {
+            let (slot, n) = self.next_piece(op, len, offset)?;
+            // SAFETY: the slot holds `n` bytes the sender published; it stays ours until `release`.
+            let piece = unsafe { std::slice::from_raw_parts(self.inbox.data(slot), n) };
+            each(offset, piece);
+            self.release();
+            offset += n;
+            if offset >= len {
+                return Ok(());
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("rank {} over shared memory", self.peer)
+    }
+
+    /// The whole ring: the sender can fill every slot before the receiver takes one.
+    fn eager_limit(&self) -> usize {
+        SLOTS * SLOT_BYTES
+    }
+}
+
+/// Sets up a shared-memory link with every peer in `peers` (ranks on this host).
+///
+/// Each rank creates the channels it will read from, publishes their names, maps the
+/// channels its peers created for it, and once every rank has mapped its channels
+/// (a barrier), removes the names: the memory lives on while mapped, and nothing is
+/// left in `/dev/shm` when the job ends, however it ends.
+pub fn connect(
+    store: &mut Store,
+    rank: usize,
+    world: usize,
+    peers: &[usize],
+    timeout: Duration,
+) -> Result<Vec<ShmLink>> {
+    let pid = std::process::id();
+    let name = |from: usize, to: usize, owner: u32| format!("/dev/shm/nccl-workbook-{owner}-{from}-to-{to}");
+    let mut inboxes = Vec::new();
+    let mut created = Vec::new();
+    for &peer in peers {
+        let path = name(peer, rank, pid);
+        let inbox = Channel::map(&path, true).with_context(|| {
+            format!("creating the shared-memory channel {path} for rank {peer} (--transport tcp avoids /dev/shm)")
+        })?;
+        created.push(path);
+        inboxes.push(inbox);
+    }
+    let unlink_all = |paths: &[String]| {
+        for p in paths {
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    let pids = store.all_gather("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id");
+    let pids: Vec<u32> = match pids {
+        Ok(p) => p
+            .iter()
+            .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
+            .collect(),
+        Err(e) => {
+            unlink_all(&created);
+            return Err(e);
+        }
+    };
+    let mut links = Vec::new();
+    let mut mapped = || -> Result<()> {
+        for (&peer, inbox) in peers.iter().zip(inboxes.drain(..)) {
+            let path = name(rank, peer, pids[peer]);
+            let out = Channel::map(&path, false)
+                .with_context(|| format!("opening rank {peer}'s shared-memory channel {path}"))?;
+            links.push(ShmLink {
+                peer,
+                peer_pid: pids[peer],
+                out,
+                inbox,
+                timeout,
+            });
+        }
+        store.barrier("shm/mapped", rank, world)?;
+        Ok(())
+    };
+    let result = mapped();
+    unlink_all(&created);
+    result.map(|()| links).map_err(|e| anyhow!(e))
+}
+
+/// Whether process `pid` is still running (not gone, not a zombie waiting to be reaped).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses: "1234 (name) S ...".
+        Ok(stat) => !matches!(
+            stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()),
+            Some('Z' | 'X')
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Sleeps until `word` is woken or no longer holds `seen`, for at most `at_most`.
+fn futex_wait(word: &AtomicU32, seen: u32, at_most: Duration) {
+    let ts = libc::timespec {
+        tv_sec: at_most.as_secs() as libc::time_t,
+        tv_nsec: at_most.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT (shared, not PRIVATE: the word is in memory two processes map)
+    // on a valid, aligned u32; a spurious return is harmless, the caller re-checks.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes whoever sleeps on `word`.
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// Fails unless shared memory can be used here, saying why.
+pub fn available() -> Result<()> {
+    if !std::path::Path::new("/dev/shm").is_dir() {
+        bail!("there is no /dev/shm on this host");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(tag: &str) -> (ShmLink, ShmLink) {
+        let base = format!("/dev/shm/nccl-workbook-test-{}-{tag}", std::process::id());
+        let (ab, ba) = (format!("{base}-ab"), format!("{base}-ba"));
+        let link = |out: &str, inbox: &str, create: bool| ShmLink {
+            peer: 9,
+            peer_pid: std::process::id(),
+            out: Channel::map(out, create).unwrap(),
+            inbox: Channel::map(inbox, create).unwrap(),
+            timeout: Duration::from_secs(5),
+        };
+        let a = link(&ab, &ba, true);
+        let b = link(&ab, &ba, false);
+        let b = ShmLink {
+            out: b.inbox,
+            inbox: b.out,
+            ..b
+        };
+        let _ = (std::fs::remove_file(&ab), std::fs::remove_file(&ba));
+        (a, b)
+    }
+
+    #[test]
+    fn messages_of_every_size_cross_in_order() {
+        let (a, b) = pair("sizes");
+        let sizes = [
+            0,
+            1,
+            7,
+            SLOT_BYTES - 1,
+            SLOT_BYTES,
+            SLOT_BYTES + 1,
+            5 * SLOT_BYTES + 3,
+            3 << 20,
+        ];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for (i, n) in sizes.iter().enumerate() {
+                    let msg: Vec<u8> = (0..*n).map(|k| (k * 31 + i) as u8).collect();
+                    a.send(Op::AllReduce, &msg).unwrap();
+                }
+            });
+            for (i, n) in sizes.iter().enumerate() {
+                let mut got = vec![0u8; *n];
+                b.recv_into(Op::AllReduce, &mut got).unwrap();
+                assert!(
+                    got.iter().enumerate().all(|(k, v)| *v == (k * 31 + i) as u8),
+                    "message {i}"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn a_mismatch_is_named_and_a_closed_peer_ends_the_wait() {
+        let (a, b) = pair("mismatch");
+        a.send(Op::Broadcast, &[1, 2, 3]).unwrap();
+        let err = b.recv_into(Op::AllReduce, &mut [0; 3]).unwrap_err();
+        assert!(err.to_string().contains("is in a broadcast"), "{err}");
+        a.send(Op::Broadcast, &[1, 2, 3]).unwrap();
+        let err = b.recv_into(Op::Broadcast, &mut [0; 4]).unwrap_err();
+        assert!(err.to_string().contains("sent 3 bytes where 4"), "{err}");
+        let (a, b) = pair("closed");
+        drop(a);
+        let err = b.recv_into(Op::Broadcast, &mut [0; 1]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    #[test]
+    fn liveness_reads_proc() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX - 1));
+    }
+}
