@@ -14,6 +14,9 @@ use std::thread;
 /// A broadcast moves in pieces of this size, so that each rank forwards one piece while
 /// the next one is still arriving (a pipeline).
 const BROADCAST_PIECE: usize = 512 << 10;
+/// Results are written around the cache (non-temporal stores) for buffers from this
+/// size: larger than the caches, so nothing would be read back from them anyway.
+const STREAM_ABOVE: usize = 16 << 20;
 /// A link that buffers at least this much gets ring steps in slices, in one thread.
 const MIN_SLICE: usize = 256 << 10;
 /// An all-reduce reduces what arrives in pieces of this size, while the rest is in flight.
@@ -58,6 +61,7 @@ impl Cpu {
         }
         let len = data.len();
         let chunk = |i: usize| chunk_range(len, n, i);
+        let streaming = size_of_val(data) >= STREAM_ABOVE;
         let mut scratch = vec![T::default(); (REDUCE_PIECE / size_of::<T>()).max(1)];
         for step in 0..n - 1 {
             let (send, recv) = ((r + n - step) % n, (r + 2 * n - step - 1) % n);
@@ -88,8 +92,9 @@ impl Cpu {
             let (send, recv) = ((r + 1 + n - step) % n, (r + n - step) % n);
             let (out, dst) = split_two(data, chunk(send), chunk(recv));
             let dst = as_bytes_mut(dst);
-            self.exchange(Op::AllReduce, out, dst.len(), |link, slice| {
-                link.recv_into(Op::AllReduce, &mut dst[slice])
+            self.exchange(Op::AllReduce, out, dst.len(), |link, slice| match streaming {
+                true => link.recv_into_streaming(Op::AllReduce, &mut dst[slice]),
+                false => link.recv_into(Op::AllReduce, &mut dst[slice]),
             })
             .with_context(|| format!("all-reduce, all-gather step {} of {}", step + 1, n - 1))?;
         }
@@ -111,16 +116,21 @@ impl Cpu {
         }
         let pos = (r + n - root) % n; // this rank's distance from the root along the ring
         let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+        let streaming = size_of_val(data) >= STREAM_ABOVE;
         let bytes = as_bytes_mut(data);
         for (i, piece) in bytes.chunks_mut(BROADCAST_PIECE).enumerate() {
             let at = |what: &str, peer: usize| {
                 format!("broadcast from rank {root}: {what} piece {i} {}", self.peer_name(peer))
             };
             if pos > 0 {
-                self.link(left)
-                    .recv_into(Op::Broadcast, piece)
-                    .map_err(|e| self.lost(e, left))
-                    .with_context(|| at("receiving", left))?;
+                let link = self.link(left);
+                match streaming && pos == n - 1 {
+                    // The last rank of the chain only stores what it receives.
+                    true => link.recv_into_streaming(Op::Broadcast, piece),
+                    false => link.recv_into(Op::Broadcast, piece),
+                }
+                .map_err(|e| self.lost(e, left))
+                .with_context(|| at("receiving", left))?;
             }
             if pos < n - 1 {
                 self.link(right)

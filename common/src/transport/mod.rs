@@ -50,6 +50,12 @@ pub trait Link: Send + Sync {
     fn send(&self, op: Op, data: &[u8]) -> io::Result<()>;
     /// Receives one message of exactly `dst.len()` bytes into `dst`.
     fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()>;
+    /// Like [`Link::recv_into`], for data that will not be read again soon (part of a
+    /// buffer larger than the caches): a transport may write it around the cache, which
+    /// saves reading each destination line from memory before overwriting it.
+    fn recv_into_streaming(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
+        self.recv_into(op, dst)
+    }
     /// Receives one message of `len` bytes piece by piece through `scratch` (whose length
     /// is the piece size), calling `each(offset, piece)` as each piece arrives: the
     /// receiver can reduce one piece while the next is still on the wire.

@@ -312,6 +312,16 @@ impl Link for ShmLink {
         })
     }
 
+    /// Copies each piece out with non-temporal stores, which go to memory without first
+    /// reading the destination into the cache: on a large buffer, a third less memory
+    /// traffic than a plain copy.
+    fn recv_into_streaming(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
+        let len = dst.len();
+        self.recv_pieces(op, len, &mut [], &mut |off, piece| {
+            copy_around_cache(&mut dst[off..off + piece.len()], piece)
+        })
+    }
+
     /// Zero-copy: `each` reads each piece in its slot (`scratch` is not needed).
     fn recv_pieces(&self, op: Op, len: usize, _: &mut [u8], each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         let mut offset = 0;
@@ -399,6 +409,36 @@ pub fn connect(
     let result = mapped();
     unlink_all(&created);
     result.map(|()| links).map_err(|e| anyhow!(e))
+}
+
+/// `dst.copy_from_slice(src)` with non-temporal (streaming) stores where the CPU has
+/// them: the destination's lines are written straight to memory, not read into the cache
+/// first and written back later.
+fn copy_around_cache(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        // The part of dst that starts on a 16-byte boundary and spans whole 64-byte blocks.
+        let head = dst.as_ptr().align_offset(16).min(dst.len());
+        let body = (dst.len() - head) / 64 * 64;
+        dst[..head].copy_from_slice(&src[..head]);
+        // SAFETY: SSE2 is part of x86_64. Every access is within dst[head..head + body]
+        // and src[head..head + body]; stores are 16-byte aligned; loads may be unaligned.
+        unsafe {
+            let (d, s) = (dst.as_mut_ptr().add(head), src.as_ptr().add(head));
+            for i in (0..body).step_by(64) {
+                for k in (0..64).step_by(16) {
+                    let v = _mm_loadu_si128(s.add(i + k).cast::<__m128i>());
+                    _mm_stream_si128(d.add(i + k).cast::<__m128i>(), v);
+                }
+            }
+            _mm_sfence(); // streaming stores are weakly ordered: finish them before going on
+        }
+        dst[head + body..].copy_from_slice(&src[head + body..]);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst.copy_from_slice(src);
 }
 
 /// Whether process `pid` is still running (not gone, not a zombie waiting to be reaped).
@@ -517,6 +557,20 @@ mod tests {
         drop(a);
         let err = b.recv_into(Op::Broadcast, &mut [0; 1]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    #[test]
+    fn streaming_copies_are_exact_at_every_alignment() {
+        let src: Vec<u8> = (0..1000).map(|i| (i * 7) as u8).collect();
+        let mut dst = vec![0u8; 1100];
+        for start in 0..20 {
+            for len in [0, 1, 15, 16, 63, 64, 65, 200, 999 - start] {
+                dst.fill(0);
+                copy_around_cache(&mut dst[start..start + len], &src[..len]);
+                assert_eq!(&dst[start..start + len], &src[..len], "at {start}, {len} bytes");
+                assert!(dst[..start].iter().chain(&dst[start + len..]).all(|b| *b == 0));
+            }
+        }
     }
 
     #[test]
