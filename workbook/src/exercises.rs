@@ -237,7 +237,7 @@ fn packed_cases(max: usize) -> Vec<Case> {
     for method in ["each", "packed"] {
         for (n, root, model) in [
             (2, 1, ["--layers", "2", "--hidden", "8"]),
-            (3, 0, ["--layers", "24", "--hidden", "64"]),
+            (3, 0, ["--layers", "24", "--hidden", "8"]),
             (4, 3, ["--layers", "1", "--hidden", "3"]),
             (5, 2, ["--layers", "0", "--hidden", "1"]),
         ] {

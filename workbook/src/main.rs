@@ -16,6 +16,9 @@ use std::process::{Command, ExitCode};
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    /// How long a rank may wait for another before the job fails (the programs' --timeout).
+    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = common::args::parse_duration)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Subcommand)]
@@ -44,9 +47,6 @@ enum Cmd {
         /// The largest world size to run (with NCCL: at most your number of GPUs).
         #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=5))]
         max_world: u32,
-        /// How long a rank may wait for another before the job fails (the programs' --timeout).
-        #[arg(long, value_name = "TIME", default_value = "10s", value_parser = common::args::parse_duration)]
-        timeout: std::time::Duration,
     },
     /// Shows the hint of an exercise.
     Hint {
@@ -94,7 +94,6 @@ fn main() -> ExitCode {
             keep_going,
             backend,
             max_world,
-            timeout,
         } => {
             let opts = Options {
                 solution,
@@ -102,7 +101,7 @@ fn main() -> ExitCode {
                 keep_going,
                 backend,
                 max_world: max_world as usize,
-                timeout: format!("{}ms", timeout.as_millis()),
+                timeout: format!("{}ms", cli.timeout.as_millis()),
             };
             if every {
                 return check_all(&all, &opts);

@@ -29,7 +29,7 @@ struct Args {
     #[arg(long, value_name = "L", default_value_t = 24, value_parser = clap::value_parser!(u32).range(0..=1000))]
     layers: u32,
     /// The model's width (a layer's largest tensor has 4 × H × H elements).
-    #[arg(long, value_name = "H", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, value_name = "H", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     hidden: u32,
     /// How many times the whole model is broadcast to time it.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100_000))]
