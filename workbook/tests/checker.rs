@@ -194,3 +194,19 @@ fn hints_list_and_bad_input() {
         assert!(r.stderr.starts_with(says), "{args:?}: {r}");
     }
 }
+
+#[test]
+fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
+    // The NCCL test double with 4 GPUs: send_recv and the parts go through NCCL groups.
+    for number in ["3", "4", "5", "7"] {
+        let args = ["check", number, "--solution", "--backend", "nccl", "--max-world", "4"];
+        let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
+        assert_eq!(r.code, Some(0), "exercise {number}: {r}");
+        assert!(r.stdout.contains("runs on the nccl backend"), "{r}");
+        assert!(cases(&r).iter().all(|(passed, _)| *passed), "{r}");
+    }
+    let args = ["check", "5", "--backend", "nccl", "--max-world", "4"];
+    let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(r.stdout.contains("rank 1: element 0 is 2 instead of 3"), "{r}");
+}
