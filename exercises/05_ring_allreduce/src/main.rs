@@ -36,7 +36,8 @@ fn chunk(len: usize, n: usize, i: usize) -> Range<usize> {
 fn ring_all_reduce(s: &mut Session, buf: &mut Buffer<f32>) -> Result<()> {
     let (rank, n, len) = (s.rank(), s.world_size(), buf.len());
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
-    // Chunk numbers count round the ring: chunk n + 1 is chunk 1.
+    // Chunk numbers count round the ring: chunk n + 1 is chunk 1. They are usize: write
+    // `rank + n - t`, never `rank - t`, which would go below zero.
     let c = |i: usize| chunk(len, n, i % n);
 
     // 5a. Reduce-scatter: n-1 steps. At each, send one chunk to the right and add the
