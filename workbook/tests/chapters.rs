@@ -222,7 +222,7 @@ fn chapter_5_a_ring_that_sends_first_deadlocks_on_large_chunks_only() {
         (0..3).any(|rank| {
             let right = (rank + 1) % 3;
             l.starts_with(&format!("error: rank {rank}: sending 266666"))
-                && l.contains(&format!("elements to (rank {right} at 127.0.0.1:"))
+                && l.contains(&format!("elements to (rank {right} "))
                 && l.ends_with(&format!(
                     "rank {right} sent nothing for the whole --timeout: it is stuck or gone"
                 ))
