@@ -109,12 +109,16 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
 
 fn fail(rank: Option<usize>, e: &anyhow::Error) -> ExitCode {
     let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
-    let msg = format!("{e:#}");
-    // Contexts already naming the rank are not repeated.
-    let msg = msg
-        .strip_prefix(&who)
-        .unwrap_or(&msg)
-        .replace(&format!(": {who}"), ": ");
+    // Contexts already naming the rank are not repeated; a message that lists ranks
+    // ("check FAILED ...: rank 0: 4 wrong; rank 1: ...") is left whole.
+    let bare = who.trim_end_matches(": ");
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| c.to_string())
+        .filter(|c| c != bare)
+        .map(|c| c.strip_prefix(&who).map(str::to_string).unwrap_or(c))
+        .collect();
+    let msg = parts.join(": ");
     error::say_line(&format!("error: {who}{msg}"));
     ExitCode::from(error::exit_code(e))
 }

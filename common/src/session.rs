@@ -5,6 +5,8 @@
 //! the backend. The lesson then makes buffers, shows them, runs collectives, checks the
 //! result and times it; rank 0 gathers and prints every table.
 
+mod p2p;
+
 use crate::args::{DataArgs, Format, RunArgs};
 use crate::backend::{self, Backend, Buffer, Element};
 use crate::device::{self, Kind};

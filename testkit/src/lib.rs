@@ -87,7 +87,16 @@ pub fn spawn(mut cmd: Command) -> Child {
 }
 
 /// Waits for `child` at most `limit`, killing it (and failing the test) past that.
-pub fn finish(mut child: Child, limit: Duration) -> Run {
+pub fn finish(child: Child, limit: Duration) -> Run {
+    let (run, in_time) = finish_or_kill(child, limit);
+    if !in_time {
+        panic!("the run took longer than {limit:?} and was killed:\n{run}");
+    }
+    run
+}
+
+/// Waits for `child` at most `limit`, killing it past that; says whether it ended in time.
+pub fn finish_or_kill(mut child: Child, limit: Duration) -> (Run, bool) {
     let start = Instant::now();
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
@@ -101,29 +110,24 @@ pub fn finish(mut child: Child, limit: Duration) -> Run {
         let _ = err.read_to_string(&mut s);
         s
     });
-    let status = loop {
+    let (status, in_time) = loop {
         if let Some(status) = child.try_wait().expect("waiting for the binary") {
-            break status;
+            break (Some(status), true);
         }
         if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            let run = Run {
-                code: None,
-                stdout: out.join().unwrap(),
-                stderr: err.join().unwrap(),
-                elapsed: start.elapsed(),
-            };
-            panic!("the run took longer than {limit:?} and was killed:\n{run}");
+            break (None, false);
         }
         thread::sleep(Duration::from_millis(5));
     };
-    Run {
-        code: status.code(),
+    let run = Run {
+        code: status.and_then(|s| s.code()),
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
         elapsed: start.elapsed(),
-    }
+    };
+    (run, in_time)
 }
 
 /// Runs `bin args` to the end (at most [`LIMIT`]).

@@ -1,0 +1,328 @@
+//! What the exercises (EXERCISES.md) add to the session, to build collectives by hand:
+//!
+//! - point-to-point on *parts* of a buffer: [`Session::send_part`], [`Session::recv_part`],
+//!   [`Session::recv_add_part`];
+//! - a send and a receive at the same time, as `MPI_Sendrecv` (or the tutorial's `isend`
+//!   before `recv`): [`Session::send_recv`], [`Session::send_recv_add`]. A ring in which
+//!   every rank sends before it receives deadlocks once messages outgrow the transport's
+//!   buffers; these never do;
+//! - buffers from and to host memory: [`Session::buffer_with`], [`Session::from_host`],
+//!   [`Session::to_host`];
+//! - a check element by element ([`Session::check_each`]) and the timing of a collective
+//!   built by hand ([`Session::time_as`]).
+//!
+//! On the CPU backend buffers are host memory and these calls are the backend's own
+//! send and receive on slices. On NCCL they stage through host memory (download, NCCL
+//! send/recv of a whole temporary buffer, upload): slow, but exact, and enough for
+//! exercises; a real GPU program would send device views and reduce with a kernel.
+
+use super::Session;
+use crate::args::DataArgs;
+use crate::backend::{Backend, Buffer, Element, Storage, cpu::Cpu};
+use crate::error::{SharedError, usage};
+use crate::report::{Check, Timing};
+use crate::transport::Op;
+use anyhow::{Context, Result, anyhow};
+use std::ops::Range;
+use std::thread;
+
+/// Parts up to this size are sent before receiving, with no helper thread: the socket's
+/// buffers hold them, so two ranks sending to each other at once cannot deadlock.
+const INLINE_SEND: usize = 16 << 10;
+
+/// What happens to elements that arrive: they replace the buffer's, or are added to them.
+#[derive(Clone, Copy, PartialEq)]
+enum Arrive {
+    Replace,
+    Add,
+}
+
+impl Session {
+    /// A buffer of `--count` (or `--size`) elements where element `i` is `value(i)`, placed
+    /// where the backend computes. Like [`Session::buffer`], it also takes `--show`.
+    pub fn buffer_with<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
+        let count = data.count();
+        self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
+        self.report.count = Some(count);
+        self.backend.upload((0..count).map(value).collect())
+    }
+
+    /// A buffer holding `data`, placed where the backend computes (on NCCL, copied to the GPU).
+    pub fn from_host<T: Element>(&mut self, data: Vec<T>) -> Result<Buffer<T>> {
+        self.backend.upload(data)
+    }
+
+    /// Every element of `buf`, copied to host memory (on NCCL, after queued work is done).
+    pub fn to_host<T: Element>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
+        self.backend.download(buf, buf.len())
+    }
+
+    /// Sends elements `range` of `buf` to rank `peer`, which must receive as many.
+    pub fn send_part<T: Element>(&mut self, buf: &Buffer<T>, range: Range<usize>, peer: usize) -> Result<()> {
+        check_range(&range, buf.len())?;
+        let rank = self.rank();
+        let sent = match (&self.backend, &buf.storage) {
+            (Backend::Cpu(c), Storage::Host(v)) => c.send(&v[range], peer),
+            _ => self.staged(buf, Some((range, peer)), None).map(|_| ()),
+        };
+        sent.with_context(|| format!("rank {rank}"))
+    }
+
+    /// Receives elements `range` of `buf` from rank `peer`, replacing what was there.
+    pub fn recv_part<T: Element>(&mut self, buf: &mut Buffer<T>, range: Range<usize>, peer: usize) -> Result<()> {
+        self.receive(buf, range, peer, Arrive::Replace)
+    }
+
+    /// Receives `range.len()` elements from rank `peer` and adds them, element by element,
+    /// to elements `range` of `buf` (what a reduction does with what arrives).
+    pub fn recv_add_part<T: Element>(&mut self, buf: &mut Buffer<T>, range: Range<usize>, peer: usize) -> Result<()> {
+        self.receive(buf, range, peer, Arrive::Add)
+    }
+
+    /// Sends elements `send` of `buf` to rank `to` while receiving elements `recv` from
+    /// rank `from`, replacing them. Both happen at once, so a ring of ranks that all call
+    /// it never deadlocks. `send` and `recv` must not overlap.
+    pub fn send_recv<T: Element>(
+        &mut self,
+        buf: &mut Buffer<T>,
+        send: Range<usize>,
+        to: usize,
+        recv: Range<usize>,
+        from: usize,
+    ) -> Result<()> {
+        self.exchange(buf, (send, to), (recv, from), Arrive::Replace)
+    }
+
+    /// Like [`Session::send_recv`], but the elements that arrive are added to elements
+    /// `recv` of `buf`: one step of a reduce-scatter.
+    pub fn send_recv_add<T: Element>(
+        &mut self,
+        buf: &mut Buffer<T>,
+        send: Range<usize>,
+        to: usize,
+        recv: Range<usize>,
+        from: usize,
+    ) -> Result<()> {
+        self.exchange(buf, (send, to), (recv, from), Arrive::Add)
+    }
+
+    /// Checks every element of every rank's buffer against `expected` (one value per
+    /// element), as [`Session::check`] does for a single value; rank 0 reports, and the
+    /// run fails at the end if any element is wrong.
+    pub fn check_each<T: Element>(&mut self, buf: &Buffer<T>, expected: &[T]) -> Result<()> {
+        if expected.len() != buf.len() {
+            return Err(anyhow!(
+                "check_each: {} expected values for a buffer of {} elements",
+                expected.len(),
+                buf.len()
+            ));
+        }
+        let mut all = self.to_host(buf)?;
+        super::corrupt_for_tests(self.rank(), &mut all);
+        let bad = |i: &usize| !all[*i].matches(expected[*i]);
+        let wrong = (0..all.len()).filter(bad).count();
+        let first = (0..all.len())
+            .find(bad)
+            .map(|i| format!("element {i} is {} instead of {}", all[i], expected[i]));
+        let key = self.next_key("check");
+        let (rank, world) = (self.rank(), self.world_size());
+        let mine = serde_json::to_vec(&(wrong, first))?;
+        let replies = self.store.all_gather(&key, rank, world, &mine, "every rank's check")?;
+        let results: Vec<(usize, Option<String>)> = replies
+            .iter()
+            .map(|r| serde_json::from_slice(r))
+            .collect::<Result<_, _>>()?;
+        let total: usize = results.iter().map(|(w, _)| w).sum();
+        self.report.check = Some(Check {
+            ok: total == 0,
+            wrong: total as u64,
+        });
+        if total == 0 {
+            self.say(&format!(
+                "Check: OK, all {world} ranks hold the expected values in all {} elements",
+                all.len()
+            ));
+            return Ok(());
+        }
+        let bad: Vec<String> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, (w, _))| *w > 0)
+            .map(|(r, (w, first))| format!("rank {r}: {w} wrong ({})", first.as_deref().unwrap_or("?")))
+            .collect();
+        let plural = if total == 1 { "" } else { "s" };
+        let message = format!("check FAILED, {total} wrong element{plural}: {}", bad.join("; "));
+        self.say(&format!("Check: {}", message.replace("check FAILED", "FAILED")));
+        self.failed.get_or_insert(message);
+        Ok(())
+    }
+
+    /// Times `iters` runs of `op`, a collective built by hand from point-to-point calls,
+    /// as [`Session::time`] does, counting each run as one `kind` of `bytes` for algbw and
+    /// busbw.
+    pub fn time_as(
+        &mut self,
+        kind: Op,
+        bytes: usize,
+        iters: u32,
+        mut op: impl FnMut(&mut Session) -> Result<()>,
+    ) -> Result<Timing> {
+        self.time(iters, |s| {
+            op(s)?;
+            // time() reads the last collective when the runs are over: this one.
+            s.last_op = Some((kind, bytes));
+            Ok(())
+        })
+    }
+
+    fn receive<T: Element>(
+        &mut self,
+        buf: &mut Buffer<T>,
+        range: Range<usize>,
+        peer: usize,
+        how: Arrive,
+    ) -> Result<()> {
+        check_range(&range, buf.len())?;
+        let rank = self.rank();
+        let got = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
+            let dst = &mut v[range];
+            match how {
+                Arrive::Replace => c.recv(dst, peer),
+                Arrive::Add => {
+                    let mut tmp = vec![T::default(); dst.len()];
+                    c.recv(&mut tmp, peer).map(|()| add(dst, &tmp))
+                }
+            }
+        } else {
+            self.staged(buf, None, Some((range, peer, how)))
+                .map(|b| *buf = b.expect("a received buffer"))
+        };
+        got.with_context(|| format!("rank {rank}"))
+    }
+
+    fn exchange<T: Element>(
+        &mut self,
+        buf: &mut Buffer<T>,
+        (send, to): (Range<usize>, usize),
+        (recv, from): (Range<usize>, usize),
+        how: Arrive,
+    ) -> Result<()> {
+        check_range(&send, buf.len())?;
+        check_range(&recv, buf.len())?;
+        if send.start < recv.end && recv.start < send.end {
+            return Err(usage(format!(
+                "send_recv: the part sent ({send:?}) and the part received ({recv:?}) overlap"
+            )));
+        }
+        let rank = self.rank();
+        let done = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
+            let (out, dst) = split_two(v, send, recv);
+            match how {
+                Arrive::Replace => cpu_exchange(c, out, to, dst, from),
+                Arrive::Add => {
+                    let mut tmp = vec![T::default(); dst.len()];
+                    cpu_exchange(c, out, to, &mut tmp, from).map(|()| add(dst, &tmp))
+                }
+            }
+        } else {
+            self.staged(buf, Some((send, to)), Some((recv, from, how)))
+                .map(|b| *buf = b.expect("a received buffer"))
+        };
+        done.with_context(|| format!("rank {rank}"))
+    }
+
+    /// Point-to-point through host memory, for buffers on the GPU: the part to send goes
+    /// up as a buffer of its own, what arrives comes back down and is written (or added)
+    /// into a copy of the whole buffer, returned to replace it. A send and a receive
+    /// together form one NCCL group, so that they progress together, as NCCL requires.
+    fn staged<T: Element>(
+        &mut self,
+        buf: &Buffer<T>,
+        send: Option<(Range<usize>, usize)>,
+        recv: Option<(Range<usize>, usize, Arrive)>,
+    ) -> Result<Option<Buffer<T>>> {
+        let mut host = self.to_host(buf)?;
+        // NCCL moves nothing for an empty part; neither do we (no zero-sized allocations).
+        let out = match &send {
+            Some((r, to)) if !r.is_empty() => Some((self.backend.upload(host[r.clone()].to_vec())?, *to)),
+            _ => None,
+        };
+        let mut inp = match &recv {
+            Some((r, from, _)) if !r.is_empty() => Some((self.backend.upload(vec![T::default(); r.len()])?, *from)),
+            _ => None,
+        };
+        let grouped = out.is_some() && inp.is_some();
+        if grouped {
+            cudarc::nccl::group_start().map_err(|e| anyhow!("ncclGroupStart failed: {e:?}"))?;
+        }
+        let mut moved = Ok(());
+        if let Some((b, to)) = &out {
+            moved = self.backend.send(b, *to);
+        }
+        if let (Ok(()), Some((b, from))) = (&moved, &mut inp) {
+            moved = self.backend.recv(b, *from);
+        }
+        if grouped {
+            let ended = cudarc::nccl::group_end()
+                .map(|_| ())
+                .map_err(|e| anyhow!("ncclGroupEnd failed: {e:?}"));
+            moved = moved.and(ended);
+        }
+        moved?;
+        let Some((range, _, how)) = recv else {
+            return Ok(None);
+        };
+        if let Some((b, _)) = &inp {
+            let got = self.to_host(b)?;
+            match how {
+                Arrive::Replace => host[range].copy_from_slice(&got),
+                Arrive::Add => add(&mut host[range], &got),
+            }
+        }
+        Ok(Some(self.backend.upload(host)?))
+    }
+}
+
+/// Sends `out` to `to` while receiving `into` from `from`: on a helper thread when the
+/// part is too large for the socket's buffers to hold while this rank receives.
+fn cpu_exchange<T: Element>(c: &Cpu, out: &[T], to: usize, into: &mut [T], from: usize) -> Result<()> {
+    if size_of_val(out) <= INLINE_SEND {
+        return c.send(out, to).and_then(|()| c.recv(into, from));
+    }
+    thread::scope(|s| {
+        let sender = s.spawn(|| c.send(out, to));
+        let got = c.recv(into, from);
+        let sent = sender
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("the sending thread panicked")));
+        got.and(sent)
+    })
+}
+
+fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
+    if range.start > range.end || range.end > len {
+        return Err(SharedError {
+            message: format!("the part {range:?} is not inside the buffer of {len} elements (0..{len})"),
+            usage: true,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn add<T: Element>(acc: &mut [T], more: &[T]) {
+    for (a, b) in acc.iter_mut().zip(more) {
+        *a = *a + *b;
+    }
+}
+
+/// Two disjoint parts of one slice, the first to read and the second to write.
+fn split_two<T>(data: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+    if a.end <= b.start {
+        let (lo, hi) = data.split_at_mut(b.start);
+        (&lo[a], &mut hi[..b.end - b.start])
+    } else {
+        let (lo, hi) = data.split_at_mut(a.start);
+        (&hi[..a.end - a.start], &mut lo[b])
+    }
+}

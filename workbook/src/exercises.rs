@@ -1,0 +1,255 @@
+//! What each exercise is, how it is checked, and its hint: the workbook's `info.toml`,
+//! kept in code so that each check can say what it expects element by element.
+
+/// One exercise of EXERCISES.md.
+pub struct Exercise {
+    /// Its chapter in EXERCISES.md.
+    pub number: u32,
+    /// Its title.
+    pub title: &'static str,
+    /// Where the student's code is, and its package and binary; `None` when the chapter
+    /// asks for runs and answers, not code.
+    pub code: Option<Code>,
+    /// Shown by `workbook hint N` and `check --hint`.
+    pub hint: &'static str,
+}
+
+/// An exercise's code: the starting crate under exercises/, its solution under solutions/.
+pub struct Code {
+    /// The folder under exercises/ and solutions/.
+    pub dir: &'static str,
+    /// What the checker runs, given the largest world size allowed.
+    pub cases: fn(usize) -> Vec<Case>,
+}
+
+impl Code {
+    /// The package and binary of the starting file or of the solution.
+    pub fn target(&self, number: u32, solution: bool) -> (String, String) {
+        let name = self.dir.split_once('_').map_or(self.dir, |(_, n)| n).replace('_', "-");
+        if solution {
+            (format!("solution-{number:02}-{name}"), format!("sol{number:02}-{name}"))
+        } else {
+            (format!("exercise-{number:02}-{name}"), format!("ex{number:02}-{name}"))
+        }
+    }
+}
+
+/// One run of an exercise: a world size, the flags, and what the shown elements must be.
+pub struct Case {
+    /// Ranks started.
+    pub world: usize,
+    /// The exercise's own flags (the checker adds the launch and output flags).
+    pub args: Vec<String>,
+    /// The stage of the JSON report whose shown elements are checked ("after").
+    pub stage: &'static str,
+    /// The value element `i` of `rank` must have at that stage.
+    pub expect: Box<dyn Fn(usize, usize) -> f64>,
+}
+
+impl Case {
+    fn new(world: usize, args: &[&str], stage: &'static str, expect: impl Fn(usize, usize) -> f64 + 'static) -> Case {
+        Case {
+            world,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            stage,
+            expect: Box::new(expect),
+        }
+    }
+
+    /// "world 3, --count 13 --root 2": what tells the runs apart (not --iters or --show).
+    pub fn label(&self) -> String {
+        let mut shown = Vec::new();
+        let mut args = self.args.iter();
+        while let Some(a) = args.next() {
+            if a == "--iters" || a == "--show" {
+                args.next();
+            } else {
+                shown.push(a.as_str());
+            }
+        }
+        format!("world {}, {}", self.world, shown.join(" "))
+    }
+}
+
+/// The exercises, in the order of EXERCISES.md.
+pub fn all() -> Vec<Exercise> {
+    vec![
+        Exercise {
+            number: 1,
+            title: "ranks and devices",
+            code: None,
+            hint: "Run `cargo run --release --bin 00-nccl-hello-world -- --nproc-per-node 5` and read the \
+                   device column: device = rank % device_count, where device_count is the number of GPUs \
+                   of the node (on the CPU backend, the number of ranks of the node).",
+        },
+        Exercise {
+            number: 2,
+            title: "broadcast",
+            code: None,
+            hint: "Run 01-nccl-broadcast with --root 2 --value 7 --nproc-per-node 4 and compare the root's \
+                   row before and after: a broadcast only writes into the other ranks' buffers.",
+        },
+        Exercise {
+            number: 3,
+            title: "from sum to average",
+            code: Some(Code {
+                dir: "03_average",
+                cases: average_cases,
+            }),
+            hint: "After all_reduce_sum every element is the sum over the n ranks; the average is that \
+                   sum divided by n = session.world_size(). Read the buffer with session.to_host(buf)?, \
+                   map every element x to x / n as f32, and put the result back with \
+                   *buf = session.from_host(values)?.",
+        },
+        Exercise {
+            number: 4,
+            title: "broadcast from point-to-point",
+            code: Some(Code {
+                dir: "04_p2p_broadcast",
+                cases: p2p_broadcast_cases,
+            }),
+            hint: "Every send needs a matching recv on the peer, with as many elements. Star: the root \
+                   loops over the other ranks, each of which calls recv(buf, root) once. Chain: `pos` is \
+                   a rank's place after the root; every rank with pos > 0 receives from `prev`, and every \
+                   rank with pos < n - 1 then sends to `next`. Pipeline: the same two ifs, inside the loop \
+                   over pieces, with recv_part/send_part on piece(k). Check the ranks that are not root 0: \
+                   --root 2 moves the start of the chain.",
+        },
+        Exercise {
+            number: 5,
+            title: "ring all-reduce from point-to-point",
+            code: Some(Code {
+                dir: "05_ring_allreduce",
+                cases: ring_cases,
+            }),
+            hint: "Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
+                   c(rank + n - t - 1) from the left, with send_recv_add; after n - 1 steps rank r holds \
+                   the full sum of chunk r + 1. All-gather, step t: send the finished chunk \
+                   c(rank + 1 + n - t) and receive chunk c(rank + n - t) with send_recv. Draw 3 ranks \
+                   and 3 chunks on paper first. If only the largest case fails, after the timeout, your \
+                   ranks all send before they receive: each waits for a neighbour that is itself \
+                   sending; send_recv does both at once.",
+        },
+        Exercise {
+            number: 6,
+            title: "latency and bandwidth",
+            code: None,
+            hint: "algbw = size / time (bytes per second, in GB/s of 1e9 B); busbw = algbw × 2(n-1)/n for \
+                   all-reduce, × 1 for broadcast. The turn from latency-bound to bandwidth-bound is where \
+                   the time starts to grow in proportion to the size.",
+        },
+        Exercise {
+            number: 7,
+            title: "many small messages or one large one",
+            code: Some(Code {
+                dir: "07_packed_broadcast",
+                cases: packed_cases,
+            }),
+            hint: "Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
+                   tensor's s.to_host(tensor)? into one Vec, in order; s.from_host(that)?; one \
+                   s.broadcast; then s.to_host(&packed)? and give each tensor its slice back, in the same \
+                   order, with *tensor = s.from_host(slice.to_vec())? (a tensor's length is tensor.len()).",
+        },
+        Exercise {
+            number: 8,
+            title: "on a cluster",
+            code: None,
+            hint: "Submit slurm/02-nccl-allreduce.sbatch with NCCL_DEBUG=INFO exported, on one node, then \
+                   on two (--nodes=2); in the .out file, the lines with 'via' name the transport NCCL \
+                   chose for each pair of ranks.",
+        },
+    ]
+}
+
+fn worlds(max: usize) -> impl Iterator<Item = usize> {
+    2..=max.clamp(2, 5)
+}
+
+/// Every rank's average of r + 1 over n ranks is (n + 1) / 2.
+fn average_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for n in worlds(max) {
+        for count in ["1", "7", "1000"] {
+            let mean = (n + 1) as f64 / 2.0;
+            let args = ["--init", "rank", "--count", count, "--iters", "1", "--show", "16"];
+            cases.push(Case::new(n, &args, "average", move |_, _| mean));
+        }
+    }
+    cases
+}
+
+/// Every rank ends with the root's 42, 43, 44, ...: roots other than 0, counts of one
+/// element, of a few, and of many pieces.
+fn p2p_broadcast_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for algo in ["star", "chain", "pipeline"] {
+        for (n, root, count) in [
+            (2, 1, "7"),
+            (3, 0, "100003"),
+            (4, 3, "1"),
+            (5, 2, "13"),
+            (5, 4, "100003"),
+        ] {
+            if n > max.max(2) {
+                continue;
+            }
+            let root = root.to_string();
+            let args = [
+                "--algo", algo, "--root", &root, "--count", count, "--iters", "1", "--show", "16",
+            ];
+            cases.push(Case::new(n, &args, "after", |_, i| 42.0 + i as f64));
+        }
+    }
+    cases
+}
+
+/// Element i of rank r starts as r + 1 + 10 (i mod 1000): the sum over n ranks is
+/// n(n+1)/2 + 10 n (i mod 1000). World sizes 2 to 5, counts that none of them divides
+/// (and fewer elements than ranks), then one large enough that the sockets' buffers
+/// cannot hold a step's chunk: a ring whose ranks all send first deadlocks there.
+fn ring_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let sums = |n: usize| move |_: usize, i: usize| (n * (n + 1) / 2 + 10 * n * (i % 1000)) as f64;
+    for n in worlds(max) {
+        for count in ["1", "7", "13", "100003"] {
+            cases.push(Case::new(
+                n,
+                &["--count", count, "--iters", "1", "--show", "16"],
+                "after",
+                sums(n),
+            ));
+        }
+    }
+    let n = 3.min(max.max(2));
+    cases.push(Case::new(
+        n,
+        &["--count", "8000000", "--iters", "1", "--show", "16"],
+        "after",
+        sums(n),
+    ));
+    cases
+}
+
+/// Element 0 of tensor k is k + 1 on every rank, for both methods: tiny models whose
+/// tensors are smaller than the world, and the default one.
+fn packed_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for method in ["each", "packed"] {
+        for (n, root, model) in [
+            (2, 1, ["--layers", "2", "--hidden", "8"]),
+            (3, 0, ["--layers", "24", "--hidden", "8"]),
+            (4, 3, ["--layers", "1", "--hidden", "3"]),
+            (5, 2, ["--layers", "0", "--hidden", "1"]),
+        ] {
+            if n > max.max(2) {
+                continue;
+            }
+            let root = root.to_string();
+            let mut args = vec!["--method", method, "--root", &root];
+            args.extend(model);
+            args.extend(["--iters", "1"]);
+            cases.push(Case::new(n, &args, "after", |_, k| (k + 1) as f64));
+        }
+    }
+    cases
+}

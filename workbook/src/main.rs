@@ -1,0 +1,417 @@
+//! The workbook's checker, as rustlings has one: `cargo workbook check 5` builds your
+//! code for exercise 5, runs it as real multi-process jobs for every world size and count
+//! the exercise demands, and says what is wrong, rank by rank and element by element.
+//! `cargo workbook hint 5` gives a hint; `cargo workbook check --all` checks them all.
+
+mod exercises;
+
+use clap::{Parser, Subcommand};
+use exercises::{Case, Code, Exercise};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// Checks the exercises of EXERCISES.md: builds your code and runs it as multi-process jobs.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+    /// How long a rank may wait for another before the job fails (the programs' --timeout).
+    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = common::args::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Lists the exercises, and where the code of each one is.
+    List,
+    /// Builds an exercise and runs it for every case it must pass.
+    Check {
+        /// The exercise: its chapter in EXERCISES.md.
+        number: Option<u32>,
+        /// Check every exercise.
+        #[arg(long, conflicts_with = "number")]
+        all: bool,
+        /// Check the reference solution (solutions/) instead of your code (exercises/).
+        #[arg(long)]
+        solution: bool,
+        /// Show the exercise's hint when a case fails.
+        #[arg(long)]
+        hint: bool,
+        /// Run every case, even after one has failed.
+        #[arg(long)]
+        keep_going: bool,
+        /// The backend the jobs use: `cpu` (runs anywhere), `nccl` (one GPU per rank) or `auto`.
+        #[arg(long, default_value = "cpu", value_parser = ["cpu", "nccl", "auto"])]
+        backend: String,
+        /// The largest world size to run (with NCCL: at most your number of GPUs).
+        #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=5))]
+        max_world: u32,
+    },
+    /// Shows the hint of an exercise.
+    Hint {
+        /// The exercise: its chapter in EXERCISES.md.
+        number: u32,
+    },
+}
+
+/// The options of one `check`.
+struct Options {
+    solution: bool,
+    hint: bool,
+    keep_going: bool,
+    backend: String,
+    max_world: usize,
+    timeout: String,
+}
+
+fn main() -> ExitCode {
+    let cli: Cli = common::parse_args();
+    let all = exercises::all();
+    match cli.command {
+        Cmd::List => {
+            for ex in &all {
+                let what = match &ex.code {
+                    Some(code) => format!("your code: exercises/{}/src/main.rs", code.dir),
+                    None => "runs and questions, no code to check".into(),
+                };
+                println!("{:>2}. {:<40} {what}", ex.number, ex.title);
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Hint { number } => match find(&all, number) {
+            Ok(ex) => {
+                println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Cmd::Check {
+            number,
+            all: every,
+            solution,
+            hint,
+            keep_going,
+            backend,
+            max_world,
+        } => {
+            let opts = Options {
+                solution,
+                hint,
+                keep_going,
+                backend,
+                max_world: max_world as usize,
+                timeout: format!("{}ms", cli.timeout.as_millis()),
+            };
+            if every {
+                return check_all(&all, &opts);
+            }
+            let Some(number) = number else {
+                common::error::say_line("error: say which exercise to check (check 5), or --all (see --help)");
+                return ExitCode::from(2);
+            };
+            match find(&all, number) {
+                Ok(ex) if check(ex, &opts) => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::FAILURE,
+                Err(code) => code,
+            }
+        }
+    }
+}
+
+fn find(all: &[Exercise], number: u32) -> Result<&Exercise, ExitCode> {
+    all.iter().find(|e| e.number == number).ok_or_else(|| {
+        common::error::say_line(&format!(
+            "error: there is no exercise {number}: the exercises are 1 to {} (see `list`)",
+            all.len()
+        ));
+        ExitCode::from(2)
+    })
+}
+
+fn check_all(all: &[Exercise], opts: &Options) -> ExitCode {
+    let (mut done, mut not_yet) = (Vec::new(), Vec::new());
+    for ex in all.iter().filter(|e| e.code.is_some()) {
+        if check(ex, opts) {
+            done.push(ex.number.to_string());
+        } else {
+            not_yet.push(ex.number.to_string());
+        }
+        println!();
+    }
+    println!(
+        "{} of {} exercises pass{}{}",
+        done.len(),
+        done.len() + not_yet.len(),
+        if done.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", done.join(", "))
+        },
+        if not_yet.is_empty() {
+            String::new()
+        } else {
+            format!("; not yet: {}", not_yet.join(", "))
+        },
+    );
+    if not_yet.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Builds and checks one exercise; says whether every case passed.
+fn check(ex: &Exercise, opts: &Options) -> bool {
+    let Some(code) = &ex.code else {
+        println!(
+            "Exercise {} ({}) asks you to run the examples and answer questions: there is no code to \
+             check. See EXERCISES.md, chapter {}.",
+            ex.number, ex.title, ex.number
+        );
+        return true;
+    };
+    let folder = format!("{}/{}", if opts.solution { "solutions" } else { "exercises" }, code.dir);
+    let (package, bin) = code.target(ex.number, opts.solution);
+    let exe = match build(&package, &bin) {
+        Ok(exe) => exe,
+        Err(why) => {
+            println!("Exercise {} ({}): {folder} {why}", ex.number, ex.title);
+            return false;
+        }
+    };
+    let cases = (code.cases)(opts.max_world);
+    println!(
+        "Exercise {} ({}): {folder}, {} runs on the {} backend",
+        ex.number,
+        ex.title,
+        cases.len(),
+        opts.backend
+    );
+    let mut failed = 0;
+    for case in &cases {
+        match run_case(&exe, case, opts) {
+            Ok(()) => println!("  ok      {}", case.label()),
+            Err(lines) => {
+                failed += 1;
+                println!("  FAILED  {}", case.label());
+                for line in lines {
+                    println!("          {line}");
+                }
+                println!("          run it yourself: {}", by_hand(code, ex.number, opts, case));
+                if !opts.keep_going {
+                    break;
+                }
+            }
+        }
+    }
+    if failed == 0 {
+        println!("Exercise {} passes: every case is right.", ex.number);
+        return true;
+    }
+    if opts.solution {
+        println!(
+            "The reference solution of exercise {} FAILS: this is a bug in the workbook.",
+            ex.number
+        );
+    } else {
+        println!(
+            "Exercise {} is not done yet: look for TODO in {folder}/src/main.rs.",
+            ex.number
+        );
+        if opts.hint {
+            println!("Hint: {}", wrap(ex.hint, 90).replace('\n', "\n      "));
+        } else {
+            println!("Stuck? `cargo workbook hint {}` gives a hint.", ex.number);
+        }
+    }
+    false
+}
+
+/// The workspace this checker belongs to.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
+}
+
+/// Builds `package` as this checker was built (release or debug) and finds `bin`; cargo
+/// prints its progress and any compiler errors itself.
+fn build(package: &str, bin: &str) -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "--message-format=json-render-diagnostics",
+        "-p",
+        package,
+    ]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let out = cmd
+        .current_dir(workspace())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not be built: cargo did not start ({e})"))?;
+    if !out.status.success() {
+        return Err("does not compile: cargo's messages are above".into());
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| format!("was built, but cargo named no binary {bin}"))
+}
+
+/// Runs one case as a multi-process job and compares what it printed with what the
+/// exercise demands; the error is what a person should read, line by line.
+fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> {
+    let world = case.world.to_string();
+    let mut args = vec![
+        "--nproc-per-node",
+        &world,
+        "--backend",
+        &opts.backend,
+        "--format",
+        "json",
+        "--timeout",
+        &opts.timeout,
+    ];
+    args.extend(case.args.iter().map(String::as_str));
+    let exe = exe.to_string_lossy();
+    let cmd = testkit::command(&exe, &args);
+    let (run, in_time) = testkit::finish_or_kill(testkit::spawn(cmd), testkit::LIMIT);
+    if !in_time {
+        return Err(vec![format!(
+            "the job had not ended after {:?} and was stopped: a rank waits for something that never comes",
+            testkit::LIMIT
+        )]);
+    }
+    let errors: Vec<String> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .take(6)
+        .map(str::to_string)
+        .collect();
+    let Ok(report) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
+        let mut lines = vec![format!("the job failed ({}), saying:", exit_text(run.code))];
+        if errors.is_empty() {
+            lines.extend(run.stderr.lines().take(6).map(str::to_string));
+        } else {
+            lines.extend(errors);
+        }
+        return Err(lines);
+    };
+    let mut lines = compare(&report, case);
+    let check_ok = report["check"]["ok"] == true;
+    if !check_ok {
+        let own = errors
+            .iter()
+            .find_map(|l| {
+                l.split_once("check FAILED")
+                    .map(|(_, rest)| format!("check FAILED{rest}"))
+            })
+            .unwrap_or_else(|| "the program did not check its result".into());
+        lines.push(format!("the program's own check of every element: {own}"));
+    } else if run.code != Some(0) {
+        lines.push(format!("the job failed ({}), saying:", exit_text(run.code)));
+        lines.extend(errors);
+    }
+    if lines.is_empty() { Ok(()) } else { Err(lines) }
+}
+
+/// The shown elements of every rank at the case's stage, against what they must be.
+fn compare(report: &serde_json::Value, case: &Case) -> Vec<String> {
+    let Some(ranks) = report["ranks"].as_array() else {
+        return vec!["the report has no ranks".into()];
+    };
+    let mut lines = Vec::new();
+    if ranks.len() != case.world {
+        lines.push(format!("{} ranks reported instead of {}", ranks.len(), case.world));
+    }
+    for (rank, r) in ranks.iter().enumerate() {
+        let Some(row) = r[case.stage].as_array() else {
+            lines.push(format!(
+                "rank {rank} shows no '{}' table (was main changed?)",
+                case.stage
+            ));
+            continue;
+        };
+        let wrong: Vec<(usize, f64, f64)> = row
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, v.as_f64().unwrap_or(f64::NAN), (case.expect)(rank, i)))
+            .filter(|(_, got, want)| !close(*got, *want))
+            .collect();
+        if let Some((i, got, want)) = wrong.first() {
+            let of = if wrong.len() > 1 {
+                format!(" ({} of the {} elements shown are wrong)", wrong.len(), row.len())
+            } else {
+                String::new()
+            };
+            lines.push(format!(
+                "rank {rank}: element {i} is {} instead of {}{of}",
+                num(*got),
+                num(*want)
+            ));
+        }
+    }
+    lines
+}
+
+/// The command that runs `case` by hand, to see the tables.
+fn by_hand(code: &Code, number: u32, opts: &Options, case: &Case) -> String {
+    let (_, bin) = code.target(number, opts.solution);
+    let release = if cfg!(debug_assertions) { "" } else { " --release" };
+    let mut flags = vec![format!("--nproc-per-node {}", case.world)];
+    if opts.backend != "cpu" {
+        flags.push(format!("--backend {}", opts.backend));
+    }
+    let own = case.label();
+    let own = own.split_once(", ").map_or("", |(_, rest)| rest);
+    format!("cargo run{release} --bin {bin} -- {} {own}", flags.join(" "))
+}
+
+/// Equal, allowing for rounding in f32 (as the programs' own checks do); NaN never is.
+fn close(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 1e-5 * want.abs().max(1.0)
+}
+
+fn exit_text(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit status {c}"),
+        None => "killed by a signal".into(),
+    }
+}
+
+/// A number as the tables show it: `42`, `1.5`.
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// `text` cut into lines of at most `width` characters, at spaces.
+fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for word in text.split_whitespace() {
+        if line > 0 && line + 1 + word.len() > width {
+            out.push('\n');
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(word);
+        line += word.len();
+    }
+    out
+}

@@ -1,0 +1,342 @@
+//! What EXERCISES.md says "you will see", run and checked chapter by chapter, on the real
+//! binaries as multi-process jobs (the examples, and the reference solutions standing in
+//! for a student's finished code).
+
+mod support;
+
+use support::built;
+use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, run, spawn, stage};
+
+/// One field of every rank in a JSON report, as text.
+fn field(j: &serde_json::Value, key: &str) -> Vec<String> {
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    j["ranks"].as_array().unwrap().iter().map(|r| text(&r[key])).collect()
+}
+
+#[test]
+fn chapter_1_device_is_rank_mod_device_count_with_one_row_per_process() {
+    let hello = built("00-nccl-hello-world");
+    for n in [1usize, 2, 4, 5] {
+        let r = run(
+            hello.to_str().unwrap(),
+            &["--nproc-per-node", &n.to_string(), "--format", "json"],
+        )
+        .ok();
+        let j = r.json();
+        assert_eq!(
+            field(&j, "rank"),
+            (0..n).map(|r| r.to_string()).collect::<Vec<_>>(),
+            "{r}"
+        );
+        assert_eq!(field(&j, "local_rank"), field(&j, "rank"), "{r}");
+        assert_eq!(
+            field(&j, "device"),
+            (0..n).map(|r| format!("cpu:{}", r % n)).collect::<Vec<_>>(),
+            "{r}"
+        );
+        let pids: std::collections::HashSet<_> = field(&j, "pid").into_iter().collect();
+        assert_eq!(pids.len(), n, "one process per rank: {r}");
+    }
+    let r = run(hello.to_str().unwrap(), &["--nproc-per-node", "5"]).ok();
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("| 4 ") && l.contains("| cpu:4 ")),
+        "{r}"
+    );
+    assert!(
+        r.stdout
+            .contains("Each rank uses device = rank % device_count, with device_count = 5."),
+        "{r}"
+    );
+}
+
+#[test]
+fn chapter_1_cyclic_placement_puts_two_ranks_of_a_node_on_one_device() {
+    // The loop of EXERCISES.md 1: what srun --distribution=cyclic starts, by hand.
+    let hello = built("00-nccl-hello-world");
+    let job = format!("cyclic-{}", std::process::id());
+    let ranks: Vec<_> = (0..4usize)
+        .map(|r| {
+            let mut cmd = command(hello.to_str().unwrap(), &["--format", "json"]);
+            cmd.env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", "4")
+                .env("SLURM_NODEID", (r % 2).to_string())
+                .env("SLURM_LOCALID", (r / 2).to_string())
+                .env("SLURM_TASKS_PER_NODE", "2(x2)")
+                .env("SLURM_JOB_NODELIST", "localhost")
+                .env("SLURM_JOB_ID", &job)
+                .env("SLURM_STEP_ID", "0")
+                .env("SLURMD_NODENAME", format!("node{}", r % 2));
+            spawn(cmd)
+        })
+        .collect();
+    let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT).ok()).collect();
+    let j = runs[0].json();
+    assert_eq!(field(&j, "host"), ["node0", "node1", "node0", "node1"], "{}", runs[0]);
+    assert_eq!(field(&j, "local_rank"), ["0", "0", "1", "1"], "{}", runs[0]);
+    assert_eq!(field(&j, "device"), ["cpu:0", "cpu:1", "cpu:0", "cpu:1"], "{}", runs[0]);
+}
+
+#[test]
+fn chapter_1_nccl_refuses_more_ranks_than_gpus_before_calling_nccl() {
+    let hello = built("00-nccl-hello-world");
+    let cmd = nccl_command(
+        hello.to_str().unwrap(),
+        &["--backend", "nccl", "--nproc-per-node", "5"],
+        4,
+    );
+    let r = finish(spawn(cmd), LIMIT);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr.contains("error: rank 0: 5 ranks on host ")
+            && r.stderr.contains(
+                "but only 4 GPUs: NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"); start at \
+                 most 4 ranks per node (--nproc-per-node 4), or use --backend cpu"
+            ),
+        "{r}"
+    );
+}
+
+#[test]
+fn chapter_2_the_root_is_unchanged_and_everyone_ends_with_its_value() {
+    let bcast = built("01-nccl-broadcast");
+    let bcast = bcast.to_str().unwrap();
+    let args = [
+        "--nproc-per-node",
+        "4",
+        "--root",
+        "2",
+        "--value",
+        "7",
+        "--format",
+        "json",
+    ];
+    let j = run(bcast, &args).ok().json();
+    let before = stage(&j, "before");
+    assert_eq!(before, [[0.0; 4], [0.0; 4], [7.0; 4], [0.0; 4]]);
+    assert_eq!(stage(&j, "after"), vec![vec![7.0; 4]; 4]);
+    assert_eq!(stage(&j, "after")[2], before[2], "the root's row is unchanged");
+    // On a terminal, the root's cells are not marked as changed; the others' are.
+    let r = run(
+        bcast,
+        &[
+            "--nproc-per-node",
+            "4",
+            "--root",
+            "2",
+            "--value",
+            "7",
+            "--color",
+            "always",
+        ],
+    )
+    .ok();
+    let after = r.stdout.split("After broadcast:").nth(1).unwrap();
+    let row = |rank: usize| {
+        after
+            .lines()
+            .find(|l| l.starts_with(&format!("  CPU {rank} |")))
+            .unwrap()
+    };
+    assert!(!row(2).contains('\u{1b}'), "{r}");
+    assert!(row(0).contains("\u{1b}[1;32m7"), "{r}");
+
+    let j = run(
+        bcast,
+        &[
+            "--nproc-per-node",
+            "4",
+            "--root",
+            "2",
+            "--init",
+            "rank",
+            "--format",
+            "json",
+        ],
+    )
+    .ok()
+    .json();
+    assert_eq!(stage(&j, "before"), [[1.0; 4], [2.0; 4], [3.0; 4], [4.0; 4]]);
+    assert_eq!(stage(&j, "after"), vec![vec![3.0; 4]; 4]);
+
+    let r = run(bcast, &["--nproc-per-node", "4", "--root", "4"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr
+            .contains("error: rank 0: --root 4 is not a rank: the world has ranks 0 to 3"),
+        "{r}"
+    );
+}
+
+#[test]
+fn chapter_3_the_sum_is_n_n_plus_1_over_2_and_the_average_n_plus_1_over_2() {
+    let allreduce = built("02-nccl-allreduce");
+    for n in [4usize, 5] {
+        let args = ["--nproc-per-node", &n.to_string(), "--init", "rank", "--format", "json"];
+        let j = run(allreduce.to_str().unwrap(), &args).ok().json();
+        assert_eq!(stage(&j, "after"), vec![vec![(n * (n + 1) / 2) as f64; 4]; n]);
+    }
+    // A finished exercise 3 (the solution stands in for it): the third table.
+    let average = built("sol03-average");
+    let r = run(average.to_str().unwrap(), &["--nproc-per-node", "4", "--init", "rank"]).ok();
+    let table = r.stdout.split("Average (sum / 4):").nth(1).expect("the third table");
+    for rank in 0..4 {
+        let line = format!("  CPU {rank} | 2.5 | 2.5 | 2.5 | 2.5 |");
+        assert!(table.lines().any(|l| l == line), "missing {line:?}:\n{r}");
+    }
+}
+
+#[test]
+fn chapter_5_a_ring_that_sends_first_deadlocks_on_large_chunks_only() {
+    let ring = built("sol05-ring-allreduce");
+    let ring = ring.to_str().unwrap();
+    let ok = run(
+        ring,
+        &[
+            "--nproc-per-node",
+            "3",
+            "--count",
+            "100003",
+            "--send-first",
+            "--format",
+            "json",
+        ],
+    )
+    .ok();
+    assert_eq!(ok.json()["check"]["ok"], true, "{ok}");
+    let args = [
+        "--nproc-per-node",
+        "3",
+        "--count",
+        "8000000",
+        "--send-first",
+        "--timeout",
+        "3",
+        "--iters",
+        "1",
+    ];
+    let r = run(ring, &args);
+    assert_eq!(r.code, Some(1), "{r}");
+    let stuck = r.stderr.lines().any(|l| {
+        (0..3).any(|rank| {
+            let right = (rank + 1) % 3;
+            l.starts_with(&format!("error: rank {rank}: sending 266666"))
+                && l.contains(&format!("elements to (rank {right} "))
+                && l.ends_with(&format!(
+                    "rank {right} sent nothing for the whole --timeout: it is stuck or gone"
+                ))
+        })
+    });
+    assert!(stuck, "{r}");
+}
+
+#[test]
+fn chapter_7_one_broadcast_per_tensor_is_several_times_slower_than_one_packed() {
+    let sync = built("sol07-packed-broadcast");
+    let time = |method: &str| {
+        let args = [
+            "--nproc-per-node",
+            "4",
+            "--method",
+            method,
+            "--iters",
+            "20",
+            "--format",
+            "json",
+        ];
+        let r = run(sync.to_str().unwrap(), &args).ok();
+        r.json()["time_us"].as_f64().unwrap()
+    };
+    let (each, packed) = (time("each"), time("packed"));
+    assert!(each > 2.0 * packed, "each {each} us, packed {packed} us");
+    let r = run(sync.to_str().unwrap(), &["--nproc-per-node", "2", "--iters", "1"]).ok();
+    assert!(
+        r.stdout
+            .contains("Model: 292 tensors, 30992 parameters (0.1 MiB), from 8 to 8000 elements each"),
+        "{r}"
+    );
+}
+
+#[test]
+fn chapter_8_two_launchers_rehearse_two_nodes() {
+    let hello = built("00-nccl-hello-world");
+    let port = free_port().to_string();
+    let node = |rank: &str| {
+        let args = [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            rank,
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+            "--format",
+            "json",
+        ];
+        spawn(command(hello.to_str().unwrap(), &args))
+    };
+    let (a, b) = (node("0"), node("1"));
+    let (a, b) = (finish(a, LIMIT).ok(), finish(b, LIMIT).ok());
+    assert!(b.stdout.is_empty(), "only rank 0, on node 0, prints: {b}");
+    let j = a.json();
+    assert_eq!(field(&j, "local_rank"), ["0", "1", "0", "1"], "{a}");
+    assert_eq!(field(&j, "device"), ["cpu:0", "cpu:1", "cpu:0", "cpu:1"], "{a}");
+}
+
+/// EXERCISES.md 6, against the benchmark: rows whose algbw is size / time, whose busbw is
+/// algbw × 2(n-1)/n, with no wrong element, and a time that is flat at small sizes and
+/// grows with the size at large ones.
+#[test]
+fn chapter_6_the_benchmark_columns_and_the_turn_from_latency_to_bandwidth() {
+    let perf = built("03-nccl-perf");
+    let args = [
+        "--op",
+        "all-reduce",
+        "-b",
+        "4",
+        "-e",
+        "16M",
+        "-f",
+        "4",
+        "--nproc-per-node",
+        "2",
+    ];
+    let r = run(perf.to_str().unwrap(), &args).ok();
+    let rows: Vec<Vec<f64>> = r
+        .stdout
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect::<Vec<f64>>()
+        })
+        .filter(|nums| nums.len() >= 10)
+        .collect();
+    assert!(rows.len() >= 10, "4 B to 16 MiB by 4: {r}");
+    for row in &rows {
+        // size, count (type, redop: words; root: a number or not), then out of place:
+        // time, algbw, busbw, #wrong; then the same four in place.
+        let out = &row[row.len() - 8..];
+        let (size, time, algbw, busbw, wrong) = (row[0], out[0], out[1], out[2], out[3]);
+        let want = size / time / 1e3;
+        assert!(
+            (algbw - want).abs() <= 0.011 + 0.02 * want,
+            "algbw {algbw} vs {want}: {r}"
+        );
+        assert!(
+            (busbw - algbw).abs() <= 0.011 + 0.02 * algbw,
+            "2 ranks: busbw = algbw: {r}"
+        );
+        assert_eq!(wrong, 0.0, "{r}");
+    }
+    let (first, last) = (&rows[0], rows.last().unwrap());
+    let (first, last) = (&first[first.len() - 8..], &last[last.len() - 8..]);
+    assert!(last[0] > 10.0 * first[0], "16 MiB takes far longer than 4 B: {r}");
+    assert!(last[1] > first[1], "large sizes reach a higher algbw: {r}");
+    assert!(r.stdout.contains("# Avg bus bandwidth"), "{r}");
+}
