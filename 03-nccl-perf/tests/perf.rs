@@ -106,6 +106,39 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
 }
 
 #[test]
+fn every_world_from_2_to_5_is_right_on_shared_memory() {
+    // Two ranks run the ring step by step; three and more run it piece by piece
+    // (partial sums reduced straight into the next message): both must be exact, for
+    // sizes that span several pieces and end off their edges.
+    for world in 2..=5 {
+        let n = world.to_string();
+        let r = perf(
+            &[
+                "--nproc-per-node",
+                &n,
+                "--op",
+                "all-reduce",
+                "-b",
+                "4",
+                "-e",
+                "8M",
+                "-f",
+                "37",
+                "-w",
+                "0",
+                "-n",
+                "1",
+                "--format",
+                "json",
+            ],
+            &[],
+        )
+        .ok();
+        check_sweep(&r.json(), "all_reduce", world, &[4, 148, 5476, 202612, 7496644], &r);
+    }
+}
+
+#[test]
 fn a_corrupted_element_is_counted_and_fails_the_run() {
     // Rank 1 doubles its element 3 before the check: one wrong element per checked run.
     let r = perf(
@@ -290,11 +323,11 @@ fn on_the_nccl_double_with_double_precision() {
 fn buffers_larger_than_the_caches_are_right_too() {
     // From 16 MiB the results are written around the cache (non-temporal stores); an odd
     // size puts the slices' edges off the 16-byte boundaries those stores need.
-    for op in ["all-reduce", "broadcast"] {
+    for (op, world) in [("all-reduce", "2"), ("all-reduce", "3"), ("broadcast", "3")] {
         let r = perf(
             &[
                 "--nproc-per-node",
-                "3",
+                world,
                 "--op",
                 op,
                 "-b",
@@ -311,6 +344,12 @@ fn buffers_larger_than_the_caches_are_right_too() {
             &[],
         )
         .ok();
-        check_sweep(&r.json(), &op.replace('-', "_"), 3, &[17825796], &r);
+        check_sweep(
+            &r.json(),
+            &op.replace('-', "_"),
+            world.parse().unwrap(),
+            &[17825796],
+            &r,
+        );
     }
 }

@@ -105,8 +105,13 @@ impl Session {
             Kind::Cpu => {
                 let dev = device::device_for(rank, device_count);
                 let (links, transports) = cpu_links(&mut store, &id, &host, run)?;
+                // Every neighbour pair of the ring shares memory: the all-reduce can be pipelined.
+                let ring_in_memory = (0..world).all(|a| {
+                    let (lo, hi) = (a.min((a + 1) % world), a.max((a + 1) % world));
+                    lo == hi || transports.get(&format!("{lo}-{hi}")) == Some(&Via::Shm)
+                });
                 (
-                    Backend::Cpu(backend::cpu::Cpu::new(rank, world, links)),
+                    Backend::Cpu(backend::cpu::Cpu::new(rank, world, links, ring_in_memory)),
                     format!("cpu:{dev}"),
                     None,
                     None,

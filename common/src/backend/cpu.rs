@@ -6,6 +6,7 @@
 
 use super::{Element, as_bytes, as_bytes_mut};
 use crate::error::usage;
+use crate::transport::shm::copy_around_cache;
 use crate::transport::{Link, Op};
 use anyhow::{Context, Result, anyhow};
 use std::ops::Range;
@@ -22,17 +23,30 @@ const MIN_SLICE: usize = 256 << 10;
 /// An all-reduce reduces what arrives in pieces of this size, while the rest is in flight.
 const REDUCE_PIECE: usize = 256 << 10;
 
+/// The pipelined all-reduce moves pieces of this size round the ring (one shared-memory
+/// slot each).
+const RING_PIECE: usize = 512 << 10;
+
 /// A rank of the CPU backend: its place in the world, and a link to every other rank.
 pub struct Cpu {
     rank: usize,
     world: usize,
     links: Vec<Option<Box<dyn Link>>>,
+    pipelined: bool,
 }
 
 impl Cpu {
     /// A CPU backend for `rank` of `world` over `links` (`links[rank]` is `None`).
-    pub fn new(rank: usize, world: usize, links: Vec<Option<Box<dyn Link>>>) -> Cpu {
-        Cpu { rank, world, links }
+    /// `pipelined`: every link of the ring (rank i to i + 1) buffers several pieces (they
+    /// all share memory), so the all-reduce may run piece by piece round the whole ring;
+    /// every rank must be told the same.
+    pub fn new(rank: usize, world: usize, links: Vec<Option<Box<dyn Link>>>, pipelined: bool) -> Cpu {
+        Cpu {
+            rank,
+            world,
+            links,
+            pipelined,
+        }
     }
 
     fn link(&self, peer: usize) -> &dyn Link {
@@ -48,6 +62,10 @@ impl Cpu {
     /// after it, rank r holds the full sum of chunk r+1. The all-gather then passes the
     /// finished chunks around the ring, `world - 1` steps again, until every rank has
     /// every chunk. Each rank sends 2(n-1)/n of the buffer in all: nccl-tests' busbw factor.
+    ///
+    /// This is the ring step by step, as the lesson draws it. When every link of the ring
+    /// shares memory and there are three ranks or more, the same ring runs piece by piece
+    /// instead ([`Cpu::all_reduce_pipelined`]), which saves the buffer's partial sums.
     pub fn all_reduce_sum<T: Element>(&self, src: Option<&[T]>, data: &mut [T]) -> Result<()> {
         let (n, r) = (self.world, self.rank);
         if let Some(src) = src {
@@ -58,6 +76,11 @@ impl Cpu {
         }
         if n == 1 {
             return Ok(());
+        }
+        // Two ranks have no partial sum to pass on, and the step-by-step ring, with its
+        // larger messages, measured faster for them.
+        if self.pipelined && n > 2 {
+            return self.all_reduce_pipelined(src, data);
         }
         let len = data.len();
         let chunk = |i: usize| chunk_range(len, n, i);
@@ -99,6 +122,116 @@ impl Cpu {
             .with_context(|| format!("all-reduce, all-gather step {} of {}", step + 1, n - 1))?;
         }
         Ok(())
+    }
+
+    /// The same ring all-reduce, run piece by piece as NCCL runs it: each chunk is cut
+    /// into pieces, and piece k of every chunk goes all the way round the ring (all
+    /// `2(n-1)` steps) before piece k + 1 starts. A piece arriving from the left is
+    /// reduced straight into the message to the right, so partial sums never touch the
+    /// buffer: only the finished sums are written to it, once. NCCL's names for the
+    /// steps of one piece:
+    ///
+    /// - `send`: the first step sends this rank's own piece;
+    /// - `recvReduceSend` (n - 2 times): partial sum in, plus ours, out to the right;
+    /// - `recvReduceCopySend`: the last addition: the full sum, kept and passed on;
+    /// - `recvCopySend` (n - 2 times): a finished sum, kept and passed on;
+    /// - `recv`: the last finished sum, kept.
+    ///
+    /// Only for rings whose every link buffers a few pieces (shared memory): a rank sends
+    /// before it receives, so each link must hold a piece while its receiver is busy. (A
+    /// TCP socket promises to hold only a little; NCCL gives its network links a helper
+    /// thread for that, which this backend does not have.)
+    fn all_reduce_pipelined<T: Element>(&self, src: Option<&[T]>, data: &mut [T]) -> Result<()> {
+        let (n, r) = (self.world, self.rank);
+        let len = data.len();
+        let per = (RING_PIECE / size_of::<T>()).max(1);
+        let longest = (0..n).map(|c| chunk_range(len, n, c).len()).max().unwrap_or(0);
+        let streaming = size_of_val(data) >= STREAM_ABOVE;
+        let mut scratch = vec![0u8; REDUCE_PIECE];
+        let op = Op::AllReduce;
+        for k in 0..longest.div_ceil(per).max(1) {
+            // Piece k of chunk c (chunks differ by one element at most: a last piece may be empty).
+            let piece = |c: usize| {
+                let chunk = chunk_range(len, n, c % n);
+                let start = (chunk.start + k * per).min(chunk.end);
+                start..(start + per).min(chunk.end)
+            };
+            let step = |what: &str| format!("all-reduce, piece {k}: {what}");
+            // Reduce-scatter: our own piece of chunk r goes right...
+            let own = piece(r);
+            let first = src.map_or(&data[own.clone()], |src| &src[own]);
+            self.link((r + 1) % n)
+                .send(op, as_bytes(first))
+                .map_err(|e| self.lost(e, (r + 1) % n))
+                .with_context(|| step("send"))?;
+            // ...then each partial sum arriving from the left gets ours added and goes on.
+            for s in 0..n - 2 {
+                let p = piece(r + 2 * n - s - 1);
+                let mine = src.map_or(&data[p.clone()], |src| &src[p]);
+                self.recv_then_send(size_of_val(mine), &mut scratch, |out, off, inp| {
+                    sum_bytes(out, &mine[off / size_of::<T>()..], inp)
+                })
+                .with_context(|| step("recvReduceSend"))?;
+            }
+            // The last addition makes the full sum of chunk r + 1: passed on, and kept.
+            let p = piece(r + 1);
+            let bytes = size_of_val(&data[p.clone()]);
+            self.recv_then_send(bytes, &mut scratch, |out, off, inp| {
+                let at = p.start + off / size_of::<T>();
+                let mine = src.map_or(&data[at..p.end], |src| &src[at..p.end]);
+                sum_bytes(out, mine, inp);
+                keep(as_bytes_mut(&mut data[at..p.end]), out, streaming);
+            })
+            .with_context(|| step("recvReduceCopySend"))?;
+            // All-gather: each finished sum arriving from the left is kept and passed on...
+            for s in 0..n - 2 {
+                let p = piece(r + n - s);
+                let dst = as_bytes_mut(&mut data[p]);
+                self.recv_then_send(dst.len(), &mut scratch, |out, off, inp| {
+                    out.copy_from_slice(inp);
+                    keep(&mut dst[off..], inp, streaming);
+                })
+                .with_context(|| step("recvCopySend"))?;
+            }
+            // ...and the last one only kept.
+            let left = (r + n - 1) % n;
+            let dst = as_bytes_mut(&mut data[piece(r + 2)]);
+            match streaming {
+                true => self.link(left).recv_into_streaming(op, dst),
+                false => self.link(left).recv_into(op, dst),
+            }
+            .map_err(|e| self.lost(e, left))
+            .with_context(|| step("recv"))?;
+        }
+        Ok(())
+    }
+
+    /// Receives a message from the left neighbour and, in the same pass, writes the
+    /// message to the right: `make(out, offset, piece)` fills `out` from each `piece`
+    /// as it arrives, straight into the transport's buffer.
+    fn recv_then_send(
+        &self,
+        len: usize,
+        scratch: &mut [u8],
+        mut make: impl FnMut(&mut [u8], usize, &[u8]),
+    ) -> Result<()> {
+        let (left, right) = ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world);
+        let mut received = Ok(());
+        let sent = self.link(right).send_with(Op::AllReduce, len, &mut |out| {
+            let got = self
+                .link(left)
+                .recv_pieces(Op::AllReduce, len, scratch, &mut |off, piece| {
+                    make(&mut out[off..off + piece.len()], off, piece)
+                });
+            // Kept aside, so that the error names the left neighbour, not the right.
+            got.map_err(|e| {
+                let kind = e.kind();
+                received = Err(e);
+                std::io::Error::from(kind)
+            })
+        });
+        received.map_err(|e| self.lost(e, left))?;
+        sent.map_err(|e| self.lost(e, right))
     }
 
     /// Pipelined ring broadcast: the root sends its buffer piece by piece to its right
@@ -296,6 +429,30 @@ fn add_into<T: Element>(acc: &mut [T], piece: &[u8]) {
         // SAFETY: in bounds; read_unaligned because wire bytes carry no alignment promise.
         let v: T = unsafe { std::ptr::read_unaligned(piece.as_ptr().cast::<T>().add(i)) };
         *a = a.sum(v);
+    }
+}
+
+/// Writes `mine + piece` into `out`, a transport's buffer: the pipelined ring's
+/// reduction, one pass over each input.
+fn sum_bytes<T: Element>(out: &mut [u8], mine: &[T], piece: &[u8]) {
+    // SAFETY: every bit pattern is a valid T (Element's contract); a buffer that is not
+    // aligned for T (none of ours) goes through a scratch copy instead.
+    match unsafe { out.align_to_mut::<T>() } {
+        ([], out, []) => add_from(out, mine, piece),
+        _ => {
+            let mut tmp = vec![T::default(); piece.len() / size_of::<T>()];
+            add_from(&mut tmp, mine, piece);
+            out.copy_from_slice(as_bytes(&tmp));
+        }
+    }
+}
+
+/// Keeps a finished piece: copies `from` into the front of `dst`, around the cache when
+/// the whole buffer is too large for it (`streaming`).
+fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
+    match streaming {
+        true => copy_around_cache(&mut dst[..from.len()], from),
+        false => dst[..from.len()].copy_from_slice(from),
     }
 }
 

@@ -61,6 +61,15 @@ pub trait Link: Send + Sync {
     /// receiver can reduce one piece while the next is still on the wire.
     fn recv_pieces(&self, op: Op, len: usize, scratch: &mut [u8], each: &mut dyn FnMut(usize, &[u8]))
     -> io::Result<()>;
+    /// Sends one message of `len` bytes that `fill` writes straight into the transport's
+    /// own buffer (a shared-memory slot), so that a reduction's result needs no copy
+    /// before it leaves. `fill` may fail (it may be receiving what it writes); the message
+    /// is then not sent and its error returned. The default fills a buffer and sends it.
+    fn send_with(&self, op: Op, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
+        let mut buf = vec![0u8; len];
+        fill(&mut buf)?;
+        self.send(op, &buf)
+    }
     /// Where the peer is, for messages.
     fn describe(&self) -> String;
     /// The largest message `send` hands over without waiting for the peer to receive

@@ -251,6 +251,38 @@ impl ShmLink {
         Ok((slot, meta.len as usize))
     }
 
+    /// Waits for a free slot in the outgoing channel (the receiver is fewer than SLOTS
+    /// pieces behind) and returns it: the next to fill.
+    fn free_slot(&self) -> io::Result<usize> {
+        let h = self.out.header();
+        let head = h.head.load(Relaxed);
+        self.wait(
+            &self.out,
+            &h.tail,
+            &h.sender_sleeping,
+            || head.wrapping_sub(h.tail.load(Acquire)) < SLOTS as u32,
+            io::ErrorKind::BrokenPipe,
+        )?;
+        Ok(head as usize % SLOTS)
+    }
+
+    /// Publishes the filled `slot`: `len` bytes at `offset` of a `message_len`-byte message.
+    fn publish(&self, slot: usize, op: Op, len: usize, message_len: usize, offset: usize) {
+        let h = self.out.header();
+        let meta = SlotMeta {
+            op: op as u32,
+            len: len as u32,
+            message_len: message_len as u64,
+            offset: offset as u64,
+        };
+        // SAFETY: the slot is ours until `head` moves past it.
+        unsafe { self.out.meta(slot).write(meta) };
+        h.head.fetch_add(1, SeqCst); // publishes the piece (and orders the writes before it)
+        if h.receiver_sleeping.load(SeqCst) != 0 {
+            futex_wake(&h.head);
+        }
+    }
+
     /// Hands the slot back to the sender.
     fn release(&self) {
         let h = self.inbox.header();
@@ -270,39 +302,33 @@ impl ShmLink {
 
 impl Link for ShmLink {
     fn send(&self, op: Op, data: &[u8]) -> io::Result<()> {
-        let h = self.out.header();
         let mut offset = 0;
         loop {
-            let head = h.head.load(Relaxed);
-            // A slot is free when the receiver is fewer than SLOTS pieces behind.
-            self.wait(
-                &self.out,
-                &h.tail,
-                &h.sender_sleeping,
-                || head.wrapping_sub(h.tail.load(Acquire)) < SLOTS as u32,
-                io::ErrorKind::BrokenPipe,
-            )?;
-            let slot = head as usize % SLOTS;
+            let slot = self.free_slot()?;
             let n = SLOT_BYTES.min(data.len() - offset);
-            // SAFETY: the slot is free (see above) and holds SLOT_BYTES.
-            unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.data(slot), n);
-                self.out.meta(slot).write(SlotMeta {
-                    op: op as u32,
-                    len: n as u32,
-                    message_len: data.len() as u64,
-                    offset: offset as u64,
-                });
-            }
-            h.head.fetch_add(1, SeqCst); // publishes the piece (and orders the writes before it)
-            if h.receiver_sleeping.load(SeqCst) != 0 {
-                futex_wake(&h.head);
-            }
+            // SAFETY: the slot is free (see `free_slot`) and holds SLOT_BYTES.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.data(slot), n) };
+            self.publish(slot, op, n, data.len(), offset);
             offset += n;
             if offset >= data.len() {
                 return Ok(());
             }
         }
+    }
+
+    /// A message that fits a slot is written in place: `fill` gets the free slot itself.
+    fn send_with(&self, op: Op, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
+        if len > SLOT_BYTES {
+            let mut buf = vec![0u8; len];
+            fill(&mut buf)?;
+            return self.send(op, &buf);
+        }
+        let slot = self.free_slot()?;
+        // SAFETY: the slot is free (see `free_slot`) and holds SLOT_BYTES >= len; the
+        // receiver will not read it before `publish`.
+        fill(unsafe { std::slice::from_raw_parts_mut(self.out.data(slot), len) })?;
+        self.publish(slot, op, len, len, 0);
+        Ok(())
     }
 
     fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
@@ -414,7 +440,7 @@ pub fn connect(
 /// `dst.copy_from_slice(src)` with non-temporal (streaming) stores where the CPU has
 /// them: the destination's lines are written straight to memory, not read into the cache
 /// first and written back later.
-fn copy_around_cache(dst: &mut [u8], src: &[u8]) {
+pub fn copy_around_cache(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len());
     #[cfg(target_arch = "x86_64")]
     {
