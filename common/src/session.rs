@@ -500,13 +500,24 @@ impl Session {
     /// Checks every element of every rank's buffer against `expected`, as nccl-tests
     /// counts `#wrong`; rank 0 reports. Fails on every rank if any element is wrong.
     pub fn check<T: Element>(&mut self, buf: &Buffer<T>, expected: T) -> Result<()> {
+        self.check_by(buf, &expected.to_string(), |_| expected)
+    }
+
+    /// The check itself: element i of every rank's buffer must match `expected(i)`;
+    /// `holds` is what the OK line says the ranks hold.
+    pub(crate) fn check_by<T: Element>(
+        &mut self,
+        buf: &Buffer<T>,
+        holds: &str,
+        expected: impl Fn(usize) -> T,
+    ) -> Result<()> {
         let mut all = self.backend.download(buf, buf.len())?;
         corrupt_for_tests(self.rank(), &mut all);
-        let wrong = all.iter().filter(|v| !v.matches(expected)).count();
-        let first = all
-            .iter()
-            .position(|v| !v.matches(expected))
-            .map(|i| format!("element {i} is {} instead of {expected}", all[i]));
+        let bad = |i: &usize| !all[*i].matches(expected(*i));
+        let wrong = (0..all.len()).filter(bad).count();
+        let first = (0..all.len())
+            .find(bad)
+            .map(|i| format!("element {i} is {} instead of {}", all[i], expected(i)));
         let key = self.next_key("check");
         let mine = serde_json::to_vec(&(wrong, first))?;
         let (rank, world) = (self.rank(), self.world_size());
@@ -522,7 +533,7 @@ impl Session {
         });
         if total == 0 {
             self.say(&format!(
-                "Check: OK, all {world} ranks hold {expected} in all {} elements",
+                "Check: OK, all {world} ranks hold {holds} in all {} elements",
                 all.len()
             ));
             return Ok(());

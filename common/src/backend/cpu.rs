@@ -410,7 +410,7 @@ pub fn chunk_range(len: usize, n: usize, i: usize) -> Range<usize> {
 
 /// Two disjoint ranges of one slice (either may be empty), the first to read and the
 /// second to write.
-fn split_two<T>(data: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+pub(crate) fn split_two<T>(data: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
     if a.end <= b.start {
         let (lo, hi) = data.split_at_mut(b.start);
         (&lo[a], &mut hi[..b.end - b.start])

@@ -18,9 +18,10 @@
 
 use super::Session;
 use crate::args::DataArgs;
-use crate::backend::{Backend, Buffer, Element, Storage, cpu::Cpu};
+use crate::backend::cpu::{Cpu, split_two};
+use crate::backend::{Backend, Buffer, Element, Storage};
 use crate::error::{SharedError, usage};
-use crate::report::{Check, Timing};
+use crate::report::Timing;
 use crate::transport::Op;
 use anyhow::{Context, Result, anyhow};
 use std::ops::Range;
@@ -117,44 +118,7 @@ impl Session {
                 buf.len()
             ));
         }
-        let mut all = self.to_host(buf)?;
-        super::corrupt_for_tests(self.rank(), &mut all);
-        let bad = |i: &usize| !all[*i].matches(expected[*i]);
-        let wrong = (0..all.len()).filter(bad).count();
-        let first = (0..all.len())
-            .find(bad)
-            .map(|i| format!("element {i} is {} instead of {}", all[i], expected[i]));
-        let key = self.next_key("check");
-        let (rank, world) = (self.rank(), self.world_size());
-        let mine = serde_json::to_vec(&(wrong, first))?;
-        let replies = self.store.all_gather(&key, rank, world, &mine, "every rank's check")?;
-        let results: Vec<(usize, Option<String>)> = replies
-            .iter()
-            .map(|r| serde_json::from_slice(r))
-            .collect::<Result<_, _>>()?;
-        let total: usize = results.iter().map(|(w, _)| w).sum();
-        self.report.check = Some(Check {
-            ok: total == 0,
-            wrong: total as u64,
-        });
-        if total == 0 {
-            self.say(&format!(
-                "Check: OK, all {world} ranks hold the expected values in all {} elements",
-                all.len()
-            ));
-            return Ok(());
-        }
-        let bad: Vec<String> = results
-            .iter()
-            .enumerate()
-            .filter(|(_, (w, _))| *w > 0)
-            .map(|(r, (w, first))| format!("rank {r}: {w} wrong ({})", first.as_deref().unwrap_or("?")))
-            .collect();
-        let plural = if total == 1 { "" } else { "s" };
-        let message = format!("check FAILED, {total} wrong element{plural}: {}", bad.join("; "));
-        self.say(&format!("Check: {}", message.replace("check FAILED", "FAILED")));
-        self.failed.get_or_insert(message);
-        Ok(())
+        self.check_by(buf, "the expected values", |i| expected[i])
     }
 
     /// Times `iters` runs of `op`, a collective built by hand from point-to-point calls,
@@ -312,17 +276,6 @@ fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
 
 fn add<T: Element>(acc: &mut [T], more: &[T]) {
     for (a, b) in acc.iter_mut().zip(more) {
-        *a = *a + *b;
-    }
-}
-
-/// Two disjoint parts of one slice, the first to read and the second to write.
-fn split_two<T>(data: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
-    if a.end <= b.start {
-        let (lo, hi) = data.split_at_mut(b.start);
-        (&lo[a], &mut hi[..b.end - b.start])
-    } else {
-        let (lo, hi) = data.split_at_mut(a.start);
-        (&hi[..a.end - a.start], &mut lo[b])
+        *a = a.sum(*b);
     }
 }
