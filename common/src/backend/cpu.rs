@@ -243,11 +243,11 @@ impl Cpu {
         check_peer(root, n, "--root")?;
         if let Some(src) = src {
             check_same_len(src.len(), data.len())?;
-            if r == root {
-                data.copy_from_slice(src);
-            }
         }
         let pos = (r + n - root) % n; // this rank's distance from the root along the ring
+        // Out of place, the root sends from `src` and copies each piece into its own
+        // `data` after sending it, while the piece travels.
+        let root_src = src.filter(|_| pos == 0).map(as_bytes);
         let (left, right) = ((r + n - 1) % n, (r + 1) % n);
         let streaming = size_of_val(data) >= STREAM_ABOVE;
         let bytes = as_bytes_mut(data);
@@ -265,11 +265,15 @@ impl Cpu {
                 .map_err(|e| self.lost(e, left))
                 .with_context(|| at("receiving", left))?;
             }
+            let mine = root_src.map(|s| &s[i * BROADCAST_PIECE..][..piece.len()]);
             if pos < n - 1 {
                 self.link(right)
-                    .send(Op::Broadcast, piece)
+                    .send(Op::Broadcast, mine.unwrap_or(piece))
                     .map_err(|e| self.lost(e, right))
                     .with_context(|| at("sending", right))?;
+            }
+            if let Some(mine) = mine {
+                keep(piece, mine, streaming);
             }
         }
         Ok(())
