@@ -224,7 +224,7 @@ fn chapter_5_a_ring_that_sends_first_deadlocks_on_large_chunks_only() {
             l.starts_with(&format!("error: rank {rank}: sending 266666"))
                 && l.contains(&format!("elements to (rank {right} "))
                 && l.ends_with(&format!(
-                    "rank {right} sent nothing for the whole --timeout: it is stuck or gone"
+                    "nothing moved to or from rank {right} for the whole --timeout: it is stuck or gone"
                 ))
         })
     });

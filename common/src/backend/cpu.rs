@@ -364,7 +364,9 @@ impl Cpu {
             UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => {
                 anyhow!("lost rank {peer}: its connection closed (it exited, crashed or was killed)")
             }
-            WouldBlock | TimedOut => anyhow!("rank {peer} sent nothing for the whole --timeout: it is stuck or gone"),
+            WouldBlock | TimedOut => {
+                anyhow!("nothing moved to or from rank {peer} for the whole --timeout: it is stuck or gone")
+            }
             InvalidData => anyhow!("{e}"),
             _ => anyhow!("connection to rank {peer} failed: {e}"),
         }
