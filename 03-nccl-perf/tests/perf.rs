@@ -8,10 +8,15 @@ use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_03-nccl-perf");
 
-fn perf(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = command(BIN, args);
+/// Runs the benchmark with `line`'s words as its arguments, and `env` set.
+fn perf(line: &str, env: &[(&str, &str)]) -> Run {
+    let mut cmd = command(BIN, &words(line));
     cmd.envs(env.iter().copied());
     finish(spawn(cmd), LIMIT)
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// Checks one sweep's JSON: the sizes asked for, nccl-tests' algbw and busbw from each
@@ -67,28 +72,9 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
     for transport in ["shm", "tcp"] {
         for op in ["all-reduce", "broadcast"] {
             let r = perf(
-                &[
-                    "--nproc-per-node",
-                    "3",
-                    "--op",
-                    op,
-                    "-b",
-                    "4",
-                    "-e",
-                    "8M",
-                    "-f",
-                    "37",
-                    "-w",
-                    "1",
-                    "-n",
-                    "2",
-                    "-c",
-                    "2",
-                    "--transport",
-                    transport,
-                    "--format",
-                    "json",
-                ],
+                &format!(
+                    "--nproc-per-node 3 --op {op} -b 4 -e 8M -f 37 -w 1 -n 2 -c 2 --transport {transport} --format json"
+                ),
                 &[],
             )
             .ok();
@@ -111,26 +97,8 @@ fn every_world_from_2_to_5_is_right_on_shared_memory() {
     // (partial sums reduced straight into the next message): both must be exact, for
     // sizes that span several pieces and end off their edges.
     for world in 2..=5 {
-        let n = world.to_string();
         let r = perf(
-            &[
-                "--nproc-per-node",
-                &n,
-                "--op",
-                "all-reduce",
-                "-b",
-                "4",
-                "-e",
-                "8M",
-                "-f",
-                "37",
-                "-w",
-                "0",
-                "-n",
-                "1",
-                "--format",
-                "json",
-            ],
+            &format!("--nproc-per-node {world} --op all-reduce -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
             &[],
         )
         .ok();
@@ -142,9 +110,7 @@ fn every_world_from_2_to_5_is_right_on_shared_memory() {
 fn a_corrupted_element_is_counted_and_fails_the_run() {
     // Rank 1 doubles its element 3 before the check: one wrong element per checked run.
     let r = perf(
-        &[
-            "-b", "1K", "-e", "4K", "-f", "4", "-w", "0", "-n", "1", "--format", "json",
-        ],
+        "-b 1K -e 4K -f 4 -w 0 -n 1 --format json",
         &[("NCCL_WORKBOOK_FAULT", "corrupt:1:3")],
     );
     assert_eq!(r.code, Some(1), "{r}");
@@ -156,10 +122,7 @@ fn a_corrupted_element_is_counted_and_fails_the_run() {
     assert_eq!(j["wrong"], 4, "{r}");
     assert!(r.stderr.contains("4 wrong element(s)"), "{r}");
 
-    let text = perf(
-        &["-b", "1K", "-e", "1K", "-w", "0", "-n", "1"],
-        &[("NCCL_WORKBOOK_FAULT", "corrupt:0:0")],
-    );
+    let text = perf("-b 1K -e 1K -w 0 -n 1", &[("NCCL_WORKBOOK_FAULT", "corrupt:0:0")]);
     assert_eq!(text.code, Some(1), "{text}");
     assert!(text.stdout.contains("# Out of bounds values : 2 FAILED"), "{text}");
     let row = text
@@ -176,24 +139,7 @@ fn a_corrupted_element_is_counted_and_fails_the_run() {
 
 #[test]
 fn the_table_has_nccl_tests_columns() {
-    let r = perf(
-        &[
-            "--op",
-            "broadcast",
-            "--root",
-            "1",
-            "-b",
-            "64",
-            "-e",
-            "256",
-            "-f",
-            "2",
-            "-n",
-            "3",
-        ],
-        &[],
-    )
-    .ok();
+    let r = perf("--op broadcast --root 1 -b 64 -e 256 -f 2 -n 3", &[]).ok();
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert!(
         lines
@@ -238,26 +184,8 @@ fn ranks_started_by_hand_agree() {
     let port = free_port().to_string();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
-            let rank = rank.to_string();
-            let args = [
-                "--world-size",
-                "2",
-                "--rank",
-                &rank,
-                "--master-port",
-                &port,
-                "-b",
-                "4",
-                "-e",
-                "1M",
-                "-f",
-                "16",
-                "-n",
-                "2",
-                "--format",
-                "json",
-            ];
-            spawn(command(BIN, &args))
+            let args = format!("--world-size 2 --rank {rank} --master-port {port} -b 4 -e 1M -f 16 -n 2 --format json");
+            spawn(command(BIN, &words(&args)))
         })
         .collect();
     let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT).ok()).collect();
@@ -274,11 +202,11 @@ fn ranks_started_by_hand_agree() {
 #[test]
 fn bad_sweeps_are_refused_in_one_line() {
     for (args, says) in [
-        (&["-b", "1M", "-e", "4K"][..], "-b 1M is larger than -e 4K"),
-        (&["-f", "1"][..], "stepfactor"),
-        (&["-f", "2", "-i", "4K"][..], "cannot be used with"),
-        (&["-d", "half"][..], "half"),
-        (&["--op", "broadcast", "--root", "5"][..], "--root 5 is not a rank"),
+        ("-b 1M -e 4K", "-b 1M is larger than -e 4K"),
+        ("-f 1", "stepfactor"),
+        ("-f 2 -i 4K", "cannot be used with"),
+        ("-d half", "half"),
+        ("--op broadcast --root 5", "--root 5 is not a rank"),
     ] {
         let r = perf(args, &[]);
         assert_eq!(r.code, Some(2), "{args:?}:\n{r}");
@@ -291,24 +219,7 @@ fn bad_sweeps_are_refused_in_one_line() {
 fn on_the_nccl_double_with_double_precision() {
     let cmd = nccl_command(
         BIN,
-        &[
-            "--backend",
-            "nccl",
-            "--nproc-per-node",
-            "2",
-            "-d",
-            "double",
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "64",
-            "-n",
-            "2",
-            "--format",
-            "json",
-        ],
+        &words("--backend nccl --nproc-per-node 2 -d double -b 8 -e 1M -f 64 -n 2 --format json"),
         2,
     );
     let r = finish(spawn(cmd), LIMIT).ok();
@@ -323,33 +234,12 @@ fn on_the_nccl_double_with_double_precision() {
 fn buffers_larger_than_the_caches_are_right_too() {
     // From 16 MiB the results are written around the cache (non-temporal stores); an odd
     // size puts the slices' edges off the 16-byte boundaries those stores need.
-    for (op, world) in [("all-reduce", "2"), ("all-reduce", "3"), ("broadcast", "3")] {
+    for (op, world) in [("all-reduce", 2), ("all-reduce", 3), ("broadcast", 3)] {
         let r = perf(
-            &[
-                "--nproc-per-node",
-                world,
-                "--op",
-                op,
-                "-b",
-                "17825796",
-                "-e",
-                "17825796",
-                "-w",
-                "0",
-                "-n",
-                "1",
-                "--format",
-                "json",
-            ],
+            &format!("--nproc-per-node {world} --op {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
             &[],
         )
         .ok();
-        check_sweep(
-            &r.json(),
-            &op.replace('-', "_"),
-            world.parse().unwrap(),
-            &[17825796],
-            &r,
-        );
+        check_sweep(&r.json(), &op.replace('-', "_"), world, &[17825796], &r);
     }
 }

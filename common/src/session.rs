@@ -104,12 +104,7 @@ impl Session {
         let (backend, device, device_name, nccl_version, transports) = match kind {
             Kind::Cpu => {
                 let dev = device::device_for(rank, device_count);
-                let (links, transports) = cpu_links(&mut store, &id, &host, run)?;
-                // Every neighbour pair of the ring shares memory: the all-reduce can be pipelined.
-                let ring_in_memory = (0..world).all(|a| {
-                    let (lo, hi) = (a.min((a + 1) % world), a.max((a + 1) % world));
-                    lo == hi || transports.get(&format!("{lo}-{hi}")) == Some(&Via::Shm)
-                });
+                let (links, transports, ring_in_memory) = cpu_links(&mut store, &id, &host, run)?;
                 (
                     Backend::Cpu(backend::cpu::Cpu::new(rank, world, links, ring_in_memory)),
                     format!("cpu:{dev}"),
@@ -678,7 +673,9 @@ fn print_out(line: &str) {
 }
 
 /// The links of a CPU-backend rank: shared memory to the ranks on its machine and TCP
-/// to the others (or as `--transport` says), and the choice for every pair ("0-1": shm).
+/// to the others (or as `--transport` says), the choice for every pair ("0-1": shm), and
+/// whether every neighbour pair of the ring (i, i + 1) shares memory, so that the
+/// all-reduce may run piece by piece.
 /// Every rank takes part in both setups, even with no peer of that kind, because each
 /// setup gathers from every rank through the store.
 #[allow(clippy::type_complexity)]
@@ -687,7 +684,7 @@ fn cpu_links(
     id: &Identity,
     host: &str,
     run: &RunArgs,
-) -> Result<(Vec<Option<Box<dyn Link>>>, BTreeMap<String, Via>)> {
+) -> Result<(Vec<Option<Box<dyn Link>>>, BTreeMap<String, Via>, bool)> {
     let (rank, world) = (id.rank, id.world_size);
     // One machine = one host name and one boot: two containers may share a name, not a boot id.
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
@@ -726,7 +723,8 @@ fn cpu_links(
             }
         }
     }
-    Ok((links, pairs))
+    let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
+    Ok((links, pairs, ring_in_memory))
 }
 
 /// This machine's name: the node name Slurm gave the task (the same as the hostname on

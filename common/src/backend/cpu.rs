@@ -23,9 +23,9 @@ const MIN_SLICE: usize = 256 << 10;
 /// An all-reduce reduces what arrives in pieces of this size, while the rest is in flight.
 const REDUCE_PIECE: usize = 256 << 10;
 
-/// The pipelined all-reduce moves pieces of this size round the ring (one shared-memory
-/// slot each).
-const RING_PIECE: usize = 512 << 10;
+/// The pipelined all-reduce moves pieces of this size round the ring: one shared-memory
+/// slot each, so that a piece is reduced straight into the slot it leaves in.
+const RING_PIECE: usize = crate::transport::shm::SLOT_BYTES;
 
 /// A rank of the CPU backend: its place in the world, and a link to every other rank.
 pub struct Cpu {
