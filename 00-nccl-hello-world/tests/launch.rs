@@ -148,28 +148,8 @@ fn slurm_variables_one_task_per_rank() {
 
 #[test]
 fn two_launchers_as_two_nodes_on_one_machine() {
-    let port = free_port().to_string();
-    let node = |n: &str| {
-        spawn(command(
-            BIN,
-            &[
-                "--nnodes",
-                "2",
-                "--node-rank",
-                n,
-                "--nproc-per-node",
-                "2",
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                &port,
-                "--format",
-                "json",
-            ],
-        ))
-    };
-    let (a, b) = (node("0"), node("1"));
-    let (a, b) = (finish(a, LIMIT).ok(), finish(b, LIMIT).ok());
+    let [a, b] = testkit::two_nodes(|_, args| command(BIN, &[args, &["--nproc-per-node", "2"]].concat()));
+    let (a, b) = (a.ok(), b.ok());
     let j = a.json();
     assert_eq!(j["world_size"], 4);
     assert_eq!(field(&j, "local_rank"), vec!["0", "1", "0", "1"]);

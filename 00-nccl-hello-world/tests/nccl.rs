@@ -1,7 +1,7 @@
 //! Hello world with --backend nccl on the NCCL test double (nccl-double/), and the
 //! rules of NCCL that the project must respect, each broken on purpose.
 
-use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, spawn};
+use testkit::{LIMIT, Run, command, finish, nccl_command, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_00-nccl-hello-world");
 
@@ -62,28 +62,11 @@ fn more_ranks_than_gpus_is_refused_before_nccl_is_called() {
 /// Two launchers on this machine as two nodes of 2 ranks on 2 GPUs each: ranks 0 and 2
 /// both take device 0 (rank % device_count). `host` gives each launcher a host name.
 fn two_nodes(host: [&str; 2]) -> [Run; 2] {
-    let port = free_port().to_string();
-    let node = |n: usize| {
-        let args = [
-            "--backend",
-            "nccl",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            if n == 0 { "0" } else { "1" },
-            "--master-port",
-            &port,
-            "--master-addr",
-            "127.0.0.1",
-            "--format",
-            "json",
-        ];
-        let mut cmd = nccl_command(BIN, &args, 2);
+    testkit::two_nodes(|n, args| {
+        let mut cmd = nccl_command(BIN, &[&["--backend", "nccl"], args].concat(), 2);
         cmd.env("NCCL_DOUBLE_HOST", host[n]);
-        spawn(cmd)
-    };
-    let (a, b) = (node(0), node(1));
-    [finish(a, LIMIT), finish(b, LIMIT)]
+        cmd
+    })
 }
 
 #[test]

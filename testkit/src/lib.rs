@@ -135,6 +135,31 @@ pub fn run(bin: &str, args: &[&str]) -> Run {
     finish(spawn(command(bin, args)), LIMIT)
 }
 
+/// Two launchers on this machine as the two nodes of one job (`--nnodes 2`, node ranks
+/// 0 and 1, a master on 127.0.0.1 at a free port, JSON output), run to the end together.
+/// `make(node, args)` builds node `node`'s command from those arguments.
+pub fn two_nodes(make: impl Fn(usize, &[&str]) -> Command) -> [Run; 2] {
+    let port = free_port().to_string();
+    let node = |n: usize| {
+        let rank = n.to_string();
+        let args = [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            &rank,
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+            "--format",
+            "json",
+        ];
+        spawn(make(n, &args))
+    };
+    let (a, b) = (node(0), node(1));
+    [finish(a, LIMIT), finish(b, LIMIT)]
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -5,7 +5,7 @@
 mod support;
 
 use support::built;
-use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, run, spawn, stage};
+use testkit::{LIMIT, Run, command, finish, nccl_command, run, spawn, stage};
 
 /// One field of every rank in a JSON report, as text.
 fn field(j: &serde_json::Value, key: &str) -> Vec<String> {
@@ -261,26 +261,9 @@ fn chapter_7_one_broadcast_per_tensor_is_several_times_slower_than_one_packed() 
 #[test]
 fn chapter_8_two_launchers_rehearse_two_nodes() {
     let hello = built("00-nccl-hello-world");
-    let port = free_port().to_string();
-    let node = |rank: &str| {
-        let args = [
-            "--nnodes",
-            "2",
-            "--node-rank",
-            rank,
-            "--nproc-per-node",
-            "2",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            &port,
-            "--format",
-            "json",
-        ];
-        spawn(command(hello.to_str().unwrap(), &args))
-    };
-    let (a, b) = (node("0"), node("1"));
-    let (a, b) = (finish(a, LIMIT).ok(), finish(b, LIMIT).ok());
+    let [a, b] =
+        testkit::two_nodes(|_, args| command(hello.to_str().unwrap(), &[args, &["--nproc-per-node", "2"]].concat()));
+    let (a, b) = (a.ok(), b.ok());
     assert!(b.stdout.is_empty(), "only rank 0, on node 0, prints: {b}");
     let j = a.json();
     assert_eq!(field(&j, "local_rank"), ["0", "1", "0", "1"], "{a}");
