@@ -112,7 +112,7 @@ fn two_jobs_on_one_port_the_second_is_refused_and_the_first_completes() {
         "--size",
         "4M",
         "--iters",
-        "100",
+        "3000", // seconds of work: the first job must still be running when the second comes
         "--format",
         "json",
     ];

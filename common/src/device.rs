@@ -7,8 +7,14 @@
 //!
 //! The probe asks, in order, for the CUDA driver library, its GPUs and libnccl, checking
 //! each library is there before cudarc touches it (cudarc panics on a missing library).
+//!
+//! "Its GPUs" are the ones `CUDA_VISIBLE_DEVICES` lets this process see: Slurm's
+//! `--gpus-per-task=1` gives every task its own GPU as its device 0, so that
+//! `rank % device_count` is 0 everywhere and yet every rank has a GPU of its own.
 
 use crate::args::BackendChoice;
+use crate::error::usage;
+use crate::nccl_library::{Loaded, OLDEST};
 use anyhow::{Result, bail};
 
 /// The course's rule: the device a rank uses.
@@ -25,8 +31,12 @@ pub struct Probe {
     pub gpus: usize,
     /// Why the driver reported no GPU, when it failed.
     pub driver_error: Option<String>,
-    /// libnccl loads, and its version.
-    pub nccl: Option<String>,
+    /// The libnccl that loads: its version and file.
+    pub nccl: Option<Loaded>,
+    /// Why libnccl is there but could not say its version.
+    pub nccl_error: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES`, when set.
+    pub visible: Option<String>,
 }
 
 /// Looks for the driver, its GPUs and NCCL, without ever letting cudarc panic.
@@ -34,6 +44,7 @@ pub fn probe() -> Probe {
     // SAFETY: only tries to load the library by name.
     let mut p = Probe {
         driver: unsafe { cudarc::driver::sys::is_culib_present() },
+        visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
         ..Probe::default()
     };
     if p.driver {
@@ -44,7 +55,10 @@ pub fn probe() -> Probe {
     }
     // SAFETY: only tries to load the library by name.
     if unsafe { cudarc::nccl::sys::is_culib_present() } {
-        p.nccl = Some(crate::backend::nccl::version().unwrap_or_else(|e| format!("unknown version ({e})")));
+        match crate::nccl_library::loaded() {
+            Ok(lib) => p.nccl = Some(lib),
+            Err(e) => p.nccl_error = Some(e.to_string()),
+        }
     }
     p
 }
@@ -59,14 +73,28 @@ pub enum Kind {
 }
 
 /// Picks the backend for `choice` from what `probe` found, and says why in one line.
-/// Asking for NCCL where it cannot run is an error naming the missing piece.
+/// Asking for NCCL where it cannot run is an error naming the missing piece; a
+/// `CUDA_VISIBLE_DEVICES` that names GPUs the driver does not have is bad input.
 pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
+    if choice != BackendChoice::Cpu && p.driver {
+        check_visible(p)?;
+    }
     let missing = if !p.driver {
         Some("the CUDA driver (libcuda.so) is not on this machine: there is no NVIDIA GPU here, or its driver is not installed".to_string())
     } else if p.gpus == 0 {
         let why = p.driver_error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
         Some(format!(
             "the CUDA driver sees no GPU{why}: on a cluster, ask for one (e.g. --gres=gpu:1)"
+        ))
+    } else if let Some(e) = &p.nccl_error {
+        Some(format!("found {} but libnccl failed: {e}", gpus(p.gpus)))
+    } else if let Some(lib) = p.nccl.as_ref().filter(|l| !l.supported) {
+        let (a, b, c) = OLDEST;
+        Some(format!(
+            "found {} but {} is older than NCCL {a}.{b}.{c}, the oldest this workbook supports: \
+             load a newer NCCL (e.g. `pip install nvidia-nccl-cu12`, or NCCL_LIBRARY=<its libnccl.so.2>)",
+            gpus(p.gpus),
+            lib.describe()
         ))
     } else if p.nccl.is_none() {
         Some(format!(
@@ -81,17 +109,47 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
             Kind::Cpu,
             "backend: cpu, as asked (--backend cpu): ring algorithms over shared memory and TCP".into(),
         )),
+        (BackendChoice::Nccl, Some(why)) if p.nccl.as_ref().is_some_and(|l| !l.supported) => {
+            Err(usage(format!("--backend nccl cannot run here: {why}")))
+        }
         (BackendChoice::Nccl, Some(why)) => bail!("--backend nccl cannot run here: {why}"),
         (BackendChoice::Auto, Some(why)) => Ok((Kind::Cpu, format!("backend: cpu, because {why}"))),
         (_, None) => Ok((
             Kind::Nccl,
             format!(
-                "backend: nccl, found {} and NCCL {}",
+                "backend: nccl, found {} and {}",
                 gpus(p.gpus),
-                p.nccl.as_deref().unwrap_or("?")
+                p.nccl.as_ref().map(Loaded::describe).unwrap_or_default()
             ),
         )),
     }
+}
+
+/// Refuses a `CUDA_VISIBLE_DEVICES` that hides GPUs by mistake. The driver reads the list
+/// up to its first entry that names no GPU (or one already listed), so when it sees
+/// fewer GPUs than the list has entries, the entry at that position is the culprit.
+fn check_visible(p: &Probe) -> Result<()> {
+    let Some(value) = &p.visible else { return Ok(()) };
+    let to_cpu = "to run without GPUs, say --backend cpu";
+    if value.trim().is_empty() {
+        return Err(usage(format!(
+            "CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU from CUDA: unset it, or list the GPUs \
+             to use (e.g. CUDA_VISIBLE_DEVICES=0,1); {to_cpu}"
+        )));
+    }
+    let entries: Vec<&str> = value.split(',').map(str::trim).collect();
+    let Some(bad) = entries.get(p.gpus) else { return Ok(()) };
+    let seen = match p.gpus {
+        0 => "no GPU is visible".to_string(),
+        1 => "only 1 GPU is visible".to_string(),
+        n => format!("only {n} GPUs are visible"),
+    };
+    Err(usage(format!(
+        "CUDA_VISIBLE_DEVICES={}: the CUDA driver stops at {:?}, which is not a GPU of this node (an index from 0, \
+         or a UUID as `nvidia-smi -L` shows it, each GPU once), so {seen}; list only GPUs that exist; {to_cpu}",
+        crate::error::cut(value, 80),
+        crate::error::cut(bad, 40)
+    )))
 }
 
 fn gpus(n: usize) -> String {
@@ -126,13 +184,73 @@ mod tests {
         let all = Probe {
             driver: true,
             gpus: 4,
-            nccl: Some("2.18.3".into()),
+            nccl: Some(nccl("2.18.3", true)),
             ..Probe::default()
         };
         let (kind, why) = choose(BackendChoice::Auto, &all).unwrap();
         assert_eq!(
             (kind, why.as_str()),
-            (Kind::Nccl, "backend: nccl, found 4 GPUs and NCCL 2.18.3")
+            (
+                Kind::Nccl,
+                "backend: nccl, found 4 GPUs and NCCL 2.18.3 (/lib/libnccl.so.2)"
+            )
         );
+    }
+
+    fn nccl(version: &str, supported: bool) -> Loaded {
+        Loaded {
+            version: version.into(),
+            supported,
+            path: Some("/lib/libnccl.so.2".into()),
+        }
+    }
+
+    #[test]
+    fn an_nccl_too_old_is_refused_naming_both_versions() {
+        let old = Probe {
+            driver: true,
+            gpus: 2,
+            nccl: Some(nccl("2.17.1", false)),
+            ..Probe::default()
+        };
+        let e = choose(BackendChoice::Nccl, &old).unwrap_err();
+        assert!(crate::error::is_usage(&e), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("NCCL 2.17.1 (/lib/libnccl.so.2) is older than NCCL 2.18.0"),
+            "{e}"
+        );
+        let (kind, why) = choose(BackendChoice::Auto, &old).unwrap();
+        assert_eq!(kind, Kind::Cpu, "{why}");
+    }
+
+    #[test]
+    fn cuda_visible_devices_naming_no_gpu_is_bad_input() {
+        let with = |visible: &str, gpus: usize| Probe {
+            driver: true,
+            gpus,
+            nccl: Some(nccl("2.18.3", true)),
+            visible: Some(visible.into()),
+            ..Probe::default()
+        };
+        for (visible, gpus, says) in [
+            ("", 0, "CUDA_VISIBLE_DEVICES is set but empty"),
+            ("-1", 0, "stops at \"-1\""),
+            (
+                "0,7",
+                1,
+                "stops at \"7\", which is not a GPU of this node (an index from 0, or a UUID as `nvidia-smi -L` shows it, each GPU once), so only 1 GPU is visible",
+            ),
+            ("GPU-0000dead", 0, "stops at \"GPU-0000dead\""),
+        ] {
+            for choice in [BackendChoice::Auto, BackendChoice::Nccl] {
+                let e = choose(choice, &with(visible, gpus)).unwrap_err();
+                assert!(crate::error::is_usage(&e), "{e}");
+                assert!(e.to_string().contains(says), "{visible:?}: {e}");
+            }
+            // The CPU backend never looks.
+            assert_eq!(choose(BackendChoice::Cpu, &with(visible, gpus)).unwrap().0, Kind::Cpu);
+        }
+        assert_eq!(choose(BackendChoice::Nccl, &with("2,0", 2)).unwrap().0, Kind::Nccl);
     }
 }

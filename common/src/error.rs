@@ -38,6 +38,24 @@ impl fmt::Display for SharedError {
 
 impl std::error::Error for SharedError {}
 
+/// A failure whose message already names the rank that caused it (the watchdog's
+/// finding): nothing is added to it.
+#[derive(Debug)]
+pub struct Culprit(pub String);
+
+impl fmt::Display for Culprit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Culprit {}
+
+/// Whether `err` already names the rank that caused it.
+pub fn names_culprit(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.downcast_ref::<Culprit>().is_some())
+}
+
 /// A usage error with this message.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
@@ -64,4 +82,13 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 pub fn say_line(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// `text` as an error message may echo it: whole when short, else its first `max`
+/// characters and a count of the rest (a 100 kB variable must not flood the terminal).
+pub fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((at, _)) => format!("{}... ({} more bytes)", &text[..at], text.len() - at),
+    }
 }

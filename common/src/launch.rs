@@ -6,7 +6,9 @@
 //! 2. torchrun's variables: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
 //!    `MASTER_ADDR`, `MASTER_PORT` (also what this program's own launcher sets);
 //! 3. Slurm's: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NODEID`, with the
-//!    master on the first host of `SLURM_JOB_NODELIST`;
+//!    master on the first host of the step (`SLURM_STEP_NODELIST`: a step may run on
+//!    part of the allocation, and rank 0 is on the step's first node), else of the job
+//!    (`SLURM_JOB_NODELIST`);
 //! 4. none: the process becomes the launcher and starts the ranks itself (see
 //!    [`crate::launcher`]).
 
@@ -184,19 +186,22 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
         let addr = match master_addr() {
             Some(a) => a,
             None => {
-                let list = env("SLURM_JOB_NODELIST")
-                    .or_else(|| env("SLURM_NODELIST"))
+                let (name, list) = ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"]
+                    .into_iter()
+                    .find_map(|name| env(name).map(|list| (name, list)))
                     .ok_or_else(|| usage("SLURM_PROCID is set but SLURM_JOB_NODELIST is not: set MASTER_ADDR"))?;
-                hostlist::first(&list).context("reading SLURM_JOB_NODELIST")?
+                hostlist::first(&list).with_context(|| format!("reading {name}"))?
             }
         };
         let port = match master_port()? {
             Some(p) => p,
             None => slurm_port(&job, &step),
         };
-        let local_world_size = match (env("SLURM_TASKS_PER_NODE"), num("SLURM_NODEID")?) {
+        // The step's own layout first, as for the nodes (SLURM_NODEID counts the step's nodes).
+        let per_node = env("SLURM_STEP_TASKS_PER_NODE").or_else(|| env("SLURM_TASKS_PER_NODE"));
+        let local_world_size = match (per_node, num("SLURM_NODEID")?) {
             (Some(spec), Some(node)) => hostlist::tasks_per_node(&spec)
-                .context("reading SLURM_TASKS_PER_NODE")?
+                .context("reading SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE")?
                 .get(node)
                 .copied(),
             _ => None,
@@ -330,6 +335,27 @@ mod tests {
         assert_eq!((id.master_addr.as_str(), id.source), ("lrdn0007", Source::Slurm));
         assert_eq!(id.store_port, slurm_port("123456", "0"));
         assert_eq!(id.job_id, "slurm-123456.0");
+    }
+
+    #[test]
+    fn a_step_on_part_of_the_allocation_has_its_master_on_the_steps_first_node() {
+        // `srun -N1 -w lrdn0008` inside a two-node job: the step's node hosts rank 0.
+        let vars: Vec<_> = SLURM
+            .iter()
+            .copied()
+            .filter(|(k, _)| !["SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID"].contains(k))
+            .chain([
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_NODEID", "0"),
+                ("SLURM_LOCALID", "1"),
+                ("SLURM_STEP_NODELIST", "lrdn0008"),
+                ("SLURM_STEP_TASKS_PER_NODE", "2"),
+            ])
+            .collect();
+        let id = rank(&[], &vars);
+        assert_eq!(id.master_addr, "lrdn0008");
+        assert_eq!((id.rank, id.world_size, id.local_world_size), (1, 2, Some(2)));
     }
 
     #[test]

@@ -56,8 +56,11 @@ pub fn parse_args<A: Parser>() -> A {
 pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
     quiet_panics();
     set_color(run);
-    if run.backend != args::BackendChoice::Cpu {
-        nccl_library::make_loadable(); // may restart this process, once
+    if run.backend != args::BackendChoice::Cpu
+        && let Err(e) = nccl_library::make_loadable()
+    // may restart this process, once
+    {
+        return fail(None, &e);
     }
     let code = run_role(run, lesson);
     nccl_library::clean_up();

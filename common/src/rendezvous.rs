@@ -336,6 +336,8 @@ pub struct Store {
     conn: TcpStream,
     addr: String,
     timeout: Duration,
+    /// How long to wait for any reply: a wait's own deadline plus some slack.
+    reply_within: Duration,
 }
 
 impl Store {
@@ -347,7 +349,14 @@ impl Store {
         let mut last_err;
         loop {
             match try_connect(&addr, join, timeout) {
-                Ok(conn) => return Ok(Store { conn, addr, timeout }),
+                Ok(conn) => {
+                    return Ok(Store {
+                        conn,
+                        addr,
+                        timeout,
+                        reply_within: timeout + Duration::from_secs(5),
+                    });
+                }
                 Err(Attempt::Refused(why)) => bail!("the store at {addr} refused this rank: {why}"),
                 Err(Attempt::Failed(e)) => last_err = e,
             }
@@ -360,6 +369,19 @@ impl Store {
             }
             thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// A second handle on this same connection whose requests give up after `limit`:
+    /// for quick looks (`set`, `get`, `first_lost`) while the rank waits on something
+    /// else, such as the GPU. The two handles must never be used at the same time (one
+    /// thread, one request at a time), as each request reads its own reply.
+    pub fn watcher(&self, limit: Duration) -> Result<Store> {
+        Ok(Store {
+            conn: self.conn.try_clone()?,
+            addr: self.addr.clone(),
+            timeout: limit,
+            reply_within: limit,
+        })
     }
 
     /// Sets `key` to `value` for every rank to see.
@@ -445,8 +467,7 @@ impl Store {
             anyhow!("lost the store at {} ({how})", self.addr)
         };
         // The store answers a wait within the timeout; allow a little more before giving up.
-        self.conn
-            .set_read_timeout(Some(self.timeout + Duration::from_secs(5)))?;
+        self.conn.set_read_timeout(Some(self.reply_within))?;
         wire::write_frame(&mut self.conn, kind, payload).map_err(lost)?;
         let (reply, body) = wire::read_frame(&mut self.conn, MAX_FRAME).map_err(lost)?;
         match reply {

@@ -18,6 +18,9 @@ pub struct Report {
     /// NCCL's version, on the NCCL backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_version: Option<String>,
+    /// The libnccl file every rank loaded (rank 0's; all ranks run the same version).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_library: Option<String>,
     /// CPU backend: the transport of every pair of ranks ("0-1": "shm").
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub transports: BTreeMap<String, Via>,

@@ -33,6 +33,60 @@ struct Member {
     device_name: Option<String>,
 }
 
+/// Which backend a rank picked and why, and on NCCL which library: compared across ranks.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Choice {
+    /// NCCL (true) or the CPU backend.
+    kind: bool,
+    /// The backend line.
+    reason: String,
+    /// NCCL's version and file.
+    nccl: Option<(String, String)>,
+}
+
+/// Every rank must run the same backend, and on NCCL the same version: a rank on a node
+/// without GPUs (or with another NCCL) would otherwise hang or corrupt the others.
+fn same_backend(store: &mut Store, rank: usize, world: usize, mine: &Choice) -> Result<()> {
+    let all = store.all_gather(
+        "backend",
+        rank,
+        world,
+        &serde_json::to_vec(mine)?,
+        "every rank's backend",
+    )?;
+    let all = all
+        .iter()
+        .enumerate()
+        .map(|(r, c)| serde_json::from_slice(c).with_context(|| format!("rank {r}'s backend is malformed")))
+        .collect::<Result<Vec<Choice>>>()?;
+    let name = |c: &Choice| if c.kind { "nccl" } else { "cpu" };
+    let refuse = |message: String| -> Result<()> { Err(SharedError { message, usage: true }.into()) };
+    if let Some((r, other)) = all.iter().enumerate().find(|(_, c)| c.kind != all[0].kind) {
+        return refuse(format!(
+            "rank 0 runs the {} backend ({}) but rank {r} the {} backend ({}): every rank must run the same one; \
+             give every node GPUs and NCCL, or say --backend cpu",
+            name(&all[0]),
+            all[0].reason,
+            name(other),
+            other.reason
+        ));
+    }
+    let version = |c: &Choice| c.nccl.as_ref().map(|(v, p)| format!("NCCL {v} ({p})"));
+    if let Some((r, other)) = all
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.nccl.as_ref().map(|n| &n.0) != all[0].nccl.as_ref().map(|n| &n.0))
+    {
+        return refuse(format!(
+            "rank 0 loads {} but rank {r} loads {}: every rank must use the same NCCL version (point NCCL_LIBRARY \
+             at one libnccl.so.2 on every node)",
+            version(&all[0]).unwrap_or_default(),
+            version(other).unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
 /// One rank's session: who it is, its store connection and its backend.
 pub struct Session {
     // Fields drop in this order. On a failure, the links to the peers close first (so
@@ -71,6 +125,10 @@ impl Session {
             device::probe()
         };
         let (kind, reason) = device::choose(run.backend, &probe)?;
+        // Said first, before anything can fail: which backend, and on NCCL which library.
+        if rank == 0 && run.format == Format::Text {
+            print_out(&reason);
+        }
 
         // Rendezvous: rank 0 hosts the store on the master address; everyone joins it.
         let server = if rank == 0 {
@@ -98,10 +156,20 @@ impl Session {
             .local_rank
             .unwrap_or_else(|| same_host.iter().position(|r| *r == rank).unwrap_or(0));
         let local_world = id.local_world_size.unwrap_or(same_host.len());
+        let choice = Choice {
+            kind: kind == Kind::Nccl,
+            reason: reason.clone(),
+            nccl: probe
+                .nccl
+                .clone()
+                .filter(|_| kind == Kind::Nccl)
+                .map(|l| (l.version, l.path.map(|p| p.display().to_string()).unwrap_or_default())),
+        };
+        same_backend(&mut store, rank, world, &choice)?;
 
         // The device, by the course's rule, and the backend on it.
         let device_count = if kind == Kind::Cpu { local_world } else { probe.gpus };
-        let (backend, device, device_name, nccl_version, transports) = match kind {
+        let (backend, device, device_name, transports) = match kind {
             Kind::Cpu => {
                 let dev = device::device_for(rank, device_count);
                 let (links, transports, ring_in_memory) = cpu_links(&mut store, &id, &host, run)?;
@@ -109,37 +177,19 @@ impl Session {
                     Backend::Cpu(backend::cpu::Cpu::new(rank, world, links, ring_in_memory)),
                     format!("cpu:{dev}"),
                     None,
-                    None,
                     transports,
                 )
             }
             Kind::Nccl => {
-                if local_world > probe.gpus {
-                    return Err(SharedError {
-                        message: format!(
-                            "{local_world} ranks on host {host} but only {}: NCCL refuses two ranks on one GPU \
-                             (\"Duplicate GPU detected\"); start at most {} ranks per node (--nproc-per-node {}), \
-                             or use --backend cpu",
-                            if probe.gpus == 1 {
-                                "1 GPU".to_string()
-                            } else {
-                                format!("{} GPUs", probe.gpus)
-                            },
-                            probe.gpus,
-                            probe.gpus
-                        ),
-                        usage: true,
-                    }
-                    .into());
-                }
+                // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
+                // the backend compares the GPUs themselves, not their numbers.
                 let dev = device::device_for(rank, probe.gpus);
-                let nccl = backend::nccl::Nccl::init(&mut store, rank, world, dev)?;
+                let nccl = backend::nccl::Nccl::init(&mut store, rank, world, dev, &host, run.timeout)?;
                 let name = nccl.device_name();
                 (
-                    Backend::Nccl(nccl),
+                    Backend::Nccl(Box::new(nccl)),
                     format!("cuda:{dev}"),
                     Some(name),
-                    probe.nccl.clone(),
                     BTreeMap::new(),
                 )
             }
@@ -170,7 +220,8 @@ impl Session {
             example: crate::example_name(),
             backend: backend.name().into(),
             backend_reason: reason.clone(),
-            nccl_version,
+            nccl_version: choice.nccl.as_ref().map(|(v, _)| v.clone()),
+            nccl_library: choice.nccl.as_ref().map(|(_, p)| p.clone()).filter(|p| !p.is_empty()),
             transports,
             world_size: world,
             ranks: members
@@ -203,7 +254,6 @@ impl Session {
             device_count,
             failed: None,
         };
-        session.say(&reason);
         session.say_transports();
         Ok(session)
     }
@@ -611,12 +661,17 @@ impl Session {
     /// Adds to a failure which rank went first, when that is another rank: a rank whose
     /// neighbour exited because of a third rank's crash then names the crashed one.
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
-        if crate::error::is_shared(&err) {
+        if crate::error::is_shared(&err) || crate::error::names_culprit(&err) {
             return err;
         }
-        // Give the store a moment to see the connection of a killed rank close.
+        // Give the store a moment to see the connection of a killed rank close; ask it
+        // briefly (a frozen rank 0 must not hold this rank's exit back).
         std::thread::sleep(Duration::from_millis(50));
-        match self.store.first_lost() {
+        let asked = self
+            .store
+            .watcher(Duration::from_secs(2))
+            .and_then(|mut s| s.first_lost());
+        match asked {
             Ok(Some((r, how))) if r != self.rank() => err.context(format!("rank {r} failed first ({how})")),
             Ok(_) => err,
             Err(_) if self.rank() != 0 => err.context("rank 0, which hosts the store, is gone too"),

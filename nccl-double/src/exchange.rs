@@ -6,24 +6,28 @@
 //!
 //! | name | written by | holds |
 //! |---|---|---|
-//! | `rank-<r>` | rank r at init (first claimer wins) | its card: world size, device, pid, hosts |
+//! | `rank-<r>` | rank r at init (first claimer wins) | its card: world size, NCCL version, pid, bus id, hosts |
 //! | `op-<seq>-<r>` | rank r | its call #seq (a description line, then its data) |
 //! | `done-<r>` | rank r | the last call it completed, so old `op-` files can go |
 //! | `msg-<from>-<to>-<n>` | sender | message #n of a send/recv pair (removed by the receiver) |
 //! | `ack-<from>-<to>-<n>` | receiver | "ok" or why the pair did not match (removed by the sender) |
-//! | `failed-<pid>-<k>` | a rank that failed | why: the others stop waiting at once |
+//! | `failed-<pid>-<k>` | a rank that broke a rule, or saw that another did | why: the others stop waiting |
 //! | `left-<r>` | rank r when its communicator goes | the last rank to leave removes the folder |
 //!
-//! Every wait has a deadline (`NCCL_DOUBLE_TIMEOUT_S`, default 60 s), ends early when a
-//! rank published a failure or left, and checks that the processes it waits for (those
-//! of this machine) are still alive.
+//! A wait lasts until what it waits for arrives, another rank publishes a failure, or
+//! the communicator is aborted (the abort flag is read every 1-2 ms; the folder is read
+//! as often for the first 100 ms, then every few ms). Like real NCCL, there is no
+//! deadline and no liveness check: a rank that never comes, has left, was killed or is
+//! stopped is simply waited for (`NCCL_DOUBLE_TIMEOUT_S`, unset by default, adds a
+//! deadline as a safety net for debugging). A rank killed before leaving never writes
+//! its `left-` file, so its folder stays behind: one small folder named by a random id;
+//! cleaning up after SIGKILL is not the double's job.
 
 use crate::nccl::{NcclResult, REMOTE_ERROR, SYSTEM_ERROR};
-use std::cell::RefCell;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Why an operation failed: the NCCL result and a sentence.
@@ -34,32 +38,32 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure with `code` saying `why`.
     pub fn new(code: NcclResult, why: impl Into<String>) -> Self {
         Self { code, why: why.into() }
     }
 }
 
-/// How long any wait may last (`NCCL_DOUBLE_TIMEOUT_S`, default 60 s).
-pub fn timeout() -> Duration {
-    static T: OnceLock<Duration> = OnceLock::new();
-    *T.get_or_init(|| Duration::from_secs(crate::env_number("NCCL_DOUBLE_TIMEOUT_S", 60)))
+/// Why a wait (or the work around it) stopped before its end.
+#[derive(Debug)]
+pub enum Halt {
+    /// Something went wrong: the communicator fails with this.
+    Failed(Failure),
+    /// The communicator is being aborted: stop at once, report nothing.
+    Aborted,
 }
 
-/// This machine's name, as the kernel knows it (used to tell whether a rank's process
-/// can be checked for life from here).
-pub fn real_host() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
+impl From<Failure> for Halt {
+    fn from(f: Failure) -> Self {
+        Halt::Failed(f)
+    }
 }
 
-/// The host name for the duplicate-GPU rule: `NCCL_DOUBLE_HOST` (tests simulate several
-/// nodes with it), else the node Slurm gave the task (emulated nodes share one real
-/// host), else the real one.
-pub fn host() -> String {
-    std::env::var("NCCL_DOUBLE_HOST")
-        .or_else(|_| std::env::var("SLURMD_NODENAME"))
-        .unwrap_or_else(|_| real_host())
+/// The optional deadline of every wait (`NCCL_DOUBLE_TIMEOUT_S`; 0 or unset: none).
+fn timeout() -> Option<Duration> {
+    static T: OnceLock<u64> = OnceLock::new();
+    let s = *T.get_or_init(|| crate::env_number("NCCL_DOUBLE_TIMEOUT_S", 0));
+    (s > 0).then(|| Duration::from_secs(s))
 }
 
 /// How a wait that failed because of another rank ends its message.
@@ -75,43 +79,53 @@ pub fn cause(rank: usize, remote: bool, why: &str) -> String {
     }
 }
 
-/// A rank's card, published when it joins.
+/// A rank's card, published when it joins: what NCCL's first all-gather at init
+/// exchanges (`ncclPeerInfo`), as far as the double checks it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Card {
     pub nranks: usize,
-    pub device: usize,
+    /// The NCCL version this rank loaded (`ncclGetVersion`).
+    pub version: u32,
     pub pid: u32,
+    /// The PCI bus id of its GPU (NCCL compares bus ids, not device ordinals).
+    pub bus_id: String,
     pub real_host: String,
+    /// The node it plays (see [`crate::devices::host`]).
     pub host: String,
 }
 
 impl Card {
-    pub fn mine(nranks: usize, device: usize) -> Self {
+    /// This process's card, as a rank of `nranks` on the GPU with `bus_id`.
+    pub fn mine(nranks: usize, bus_id: String) -> Self {
         Self {
             nranks,
-            device,
+            version: crate::nccl::version(),
             pid: std::process::id(),
-            real_host: real_host(),
-            host: host(),
+            bus_id,
+            real_host: crate::devices::real_host(),
+            host: crate::devices::host().to_string(),
         }
     }
 
+    /// One line of fields, then the host (which may hold spaces).
     pub fn to_bytes(&self) -> Vec<u8> {
         format!(
-            "{} {} {} {}\n{}",
-            self.nranks, self.device, self.pid, self.real_host, self.host
+            "{} {} {} {} {}\n{}",
+            self.nranks, self.version, self.pid, self.bus_id, self.real_host, self.host
         )
         .into_bytes()
     }
 
+    /// A card read back (`None` if it is not one).
     pub fn parse(b: &[u8]) -> Option<Self> {
         let text = String::from_utf8_lossy(b);
         let (first, host) = text.split_once('\n')?;
         let mut f = first.split(' ');
         Some(Self {
             nranks: f.next()?.parse().ok()?,
-            device: f.next()?.parse().ok()?,
+            version: f.next()?.parse().ok()?,
             pid: f.next()?.parse().ok()?,
+            bus_id: f.next()?.to_string(),
             real_host: f.next().unwrap_or("").to_string(),
             host: host.to_string(),
         })
@@ -127,13 +141,14 @@ pub struct Wanted {
     pub from: usize,
 }
 
-/// One job's meeting folder, seen from one rank.
+/// One job's meeting folder, seen from one rank (shared by the rank's calling thread and
+/// its communicator's worker).
 pub struct Room {
     dir: PathBuf,
     rank: usize,
     nranks: usize,
     /// Failure markers this rank wrote (not to be mistaken for another rank's).
-    mine: RefCell<Vec<String>>,
+    mine: Mutex<Vec<String>>,
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -157,14 +172,16 @@ impl Room {
             dir,
             rank,
             nranks,
-            mine: RefCell::new(Vec::new()),
+            mine: Mutex::new(Vec::new()),
         })
     }
 
+    /// Where file `name` of the room is.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
 
+    /// Writes `data` under a fresh temporary name in the room, to be renamed or linked.
     fn write_tmp(&self, name: &str, data: &[u8]) -> Result<PathBuf, Failure> {
         let k = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!(".tmp-{}-{k}-{name}", std::process::id()));
@@ -194,10 +211,12 @@ impl Room {
         }
     }
 
+    /// File `name`'s contents, if it exists.
     pub fn read(&self, name: &str) -> Option<Vec<u8>> {
         fs::read(self.path(name)).ok()
     }
 
+    /// Removes file `name` (gone already is fine).
     pub fn remove(&self, name: &str) {
         let _ = fs::remove_file(self.path(name));
     }
@@ -207,14 +226,14 @@ impl Room {
     pub fn mark_failed(&self, why: &str) {
         let k = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("failed-{}-{k}", std::process::id());
-        self.mine.borrow_mut().push(name.clone());
+        self.mine.lock().unwrap_or_else(|p| p.into_inner()).push(name.clone());
         let _ = self.publish(&name, why.as_bytes());
     }
 
     /// The first failure published by another rank, if any.
     fn failure_of_others(&self) -> Option<String> {
         let entries = fs::read_dir(&self.dir).ok()?;
-        let mine = self.mine.borrow();
+        let mine = self.mine.lock().unwrap_or_else(|p| p.into_inner());
         entries.flatten().find_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             (name.starts_with("failed-") && !mine.contains(&name))
@@ -222,30 +241,18 @@ impl Room {
         })
     }
 
-    /// Why rank `r` can never write what we wait for: it left, or its process is gone.
-    fn gone(&self, r: usize) -> Option<String> {
-        if self.path(&format!("left-{r}")).exists() {
-            return Some(format!(
-                "rank {r} has already left the communicator (ncclCommDestroy/ncclCommAbort: its Comm was dropped)"
-            ));
-        }
-        let card = Card::parse(&self.read(&format!("rank-{r}"))?)?;
-        if card.pid == std::process::id() || card.real_host != real_host() {
-            return None;
-        }
-        let state = fs::read_to_string(format!("/proc/{}/stat", card.pid))
-            .ok()
-            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next()));
-        match state {
-            Some(Some('Z' | 'X')) | None => Some(format!("rank {r}'s process (pid {}) has exited", card.pid)),
-            _ => None,
-        }
-    }
-
     /// Waits until every wanted file exists and returns their contents, in order. `check`
     /// sees each file as it arrives (so a disagreement shows before everyone is there).
-    /// Fails with `ncclRemoteError` when another rank failed or left, or on timeout.
-    pub fn wait(&self, wanted: &[Wanted], what: &str, check: &mut Check<'_>) -> Result<Vec<Vec<u8>>, Failure> {
+    /// Ends early with `ncclRemoteError` when another rank published a failure, and with
+    /// [`Halt::Aborted`] as soon as `abort` is set; never because a rank is slow, gone or
+    /// stopped (unless `NCCL_DOUBLE_TIMEOUT_S` is set).
+    pub fn wait(
+        &self,
+        wanted: &[Wanted],
+        what: &str,
+        check: &mut Check<'_>,
+        abort: &AtomicBool,
+    ) -> Result<Vec<Vec<u8>>, Halt> {
         let start = Instant::now();
         let mut got: Vec<Option<Vec<u8>>> = vec![None; wanted.len()];
         // Reads what has arrived; true when everything has.
@@ -261,47 +268,48 @@ impl Room {
             Ok(got.iter().all(Option::is_some))
         };
         let mut pause = Duration::from_micros(20);
-        let mut last_look = start;
+        let mut round = 0u64;
         loop {
-            if read_all(&mut got)? {
-                break;
+            if abort.load(Ordering::Acquire) {
+                return Err(Halt::Aborted);
             }
-            if let Some(why) = self.failure_of_others() {
-                // A file published just before the failure marker still counts.
+            // The folder is read at every round for the first 100 ms, then every 4th
+            // (about every 8 ms): a wait for ever must not keep the machine busy.
+            if round.is_multiple_of(4) || start.elapsed() < Duration::from_millis(100) {
                 if read_all(&mut got)? {
                     break;
                 }
-                return Err(Failure::new(REMOTE_ERROR, format!("{why}{WAITING}{what})")));
-            }
-            let pending: Vec<usize> = wanted
-                .iter()
-                .zip(&got)
-                .filter(|(_, g)| g.is_none())
-                .map(|(w, _)| w.from)
-                .collect();
-            if last_look.elapsed() > Duration::from_millis(200) {
-                last_look = Instant::now();
-                if let Some(why) = pending.iter().find_map(|&r| self.gone(r)) {
+                if let Some(why) = self.failure_of_others() {
+                    // A file published just before the failure marker still counts.
                     if read_all(&mut got)? {
                         break;
                     }
-                    return Err(Failure::new(REMOTE_ERROR, format!("{why}{WAITING}{what})")));
+                    return Err(Failure::new(REMOTE_ERROR, format!("{why}{WAITING}{what})")).into());
                 }
-            }
-            if start.elapsed() > timeout() {
-                let mut ranks: Vec<String> = pending.iter().map(|r| r.to_string()).collect();
-                ranks.dedup();
-                return Err(Failure::new(
-                    REMOTE_ERROR,
-                    format!(
-                        "timed out after {} s (NCCL_DOUBLE_TIMEOUT_S) waiting for {what}: rank(s) {} never arrived",
-                        timeout().as_secs(),
-                        ranks.join(", ")
-                    ),
-                ));
+                if let Some(limit) = timeout()
+                    && start.elapsed() > limit
+                {
+                    let mut ranks: Vec<String> = wanted
+                        .iter()
+                        .zip(&got)
+                        .filter(|(_, g)| g.is_none())
+                        .map(|(w, _)| w.from.to_string())
+                        .collect();
+                    ranks.dedup();
+                    return Err(Failure::new(
+                        REMOTE_ERROR,
+                        format!(
+                            "timed out after {} s (NCCL_DOUBLE_TIMEOUT_S) waiting for {what}: rank(s) {} never arrived",
+                            limit.as_secs(),
+                            ranks.join(", ")
+                        ),
+                    )
+                    .into());
+                }
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(2));
+            round += 1;
         }
         Ok(got.into_iter().map(Option::unwrap_or_default).collect())
     }
@@ -323,8 +331,9 @@ mod tests {
     fn cards_round_trip() {
         let c = Card {
             nranks: 4,
-            device: 2,
+            version: 21803,
             pid: 77,
+            bus_id: "0000:3B:00.0".into(),
             real_host: "box".into(),
             host: "node a".into(),
         };

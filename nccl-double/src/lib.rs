@@ -10,25 +10,39 @@
 //! ([`memory`]), and ranks meet through files in `/dev/shm` ([`exchange`]), so the
 //! collectives really work across processes.
 //!
+//! It behaves as the real driver and NCCL do on one node, where a program can see it:
+//! - devices ([`devices`]): `NCCL_DOUBLE_DEVICES` physical GPUs with PCI bus ids and
+//!   per-host UUIDs, of which the process sees those `CUDA_VISIBLE_DEVICES` lists;
+//! - asynchrony ([`stream`], [`nccl`]): a collective or send/recv checks its arguments,
+//!   queues its work on the CUDA stream and returns; a worker thread per communicator
+//!   does the work; the stream is busy (`cuStreamQuery` says not ready) until it is done;
+//! - no deadline: if a peer never makes its matching call (it never came, exited, was
+//!   killed or stopped), the stream stays busy for ever and nothing fails by itself,
+//!   until the program calls `ncclCommAbort`;
+//! - errors found after the call (ranks disagreeing) are the communicator's asynchronous
+//!   error (`ncclCommGetAsyncError`); non-blocking communicators (`ncclCommInitRankConfig`
+//!   with `blocking = 0`) return `ncclInProgress`.
+//!
 //! It enforces rules that the real libraries either enforce or silently get wrong, each
 //! with an error that says what was broken ([`nccl`] lists them). Every failure prints one
 //! line `nccl-double WARN rank R: <reason>` on stderr, which is also what
 //! `ncclGetLastError` returns.
 //!
-//! Limits: collectives complete when called (real NCCL only queues them on the stream),
-//! so a read of the result on another stream without a wait cannot be caught; no kernels;
-//! no half-precision types.
+//! Limits: no kernels (work is done by host threads, through files); `cuStreamWaitEvent`
+//! is checked but does not order the double's work; no half-precision types.
 //!
 //! Safety catch: unless `NCCL_DOUBLE=1` is set, it refuses to act (cuInit says there is
 //! no device), so it can never stand in for a real GPU by accident.
 
 #![allow(clippy::missing_safety_doc)]
 
+mod devices;
 mod driver;
 mod exchange;
 mod memory;
 mod nccl;
 mod reduce;
+mod stream;
 
 use std::collections::BTreeSet;
 use std::ffi::{CString, c_char};

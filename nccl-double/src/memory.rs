@@ -46,6 +46,11 @@ pub fn free(ptr: usize) -> Option<Allocation> {
     Some(a)
 }
 
+/// The allocation that starts exactly at `ptr`, if it is live (what a free may be given).
+pub fn starting_at(ptr: usize) -> Option<Allocation> {
+    table().get(&ptr).copied()
+}
+
 /// Frees every allocation of `device` (its context is gone); returns how many there were
 /// and their total size.
 pub fn free_device(device: usize) -> (usize, usize) {
@@ -61,7 +66,11 @@ pub fn free_device(device: usize) -> (usize, usize) {
 /// Checks that `[ptr, ptr + len)` lies inside one live allocation; returns its device,
 /// or a sentence saying what is wrong.
 pub fn check(ptr: usize, len: usize) -> Result<usize, String> {
-    let t = table();
+    check_in(&table(), ptr, len)
+}
+
+/// [`check`] on a table already locked.
+fn check_in(t: &BTreeMap<usize, Allocation>, ptr: usize, len: usize) -> Result<usize, String> {
     match t.range(..=ptr).next_back() {
         Some((&start, a)) if ptr - start < a.size.max(1) => {
             if len <= a.size - (ptr - start) {
@@ -81,6 +90,23 @@ pub fn check(ptr: usize, len: usize) -> Result<usize, String> {
              (a host pointer?)"
         )),
     }
+}
+
+/// Bytes `[ptr, ptr + len)` of device memory, copied out, if the range is still live
+/// device memory: checked and copied under the table's lock, so that a free on another
+/// thread cannot come in between (queued NCCL work reads buffers later, on a worker).
+pub fn read_checked(ptr: usize, len: usize) -> Result<Vec<u8>, String> {
+    let held = table();
+    check_in(&held, ptr, len)?;
+    Ok(read(ptr, len))
+}
+
+/// Writes `data` at `ptr` if the range is still live device memory (see [`read_checked`]).
+pub fn write_checked(ptr: usize, data: &[u8]) -> Result<(), String> {
+    let held = table();
+    check_in(&held, ptr, data.len())?;
+    write(ptr, data);
+    Ok(())
 }
 
 /// Bytes `[ptr, ptr + len)` of device memory, copied out. The range must have passed

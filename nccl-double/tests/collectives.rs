@@ -1,5 +1,6 @@
 //! The double works: real jobs of 1, 2 and 4 processes (and threads) run collectives and
-//! send/recv through cudarc's safe API and its real dynamic-loading path, and get NCCL's
+//! send/recv through cudarc and its real dynamic-loading path (the raw API polling the
+//! stream, blocking and non-blocking communicators, and the safe `Comm`), and get NCCL's
 //! results. Also: how cudarc finds the double, and the refusal without NCCL_DOUBLE=1.
 
 mod support;
@@ -108,23 +109,31 @@ fn a_thousand_collectives_leave_nothing_behind() {
     assert!(job.left_nothing_behind());
 }
 
-/// What cudarc's safe Comm cannot do (it only aborts): finalize, then destroy, through
-/// cudarc's raw API; then a collective on the finalized one and an abort of the
-/// destroyed one, both refused.
+/// The same jobs through cudarc's safe `Comm` (`Comm::from_rank`, waiting with
+/// `stream.synchronize()`, dropped with `ncclCommAbort`), and through non-blocking
+/// communicators (`ncclCommInitRankConfig` with `blocking = 0`: every call says
+/// `ncclInProgress`, and the probe polls `ncclCommGetAsyncError`).
 #[test]
-fn finalize_then_destroy_and_what_comes_after() {
-    let job = Job::new("raw", 2);
-    let outs = job.run();
-    all_ok(&outs);
-    for o in &outs {
-        let f = fields(o.stdout.trim());
-        assert_eq!(f["result"], "3,3,3,3", "{}", all(&outs));
-        assert_eq!(f["after_finalize"], "ncclInvalidUsage", "{}", all(&outs));
-        assert_eq!(f["abort_after_destroy"], "ncclInvalidArgument", "{}", all(&outs));
-        assert!(o.stderr.contains("on a finalized communicator"), "{o}");
-        assert!(o.stderr.contains("not a live communicator. Destroyed twice?"), "{o}");
+fn the_same_jobs_through_cudarc_safe_comm_and_non_blocking_communicators() {
+    let modes: [(&[&str], usize); 2] = [(&["--api", "safe"], 1), (&["--nonblocking", "--repeat", "2"], 2)];
+    for (mode, reps) in modes {
+        let job = Job::new("allreduce", 2).args(mode).args(&["--count", "3"]);
+        let outs = job.run();
+        all_ok(&outs);
+        for o in &outs {
+            assert_eq!(o.results(), vec![sums(2, 3); reps], "{mode:?}:\n{}", all(&outs));
+        }
+        assert!(job.left_nothing_behind(), "{}", all(&outs));
+        let outs = Job::new("broadcast-inplace", 2).args(mode).run();
+        all_ok(&outs);
+        let outs = Job::new("ring", 2).args(mode).args(&["--count", "2"]).run();
+        all_ok(&outs);
+        for o in &outs {
+            let from = (o.rank + 1) % 2;
+            let expected: Vec<f64> = (0..2).map(|i| (1000 * (from + 1) + i) as f64).collect();
+            assert_eq!(o.results(), vec![expected; reps], "{mode:?}:\n{}", all(&outs));
+        }
     }
-    assert!(job.left_nothing_behind(), "{}", all(&outs));
 }
 
 #[test]
@@ -160,6 +169,12 @@ fn info_says_how_many_gpus_their_names_and_the_versions() {
         ),
         "{o}"
     );
+    // NCCL_DOUBLE_VERSION plays another NCCL (here 2.21.5).
+    let mut cmd = probe(&["--op", "info"]);
+    cmd.env("NCCL_DOUBLE_VERSION", "22105");
+    let o = finish(0, spawn(cmd));
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(o.stdout.starts_with("devices=4 nccl_version=22105 "), "{o}");
 }
 
 #[test]
@@ -217,8 +232,20 @@ fn the_symbols_cudarc_calls() {
         ("ring", 2),
     ] {
         all_ok(&Job::new(op, world).env("NCCL_DOUBLE_TRACE", t).run());
+        all_ok(
+            &Job::new(op, world)
+                .args(&["--api", "safe"])
+                .env("NCCL_DOUBLE_TRACE", t)
+                .run(),
+        );
     }
-    for op in ["info", "driver"] {
+    all_ok(
+        &Job::new("raw", 2)
+            .args(&["--nonblocking"])
+            .env("NCCL_DOUBLE_TRACE", t)
+            .run(),
+    );
+    for op in ["info", "driver", "devices"] {
         let mut cmd = probe(&["--op", op]);
         cmd.env("NCCL_DOUBLE_TRACE", t);
         assert_eq!(finish(0, spawn(cmd)).code, Some(0));
@@ -233,6 +260,12 @@ fn the_symbols_cudarc_calls() {
         "cuInit",
         "cuDeviceGetCount",
         "cuDeviceGet",
+        "cuDeviceGetName",
+        "cuDeviceGetPCIBusId",
+        "cuDeviceGetUuid",
+        "cuDeviceGetUuid_v2",
+        "cuStreamQuery",
+        "cuStreamSynchronize",
         "cuDevicePrimaryCtxRetain",
         "cuDeviceGetAttribute",
         "cuCtxGetCurrent",
@@ -247,6 +280,10 @@ fn the_symbols_cudarc_calls() {
         "cuDevicePrimaryCtxRelease_v2",
         "ncclGetUniqueId",
         "ncclCommInitRank",
+        "ncclCommInitRankConfig",
+        "ncclCommGetAsyncError",
+        "ncclCommFinalize",
+        "ncclCommDestroy",
         "ncclAllReduce",
         "ncclBroadcast",
         "ncclGroupStart",

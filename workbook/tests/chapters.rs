@@ -89,12 +89,15 @@ fn chapter_1_nccl_refuses_more_ranks_than_gpus_before_calling_nccl() {
     let r = finish(spawn(cmd), LIMIT);
     assert_eq!(r.code, Some(2), "{r}");
     assert!(
-        r.stderr.contains("error: rank 0: 5 ranks on host ")
+        r.stderr.contains("error: rank 0: ranks 0 and 4 are both on GPU GPU-")
             && r.stderr.contains(
-                "but only 4 GPUs: NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"); start at \
-                 most 4 ranks per node (--nproc-per-node 4), or use --backend cpu"
+                "NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"); start at most one rank per GPU"
             ),
         "{r}"
+    );
+    assert!(
+        !r.stderr.contains("nccl-double WARN"),
+        "NCCL must not have been called:\n{r}"
     );
 }
 

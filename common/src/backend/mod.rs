@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod nccl;
+pub mod watchdog;
 
 use crate::transport::Op;
 use anyhow::Result;
@@ -125,8 +126,8 @@ impl<T: Element> Buffer<T> {
 pub enum Backend {
     /// Ring algorithms over shared memory and TCP.
     Cpu(cpu::Cpu),
-    /// NCCL on a GPU.
-    Nccl(nccl::Nccl),
+    /// NCCL on a GPU (boxed: it carries its watchdog, and one backend lives per rank).
+    Nccl(Box<nccl::Nccl>),
 }
 
 impl Backend {
@@ -162,7 +163,7 @@ impl Backend {
     pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
         match self {
             Backend::Cpu(c) => c.broadcast(None, host_mut(buf), root),
-            Backend::Nccl(n) => n.broadcast(buf, root),
+            Backend::Nccl(n) => n.broadcast(None, buf, root),
         }
     }
 
@@ -170,7 +171,7 @@ impl Backend {
     pub fn broadcast_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
         match self {
             Backend::Cpu(c) => c.broadcast(Some(host(send)), host_mut(recv), root),
-            Backend::Nccl(n) => n.broadcast_into(send, recv, root),
+            Backend::Nccl(n) => n.broadcast(Some(send), recv, root),
         }
     }
 
@@ -178,7 +179,7 @@ impl Backend {
     pub fn all_reduce_sum<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
         match self {
             Backend::Cpu(c) => c.all_reduce_sum(None, host_mut(buf)),
-            Backend::Nccl(n) => n.all_reduce_sum(buf),
+            Backend::Nccl(n) => n.all_reduce_sum(None, buf),
         }
     }
 
@@ -186,7 +187,7 @@ impl Backend {
     pub fn all_reduce_sum_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
         match self {
             Backend::Cpu(c) => c.all_reduce_sum(Some(host(send)), host_mut(recv)),
-            Backend::Nccl(n) => n.all_reduce_sum_into(send, recv),
+            Backend::Nccl(n) => n.all_reduce_sum(Some(send), recv),
         }
     }
 
@@ -204,6 +205,23 @@ impl Backend {
         match self {
             Backend::Cpu(c) => c.recv(host_mut(buf), peer),
             Backend::Nccl(n) => n.recv(buf, peer),
+        }
+    }
+
+    /// Opens a group: on NCCL, sends and receives until [`Backend::group_end`] progress
+    /// together (a no-op on the CPU backend).
+    pub fn group_start(&self) -> Result<()> {
+        match self {
+            Backend::Cpu(_) => Ok(()),
+            Backend::Nccl(n) => n.group_start(),
+        }
+    }
+
+    /// Closes the group [`Backend::group_start`] opened.
+    pub fn group_end(&self) -> Result<()> {
+        match self {
+            Backend::Cpu(_) => Ok(()),
+            Backend::Nccl(n) => n.group_end(),
         }
     }
 

@@ -1,76 +1,159 @@
 //! The NCCL backend: NVIDIA's collectives on GPUs, through cudarc.
 //!
 //! The steps every NCCL program takes, in order:
-//! 1. rank 0 creates a unique id (`ncclGetUniqueId`) and shares its 128 bytes through the
+//! 1. each rank makes its GPU's context current on this thread, and a stream;
+//! 2. the ranks compare GPUs (through the store): two ranks of one host on one GPU is
+//!    what NCCL refuses as "Duplicate GPU detected";
+//! 3. rank 0 creates a unique id (`ncclGetUniqueId`) and shares its 128 bytes through the
 //!    store (torchrun's TCPStore does the same for PyTorch);
-//! 2. each rank makes its GPU's context current on this thread, and a stream;
-//! 3. each rank joins the communicator with `ncclCommInitRank(world, id, rank)`: the call
-//!    returns once every rank has joined;
-//! 4. collectives are queued on the stream and run on the GPU; reading a result back to
-//!    the host waits for them.
+//! 4. each rank joins the communicator with `ncclCommInitRankConfig(world, id, rank)`;
+//! 5. collectives are queued on the stream and run on the GPU; reading a result back to
+//!    the host waits for them;
+//! 6. at the end, `ncclCommFinalize` (finish what is queued) then `ncclCommDestroy`; on a
+//!    failure, `ncclCommAbort`.
+//!
+//! NCCL never gives up by itself: a peer that dies or freezes leaves the others' kernels
+//! spinning for ever. So the communicator is non-blocking (`blocking = 0`: every call
+//! returns at once), and every wait here is a loop, as PyTorch's NCCL watchdog does it:
+//! is the GPU done (`cuStreamQuery`)? did NCCL report an error (`ncclCommGetAsyncError`)?
+//! did the [`Watchdog`] hear of a lost rank, or pass the deadline? On a failure the
+//! communicator is aborted, which stops the kernels, and the error names who failed.
 
+use super::watchdog::Watchdog;
 use super::{Buffer, Element, Storage};
-use crate::error::usage;
+use crate::error::{SharedError, usage};
 use crate::rendezvous::Store;
 use anyhow::{Context, Result, anyhow};
-use cudarc::driver::{CudaContext, CudaStream};
-use cudarc::nccl::result::{NcclError, NcclStatus};
-use cudarc::nccl::{Comm, Id, ReduceOp};
-use std::ffi::{CStr, c_char};
-use std::mem::ManuallyDrop;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::nccl::sys::{self, ncclResult_t};
+use serde::{Deserialize, Serialize};
+use std::cell::{Cell, RefCell};
+use std::ffi::{CStr, c_char, c_int};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How many operations may be queued on the stream before the rank waits for them.
+const MAX_QUEUED: u32 = 256;
 
 /// A rank of the NCCL backend: its GPU's context, its stream and its communicator.
 pub struct Nccl {
     rank: usize,
     world: usize,
-    ctx: Arc<CudaContext>,
+    /// The stream collectives are queued on (it holds the GPU's context).
     stream: Arc<CudaStream>,
-    /// Dropped only by [`Nccl::close`], after the stream has finished: cudarc's `Drop`
-    /// for `Comm` aborts the communicator and panics if that fails (cudarc#584).
-    comm: ManuallyDrop<Comm>,
+    /// The communicator; null once it is left (destroyed or aborted).
+    comm: Cell<sys::ncclComm_t>,
+    /// What the last queued operation was, for the messages of the wait that follows.
+    last: Cell<&'static str>,
+    /// Operations queued since the stream was last seen idle.
+    queued: Cell<u32>,
+    watchdog: RefCell<Watchdog>,
+    gpu: Gpu,
+}
+
+/// A physical GPU, as NCCL tells GPUs apart: the same device number on two ranks may be
+/// two GPUs (each Slurm task sees its own GPU as device 0), two ranks on one GPU is an error.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    /// The host the rank runs on.
+    pub host: String,
+    /// The GPU's UUID, as `nvidia-smi -L` prints it (`GPU-8f2c...`): unique in the world.
+    pub uuid: String,
+    /// The GPU's PCI bus id (`0000:1B:00.0`): what NCCL compares on one host.
+    pub bus_id: String,
+    /// The GPU's name (`NVIDIA A100-SXM4-64GB`).
+    pub name: String,
 }
 
 impl Nccl {
-    /// Joins the NCCL communicator of `world` ranks as `rank`, on GPU `device`.
-    pub fn init(store: &mut Store, rank: usize, world: usize, device: usize) -> Result<Nccl> {
-        // 1. The unique id: made by rank 0, read by everyone from the store.
+    /// Joins the NCCL communicator of `world` ranks as `rank`, on GPU `device` of this
+    /// process (`host` names the machine), watching every wait with `timeout`.
+    pub fn init(
+        store: &mut Store,
+        rank: usize,
+        world: usize,
+        device: usize,
+        host: &str,
+        timeout: Duration,
+    ) -> Result<Nccl> {
+        // 1. The GPU's context, current on this thread (NCCL uses the thread's current
+        //    context: without it, every rank would land on GPU 0), and its stream.
+        let ctx = CudaContext::new(device).with_context(|| format!("rank {rank}: opening CUDA device {device}"))?;
+        ctx.bind_to_thread()
+            .with_context(|| format!("rank {rank}: making device {device} current"))?;
+        let stream = ctx.default_stream();
+
+        // 2. One rank per GPU: compare every rank's GPU before NCCL does.
+        let gpu = identify(&ctx, host).with_context(|| format!("rank {rank}: reading device {device}'s identity"))?;
+        let all = store.all_gather("nccl/gpu", rank, world, &serde_json::to_vec(&gpu)?, "every rank's GPU")?;
+        let gpus = all
+            .iter()
+            .enumerate()
+            .map(|(r, g)| serde_json::from_slice(g).with_context(|| format!("rank {r}'s GPU is malformed")))
+            .collect::<Result<Vec<Gpu>>>()?;
+        if let Some((a, b)) = duplicate(&gpus) {
+            let g = &gpus[a];
+            return Err(SharedError {
+                message: format!(
+                    "ranks {a} and {b} are both on GPU {} ({}, PCI bus {}) of host {}: NCCL refuses two ranks on \
+                     one GPU (\"Duplicate GPU detected\"); start at most one rank per GPU (--nproc-per-node, or \
+                     --ntasks-per-node, no more than the node's GPUs), give each task its own \
+                     (srun --gpus-per-task=1), or use --backend cpu",
+                    g.uuid, g.name, g.bus_id, g.host
+                ),
+                usage: true,
+            }
+            .into());
+        }
+
+        // 3. The unique id: made by rank 0, read by everyone from the store.
         let id = if rank == 0 {
-            let id = Id::new().map_err(|e| nccl_error(e, rank, None, "creating the unique id (ncclGetUniqueId)"))?;
-            let bytes: Vec<u8> = id.internal().iter().map(|c| *c as u8).collect();
+            let id = cudarc::nccl::result::get_uniqueid().map_err(|e| {
+                anyhow!(
+                    "rank {rank}: NCCL failed in creating the unique id (ncclGetUniqueId) with {:?}",
+                    e.0
+                )
+            })?;
+            let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
             store.set("nccl/id", &bytes)?;
             id
         } else {
             let bytes = store
                 .wait(&[("nccl/id".into(), 0)], "rank 0's NCCL unique id")?
                 .remove(0);
-            let raw: [c_char; 128] = std::array::from_fn(|i| bytes.get(i).copied().unwrap_or(0) as c_char);
-            Id::uninit(raw)
+            sys::ncclUniqueId {
+                internal: std::array::from_fn(|i| bytes.get(i).copied().unwrap_or(0) as c_char),
+            }
         };
-        // 2. The GPU's context, current on this thread (NCCL uses the thread's current
-        //    context: without it, every rank would land on GPU 0), and its stream.
-        let ctx = CudaContext::new(device).with_context(|| format!("rank {rank}: opening CUDA device {device}"))?;
-        ctx.bind_to_thread()
-            .with_context(|| format!("rank {rank}: making device {device} current"))?;
-        let stream = ctx.default_stream();
-        // 3. Join: returns when all `world` ranks have called it with the same id.
-        let comm = Comm::from_rank(stream.clone(), rank, world, id)
-            .map_err(|e| nccl_error(e, rank, None, "joining the communicator (ncclCommInitRank)"))?;
-        Ok(Nccl {
+
+        // 4. Join, without blocking: the call returns at once, and the wait below polls
+        //    until every rank has joined (or someone failed, or the deadline passed).
+        let nccl = Nccl {
             rank,
             world,
-            ctx,
             stream,
-            comm: ManuallyDrop::new(comm),
-        })
+            comm: Cell::new(std::ptr::null_mut()),
+            last: Cell::new("joining the communicator (ncclCommInitRankConfig)"),
+            queued: Cell::new(0),
+            watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
+            gpu,
+        };
+        let mut comm = std::ptr::null_mut();
+        let mut config = non_blocking();
+        // SAFETY: `comm` and `config` are valid for the call; the id is 128 bytes by value.
+        let r = unsafe { sys::ncclCommInitRankConfig(&mut comm, world as c_int, id, rank as c_int, &mut config) };
+        nccl.comm.set(comm);
+        nccl.called(r, "joining the communicator (ncclCommInitRankConfig)")?;
+        Ok(nccl)
     }
 
     /// The GPU's name, as `nvidia-smi` shows it.
     pub fn device_name(&self) -> String {
-        self.ctx.name().unwrap_or_else(|e| format!("(unknown: {e:?})"))
+        self.gpu.name.clone()
     }
 
     pub(super) fn upload<T: Element>(&self, host: Vec<T>) -> Result<Buffer<T>> {
+        self.synchronize()?;
         let slice = self
             .stream
             .clone_htod(&host)
@@ -81,93 +164,275 @@ impl Nccl {
     }
 
     pub(super) fn download<T: Element>(&self, buf: &Buffer<T>, n: usize) -> Result<Vec<T>> {
-        let Storage::Device(slice) = &buf.storage else {
-            unreachable!("NCCL buffers live on the device")
-        };
-        // Waits for the queued collectives: a copy on the same stream runs after them.
+        // The copy would wait for the queued collectives without a deadline: wait here first.
+        self.synchronize()?;
         self.stream
-            .clone_dtoh(&slice.slice(..n))
+            .clone_dtoh(&device(buf).slice(..n))
             .with_context(|| format!("rank {}: copying {n} elements back from the GPU", self.rank))
     }
 
-    pub(super) fn broadcast<T: Element>(&self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
+    /// Broadcast from `root`: in place (`send` is `None`) or from `send` into `recv`.
+    pub(super) fn broadcast<T: Element>(
+        &self,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        root: usize,
+    ) -> Result<()> {
         if root >= self.world {
             return Err(usage(format!(
                 "--root {root} is not a rank: the world has ranks 0 to {}",
                 self.world - 1
             )));
         }
-        let slice = device_mut(buf);
-        status(self.comm.broadcast_in_place(slice, root as i32))
-            .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "broadcast (ncclBroadcast)"))
+        let stream = self.stream.as_ref();
+        let count = recv.len();
+        let (dst, _written) = device_mut(recv).device_ptr_mut(stream);
+        let (src, _read) = match send {
+            Some(s) => {
+                let (p, guard) = device(s).device_ptr(stream);
+                (p, Some(guard))
+            }
+            None => (dst, None),
+        };
+        self.call("broadcast (ncclBroadcast)", |comm| unsafe {
+            sys::ncclBroadcast(
+                src as _,
+                dst as _,
+                count,
+                T::as_nccl_type(),
+                root as c_int,
+                comm,
+                stream.cu_stream() as _,
+            )
+        })
     }
 
-    pub(super) fn all_reduce_sum<T: Element>(&self, buf: &mut Buffer<T>) -> Result<()> {
-        status(self.comm.all_reduce_in_place(device_mut(buf), &ReduceOp::Sum))
-            .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "all-reduce (ncclAllReduce)"))
-    }
-
-    pub(super) fn broadcast_into<T: Element>(&self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
-        if root >= self.world {
-            return Err(usage(format!(
-                "--root {root} is not a rank: the world has ranks 0 to {}",
-                self.world - 1
-            )));
-        }
-        let src = device(send);
-        status(self.comm.broadcast(Some(src), device_mut(recv), root as i32))
-            .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "broadcast (ncclBroadcast)"))
-    }
-
-    pub(super) fn all_reduce_sum_into<T: Element>(&self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
-        status(self.comm.all_reduce(device(send), device_mut(recv), &ReduceOp::Sum))
-            .map_err(|e| nccl_error(e, self.rank, Some(&self.comm), "all-reduce (ncclAllReduce)"))
+    /// All-reduce with sum: in place (`send` is `None`) or from `send` into `recv`.
+    pub(super) fn all_reduce_sum<T: Element>(&self, send: Option<&Buffer<T>>, recv: &mut Buffer<T>) -> Result<()> {
+        let stream = self.stream.as_ref();
+        let count = recv.len();
+        let (dst, _written) = device_mut(recv).device_ptr_mut(stream);
+        let (src, _read) = match send {
+            Some(s) => {
+                let (p, guard) = device(s).device_ptr(stream);
+                (p, Some(guard))
+            }
+            None => (dst, None),
+        };
+        self.call("all-reduce (ncclAllReduce)", |comm| unsafe {
+            sys::ncclAllReduce(
+                src as _,
+                dst as _,
+                count,
+                T::as_nccl_type(),
+                sys::ncclRedOp_t::ncclSum,
+                comm,
+                stream.cu_stream() as _,
+            )
+        })
     }
 
     pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.check_peer(peer)?;
-        let Storage::Device(slice) = &buf.storage else {
-            unreachable!("NCCL buffers live on the device")
-        };
-        self.comm.send(slice, peer as i32).map_err(|e| {
-            nccl_error(
-                e,
-                self.rank,
-                Some(&self.comm),
-                &format!("send to rank {peer} (ncclSend)"),
+        let stream = self.stream.as_ref();
+        let (src, _read) = device(buf).device_ptr(stream);
+        let what = format!("send to rank {peer} (ncclSend)");
+        self.call(leak(what), |comm| unsafe {
+            sys::ncclSend(
+                src as _,
+                buf.len(),
+                T::as_nccl_type(),
+                peer as c_int,
+                comm,
+                stream.cu_stream() as _,
             )
         })
     }
 
     pub(super) fn recv<T: Element>(&self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         self.check_peer(peer)?;
-        status(self.comm.recv(device_mut(buf), peer as i32)).map_err(|e| {
-            nccl_error(
-                e,
-                self.rank,
-                Some(&self.comm),
-                &format!("receive from rank {peer} (ncclRecv)"),
+        let stream = self.stream.as_ref();
+        let count = buf.len();
+        let (dst, _written) = device_mut(buf).device_ptr_mut(stream);
+        let what = format!("receive from rank {peer} (ncclRecv)");
+        self.call(leak(what), |comm| unsafe {
+            sys::ncclRecv(
+                dst as _,
+                count,
+                T::as_nccl_type(),
+                peer as c_int,
+                comm,
+                stream.cu_stream() as _,
             )
         })
     }
 
-    /// Leaves the communicator once every queued operation has finished.
+    /// Opens an NCCL group: the sends and receives until [`Nccl::group_end`] progress together.
+    pub(super) fn group_start(&self) -> Result<()> {
+        // SAFETY: no arguments; NCCL keeps the group per thread.
+        let r = unsafe { sys::ncclGroupStart() };
+        self.called(r, "opening a group (ncclGroupStart)")
+    }
+
+    /// Closes the group: its operations are queued (and, non-blocking, may still be).
+    pub(super) fn group_end(&self) -> Result<()> {
+        // SAFETY: no arguments; ends the group this thread opened.
+        let r = unsafe { sys::ncclGroupEnd() };
+        self.called(r, "closing a group (ncclGroupEnd)")
+    }
+
+    /// Leaves the communicator as NCCL documents it: once every queued operation has
+    /// finished, `ncclCommFinalize`, then `ncclCommDestroy`.
     pub(super) fn close(&mut self) -> Result<()> {
         self.synchronize()?;
-        // SAFETY: `comm` is not used again; `close` consumes the backend's last use.
-        let comm = unsafe { ManuallyDrop::take(&mut self.comm) };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(comm))).map_err(|_| {
-            anyhow!(
-                "rank {}: NCCL failed to release the communicator (ncclCommAbort)",
-                self.rank
-            )
-        })
+        let comm = self.live("ncclCommFinalize")?;
+        // SAFETY: a live communicator of this thread.
+        let r = unsafe { sys::ncclCommFinalize(comm) };
+        self.called(r, "finishing the communicator (ncclCommFinalize)")?;
+        // SAFETY: finalized; nothing uses it after this.
+        let r = unsafe { sys::ncclCommDestroy(comm) };
+        self.comm.set(std::ptr::null_mut());
+        if r != ncclResult_t::ncclSuccess {
+            return Err(self.error(r, "freeing the communicator (ncclCommDestroy)"));
+        }
+        Ok(())
     }
 
+    /// Waits until every operation queued on this rank's stream has finished.
     pub(super) fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .with_context(|| format!("rank {}: waiting for the GPU stream", self.rank))
+        let what = format!("the GPU to finish {}", self.last.get());
+        self.wait(&what, |s| s.stream_idle())?;
+        self.queued.set(0);
+        Ok(())
+    }
+
+    /// Runs one NCCL call on the communicator and deals with its result.
+    fn call(&self, what: &'static str, f: impl FnOnce(sys::ncclComm_t) -> ncclResult_t) -> Result<()> {
+        let comm = self.live(what)?;
+        self.last.set(what);
+        self.called(f(comm), what)?;
+        // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
+        // queue is full and the next launch would block inside NCCL, where no deadline reaches.
+        self.queued.set(self.queued.get() + 1);
+        if self.queued.get() >= MAX_QUEUED {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// What an NCCL call returned: success; in progress (a non-blocking communicator is
+    /// still queueing it: wait until NCCL says it is done); or an error, which aborts.
+    fn called(&self, r: ncclResult_t, what: &str) -> Result<()> {
+        match r {
+            ncclResult_t::ncclSuccess => Ok(()),
+            ncclResult_t::ncclInProgress => self.wait(&format!("NCCL to finish {what}"), |s| {
+                Ok(s.async_state()? == ncclResult_t::ncclSuccess)
+            }),
+            error => {
+                let e = self.error(error, what);
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Polls `ready` until it says yes, watching all the while: NCCL's own errors, lost
+    /// ranks, silent ranks and the deadline end the wait, and abort the communicator.
+    fn wait(&self, what: &str, mut ready: impl FnMut(&Self) -> Result<bool>) -> Result<()> {
+        let since = Instant::now();
+        let mut dog = self.watchdog.borrow_mut();
+        dog.reset();
+        let mut pause = Duration::ZERO;
+        loop {
+            let turn = ready(self).and_then(|done| {
+                if !done {
+                    self.async_state()?;
+                    dog.check(since, what)?;
+                }
+                Ok(done)
+            });
+            match turn {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.abort();
+                    return Err(e.context(format!("rank {}", self.rank)));
+                }
+            }
+            // Spin a little (small collectives finish in microseconds), then sleep longer
+            // and longer, up to a millisecond: a rank that waits long costs no CPU.
+            if pause.is_zero() && since.elapsed() < Duration::from_micros(200) {
+                std::hint::spin_loop();
+            } else {
+                pause = (pause * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+                std::thread::sleep(pause);
+            }
+        }
+    }
+
+    /// Whether the GPU has finished everything queued on the stream (`cuStreamQuery`).
+    fn stream_idle(&self) -> Result<bool> {
+        use cudarc::driver::sys::cudaError_enum as Cu;
+        // SAFETY: the stream belongs to this rank's context, current on this thread.
+        match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
+            Cu::CUDA_SUCCESS => Ok(true),
+            Cu::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.get())),
+        }
+    }
+
+    /// NCCL's asynchronous state (`ncclCommGetAsyncError`): success or in progress, or an
+    /// error reported after the call that caused it (a peer lost, a network failure).
+    fn async_state(&self) -> Result<ncclResult_t> {
+        let comm = self.live("ncclCommGetAsyncError")?;
+        let mut state = ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator and a valid place for the answer.
+        let r = unsafe { sys::ncclCommGetAsyncError(comm, &mut state) };
+        if r != ncclResult_t::ncclSuccess {
+            return Err(self.error(r, "asking NCCL for its state (ncclCommGetAsyncError)"));
+        }
+        match state {
+            ncclResult_t::ncclSuccess | ncclResult_t::ncclInProgress => Ok(state),
+            error => Err(self.error(error, self.last.get())),
+        }
+    }
+
+    /// The communicator, or an error if it was already left.
+    fn live(&self, what: &str) -> Result<sys::ncclComm_t> {
+        let comm = self.comm.get();
+        if comm.is_null() {
+            return Err(anyhow!(
+                "rank {}: {what} after the communicator was ended (aborted after a failure, or closed)",
+                self.rank
+            ));
+        }
+        Ok(comm)
+    }
+
+    /// Aborts the communicator (stops its kernels, frees it), if it is still there.
+    fn abort(&self) {
+        let comm = self.comm.replace(std::ptr::null_mut());
+        if !comm.is_null() {
+            // SAFETY: a live communicator, not used again (the cell is null now).
+            unsafe { sys::ncclCommAbort(comm) };
+        }
+    }
+
+    /// An NCCL failure as a person needs it: which rank, doing what, NCCL's result code
+    /// and NCCL's own last error text.
+    fn error(&self, r: ncclResult_t, what: &str) -> anyhow::Error {
+        let text = last_error_text(self.comm.get());
+        let text = if text.is_empty() {
+            String::new()
+        } else {
+            format!(": {text}")
+        };
+        // 8 is ncclNumResults in the 2.22 bindings cudarc uses, ncclTimeout in NCCL 2.30.
+        let code = match r {
+            ncclResult_t::ncclNumResults => "result code 8 (ncclTimeout in NCCL 2.30)".to_string(),
+            r => format!("{r:?}"),
+        };
+        anyhow!("rank {}: NCCL failed in {what} with {code}{text}", self.rank)
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
@@ -182,49 +447,105 @@ impl Nccl {
     }
 }
 
-fn device<T: Element>(buf: &Buffer<T>) -> &cudarc::driver::CudaSlice<T> {
+/// A rank that fails (or ends without closing) aborts its communicator: NCCL then stops
+/// its kernels. Nothing here can panic, unlike cudarc's `Comm`, whose `Drop` panics when
+/// the abort fails.
+impl Drop for Nccl {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+/// NCCL's configuration for a non-blocking communicator: `NCCL_CONFIG_INITIALIZER` with
+/// `blocking = 0`. The layout is NCCL 2.17's (what cudarc's bindings declare), so the
+/// version says 2.17: NCCL reads the fields of that version and defaults the rest.
+fn non_blocking() -> sys::ncclConfig_t {
+    const UNDEF: c_int = i32::MIN; // NCCL_CONFIG_UNDEF_INT: "NCCL decides"
+    sys::ncclConfig_t {
+        size: size_of::<sys::ncclConfig_t>(),
+        magic: 0xcafe_beef,
+        version: 21700,
+        blocking: 0,
+        cgaClusterSize: UNDEF,
+        minCTAs: UNDEF,
+        maxCTAs: UNDEF,
+        netName: std::ptr::null(),
+        splitShare: UNDEF,
+    }
+}
+
+/// The identity of the context's GPU: UUID, PCI bus id, name.
+fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
+    let uuid = ctx.uuid().map_err(|e| anyhow!("cuDeviceGetUuid: {e:?}"))?;
+    let b: Vec<u8> = uuid.bytes.iter().map(|c| *c as u8).collect();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let uuid = format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    );
+    let mut bus = [0 as c_char; 32];
+    // SAFETY: a buffer of 32 bytes for a NUL-terminated id of 13.
+    let r = unsafe { cudarc::driver::sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, ctx.cu_device()) };
+    if r != cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS {
+        return Err(anyhow!("cuDeviceGetPCIBusId: {r:?}"));
+    }
+    // SAFETY: the driver wrote a NUL-terminated string.
+    let bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+    let name = ctx.name().unwrap_or_else(|e| format!("(unknown: {e:?})"));
+    Ok(Gpu {
+        host: host.to_string(),
+        uuid,
+        bus_id,
+        name,
+    })
+}
+
+/// The first two ranks on one physical GPU (the same UUID), if any.
+fn duplicate(gpus: &[Gpu]) -> Option<(usize, usize)> {
+    (0..gpus.len()).find_map(|a| {
+        (a + 1..gpus.len())
+            .find(|&b| gpus[a].uuid == gpus[b].uuid)
+            .map(|b| (a, b))
+    })
+}
+
+fn device<T: Element>(buf: &Buffer<T>) -> &CudaSlice<T> {
     match &buf.storage {
         Storage::Device(s) => s,
         Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
     }
 }
 
-fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut cudarc::driver::CudaSlice<T> {
+fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut CudaSlice<T> {
     match &mut buf.storage {
         Storage::Device(s) => s,
         Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
     }
 }
 
-/// NCCL's version as `major.minor.patch`, from `ncclGetVersion`.
-pub fn version() -> Result<String> {
-    let code = cudarc::nccl::result::get_nccl_version().map_err(|e| anyhow!("ncclGetVersion failed: {:?}", e.0))?;
-    // NCCL encodes 2.18.3 as 21803 (and versions before 2.9 as 2903-style 1000s).
-    let (major, minor, patch) = if code >= 10000 {
-        (code / 10000, (code / 100) % 100, code % 100)
-    } else {
-        (code / 1000, (code / 100) % 10, code % 100)
-    };
-    Ok(format!("{major}.{minor}.{patch}"))
+/// A description of a point-to-point call, kept for the messages of later waits. Few and
+/// small (one per peer and direction in practice), so they are interned for good.
+fn leak(what: String) -> &'static str {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = seen.get(what.as_str()) {
+        return s;
+    }
+    let s: &'static str = Box::leak(what.into_boxed_str());
+    seen.insert(s);
+    s
 }
 
-/// An NCCL failure as a person needs it: which rank, doing what, NCCL's result code and
-/// NCCL's own last error text.
-fn nccl_error(e: NcclError, rank: usize, comm: Option<&Comm>, doing: &str) -> anyhow::Error {
-    let text = last_error_text(comm);
-    let text = if text.is_empty() {
-        String::new()
-    } else {
-        format!(": {text}")
-    };
-    anyhow!("rank {rank}: NCCL failed in {doing} with {:?}{text}", e.0)
-}
-
-/// NCCL's own text for the last error on this thread (`ncclGetLastError`).
-fn last_error_text(comm: Option<&Comm>) -> String {
-    let _ = comm; // cudarc keeps the raw communicator private; NCCL also keeps the thread's last error.
+/// NCCL's own text for the last error (`ncclGetLastError`).
+fn last_error_text(comm: sys::ncclComm_t) -> String {
     // SAFETY: the library is loaded (we are reporting its error); a null communicator is allowed.
-    let p = unsafe { cudarc::nccl::sys::ncclGetLastError(std::ptr::null_mut()) };
+    let p = unsafe { sys::ncclGetLastError(comm) };
     if p.is_null() {
         return String::new();
     }
@@ -232,11 +553,32 @@ fn last_error_text(comm: Option<&Comm>) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string()
 }
 
-/// cudarc maps NCCL's result codes to a status: `NumResults` is what a code newer than
-/// the 2.22 bindings reads as (2.30's ncclTimeout is 8), so it is an error here.
-fn status(r: Result<NcclStatus, NcclError>) -> Result<(), NcclError> {
-    match r? {
-        NcclStatus::NumResults => Err(NcclError(cudarc::nccl::sys::ncclResult_t::ncclNumResults)),
-        NcclStatus::Success | NcclStatus::InProgress => Ok(()),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(host: &str, uuid: &str) -> Gpu {
+        Gpu {
+            host: host.into(),
+            uuid: uuid.into(),
+            bus_id: "0000:1B:00.0".into(),
+            name: "A100".into(),
+        }
+    }
+
+    #[test]
+    fn two_ranks_on_one_gpu_are_found_by_uuid_not_device_number() {
+        // Slurm's per-task binding: four tasks, each sees its own GPU as device 0.
+        let per_task = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"].map(|u| gpu("n1", u));
+        assert_eq!(duplicate(&per_task), None);
+        let shared = [gpu("n1", "GPU-a"), gpu("n1", "GPU-b"), gpu("n1", "GPU-a")];
+        assert_eq!(duplicate(&shared), Some((0, 2)));
+    }
+
+    #[test]
+    fn the_config_is_nccls_initializer_made_non_blocking() {
+        let c = non_blocking();
+        assert_eq!((c.magic, c.blocking, c.version), (0xcafe_beef, 0, 21700));
+        assert_eq!(c.size, size_of::<sys::ncclConfig_t>());
     }
 }

@@ -217,7 +217,7 @@ impl Session {
         };
         let grouped = out.is_some() && inp.is_some();
         if grouped {
-            cudarc::nccl::group_start().map_err(|e| anyhow!("ncclGroupStart failed: {e:?}"))?;
+            self.backend.group_start()?;
         }
         let mut moved = Ok(());
         if let Some((b, to)) = &out {
@@ -227,10 +227,7 @@ impl Session {
             moved = self.backend.recv(b, *from);
         }
         if grouped {
-            let ended = cudarc::nccl::group_end()
-                .map(|_| ())
-                .map_err(|e| anyhow!("ncclGroupEnd failed: {e:?}"));
-            moved = moved.and(ended);
+            moved = moved.and(self.backend.group_end());
         }
         moved?;
         let Some((range, _, how)) = recv else {

@@ -1,33 +1,47 @@
 //! `nccl-double-probe`: a TEST FIXTURE of the `nccl-double` package, not a tool. It plays
-//! one rank of an NCCL job through cudarc's safe API, exactly as a correct program would
-//! (`CudaContext::new(device)` on the rank's thread, `default_stream`, `Comm::from_rank`,
-//! `clone_htod`, `all_reduce`, `clone_dtoh`, ...), so that the tests in `tests/` can
-//! prove that the test double works when loaded through cudarc's real dynamic-loading
-//! path, and that it catches each rule when one rank breaks it on purpose (`--break`).
+//! one rank of an NCCL job through cudarc, exactly as a correct program would
+//! (`CudaContext::new(device)` on the rank's thread, `default_stream`, `clone_htod`, a
+//! communicator, collectives, `clone_dtoh`, ...), so that the tests in `tests/` can prove
+//! that the test double works when loaded through cudarc's real dynamic-loading path,
+//! and that it catches each rule when one rank breaks it on purpose (`--break`).
 //!
 //! ```text
 //! nccl-double-probe --op OP [--rank R --world N --id-file PATH] [--device D]
 //!     [--count C] [--dtype f32|f64|i32|i64|u32|u64|u8|i8] [--reduce sum|prod|max|min|avg]
-//!     [--root R] [--repeat K] [--threads] [--break RULE]
+//!     [--root R] [--repeat K] [--threads] [--api raw|safe] [--nonblocking]
+//!     [--delay-ms MS] [--op-delay-ms MS] [--watch-ms MS] [--abort-after-ms MS]
+//!     [--ready-file PATH] [--break RULE]
 //! ```
 //!
-//! Ops: `info`, `present`, `driver` (one process, no job); `allreduce`,
+//! Ops: `info`, `devices`, `present`, `driver` (one process, no job); `allreduce`,
 //! `allreduce-inplace`, `broadcast`, `broadcast-inplace` (every root in turn unless
-//! `--root`), `ring` and `pairs` (send/recv inside a group). Rank 0 writes the unique id
-//! to `--id-file` (temporary name, then rename); the other ranks wait for it (at most
-//! `--id-timeout` s). With `--threads`, this one process runs all `--world` ranks, one
-//! thread each, as cudarc's own tests do.
+//! `--root`), `ring` and `pairs` (send/recv inside a group); `raw` (finalize, then
+//! destroy); `watch` (a collective whose peer may never come: watch the stream, then
+//! abort); `init-abort` (abort a non-blocking init that cannot finish). Rank 0 writes the
+//! unique id to `--id-file` (temporary name, then rename); the other ranks wait for it
+//! (at most `--id-timeout` s). With `--threads`, this one process runs all `--world`
+//! ranks, one thread each, as cudarc's own tests do.
+//!
+//! The communicator: by default through cudarc's raw API, as a program that polls NCCL
+//! does: after queuing work it waits until `cuStreamQuery` says the stream is idle,
+//! reading `ncclCommGetAsyncError` meanwhile (the double reports the ranks' disagreements
+//! there); `--nonblocking` makes it with `ncclCommInitRankConfig` and `blocking = 0` and
+//! polls `ncclCommGetAsyncError` after every call that says `ncclInProgress`. With
+//! `--api safe`, through cudarc's safe `Comm` instead (`Comm::from_rank`, dropped with
+//! `ncclCommAbort`), waiting with `stream.synchronize()`.
 //!
 //! Rank r's input element i is `r + 1 + i` (`100 * root + i` from a broadcast root, and
 //! `1000 * (r + 1) + i` for send/recv). Prints one line per result
 //! (`rank=R ... result=v,v,v`) on stdout; on failure, `error: rank R: ...` on stderr
 //! (with NCCL's error string and `ncclGetLastError`) and exit code 1.
 
+use cudarc::driver::sys as cu;
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError, ValidAsZeroBits,
 };
-use cudarc::nccl::result::NcclError;
-use cudarc::nccl::{Comm, Id, NcclType, ReduceOp, group_end, group_start};
+use cudarc::nccl::result::{NcclError, NcclStatus};
+use cudarc::nccl::{Comm, Id, NcclType, ReduceOp, result, sys};
+use std::cell::Cell;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +63,19 @@ struct Args {
     root: Option<usize>,
     repeat: usize,
     threads: bool,
+    /// `raw` (cudarc's raw API, polling) or `safe` (cudarc's `Comm`).
+    api: String,
+    nonblocking: bool,
+    /// Sleep before joining (holds a rank back).
+    delay_ms: u64,
+    /// Sleep before the first collective.
+    op_delay_ms: u64,
+    /// How long `watch` watches the stream.
+    watch_ms: u64,
+    /// How long `init-abort` waits before aborting.
+    abort_after_ms: u64,
+    /// Written once the communicator is made (for `--break hang`).
+    ready_file: Option<PathBuf>,
     brk: Option<String>,
 }
 
@@ -66,13 +93,27 @@ fn parse_args() -> Result<Args, String> {
         root: None,
         repeat: 1,
         threads: false,
+        api: "raw".into(),
+        nonblocking: false,
+        delay_ms: 0,
+        op_delay_ms: 0,
+        watch_ms: 1500,
+        abort_after_ms: 500,
+        ready_file: None,
         brk: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--threads" {
-            a.threads = true;
-            continue;
+        match flag.as_str() {
+            "--threads" => {
+                a.threads = true;
+                continue;
+            }
+            "--nonblocking" => {
+                a.nonblocking = true;
+                continue;
+            }
+            _ => {}
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag} {v}: not a number"));
@@ -88,8 +129,14 @@ fn parse_args() -> Result<Args, String> {
             "--reduce" => a.reduce = value,
             "--root" => a.root = Some(num(&value)?),
             "--repeat" => a.repeat = num(&value)?,
+            "--api" if value == "raw" || value == "safe" => a.api = value,
+            "--delay-ms" => a.delay_ms = num(&value)? as u64,
+            "--op-delay-ms" => a.op_delay_ms = num(&value)? as u64,
+            "--watch-ms" => a.watch_ms = num(&value)? as u64,
+            "--abort-after-ms" => a.abort_after_ms = num(&value)? as u64,
+            "--ready-file" => a.ready_file = Some(value.into()),
             "--break" => a.brk = Some(value),
-            _ => return Err(format!("unknown flag {flag}")),
+            _ => return Err(format!("unknown flag {flag} (or value {value})")),
         }
     }
     Ok(a)
@@ -123,12 +170,27 @@ fn nccl(what: &str) -> impl FnOnce(NcclError) -> Fail + '_ {
         // SAFETY: plain C calls; ncclGetLastError accepts a NULL communicator.
         let (s, last) = unsafe {
             (
-                text(cudarc::nccl::sys::ncclGetErrorString(e.0)),
-                text(cudarc::nccl::sys::ncclGetLastError(std::ptr::null_mut())),
+                text(sys::ncclGetErrorString(e.0)),
+                text(sys::ncclGetLastError(std::ptr::null_mut())),
             )
         };
         Fail(format!("{what} failed: {:?} ({s}): {last}", e.0))
     }
+}
+
+/// How an NCCL call ended, by name (`ncclSuccess`, `ncclInProgress`, `ncclInvalidUsage`...).
+fn status(r: Result<NcclStatus, NcclError>) -> String {
+    match r {
+        Ok(NcclStatus::Success) => "ncclSuccess".into(),
+        Ok(NcclStatus::InProgress) => "ncclInProgress".into(),
+        Ok(NcclStatus::NumResults) => "ncclNumResults".into(),
+        Err(e) => format!("{:?}", e.0),
+    }
+}
+
+/// Milliseconds since `t`.
+fn ms(t: Instant) -> u128 {
+    t.elapsed().as_millis()
 }
 
 /// The element types the probe can run, with conversions for its test values.
@@ -170,6 +232,17 @@ fn reduce_op(name: &str) -> Result<ReduceOp, Fail> {
         "avg" => ReduceOp::Avg,
         _ => return Err(Fail(format!("unknown reduction {name}"))),
     })
+}
+
+/// cudarc's safe reduction as the raw API's.
+fn raw_op(op: &ReduceOp) -> sys::ncclRedOp_t {
+    match op {
+        ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
+        ReduceOp::Prod => sys::ncclRedOp_t::ncclProd,
+        ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
+        ReduceOp::Min => sys::ncclRedOp_t::ncclMin,
+        ReduceOp::Avg => sys::ncclRedOp_t::ncclAvg,
+    }
 }
 
 /// Rank 0 makes the id and writes it to the file; the others wait for the file.
@@ -217,9 +290,12 @@ fn main() -> ExitCode {
     };
     let result = std::panic::catch_unwind(|| match a.op.as_str() {
         "info" => info().map(|l| vec![l]),
+        "devices" => devices(),
         "present" => Ok(vec![present()]),
         "driver" => driver(&a).map(|l| vec![l]),
-        "raw" => shared_id(&a).and_then(|id| raw(&a, id)),
+        "raw" => shared_id(&a).and_then(|id| finalize(&a, id)),
+        "watch" => shared_id(&a).and_then(|id| watch(&a, id)),
+        "init-abort" => shared_id(&a).and_then(|id| init_abort(&a, id)),
         _ if a.threads => threads(&a),
         _ => shared_id(&a).and_then(|id| rank(&a, a.rank, id)),
     });
@@ -260,10 +336,10 @@ fn threads(a: &Args) -> Result<Vec<String>, Fail> {
 /// Device count, NCCL's version and every device's name.
 fn info() -> Result<String, Fail> {
     let n = CudaContext::device_count().map_err(cuda("CudaContext::device_count"))?;
-    let version = cudarc::nccl::result::get_nccl_version().map_err(nccl("ncclGetVersion"))?;
+    let version = result::get_nccl_version().map_err(nccl("ncclGetVersion"))?;
     let mut driver = 0;
     // SAFETY: a plain C call with a valid pointer.
-    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) }
+    unsafe { cu::cuDriverGetVersion(&mut driver) }
         .result()
         .map_err(cuda("cuDriverGetVersion"))?;
     let mut names = Vec::new();
@@ -276,15 +352,65 @@ fn info() -> Result<String, Fail> {
     ))
 }
 
+/// The devices as the driver shows them: what cuInit says, what cuDeviceGetCount says
+/// then, and each device's bus id, UUID (both entry points) and name; also that a bus id
+/// buffer one byte too short is refused.
+fn devices() -> Result<Vec<String>, Fail> {
+    // SAFETY: plain C calls with valid pointers.
+    let init = unsafe { cu::cuInit(0) };
+    let mut n = 0;
+    let counted = unsafe { cu::cuDeviceGetCount(&mut n) };
+    let count = if counted == cu::CUresult::CUDA_SUCCESS {
+        n.to_string()
+    } else {
+        format!("{counted:?}")
+    };
+    let mut lines = vec![format!("init={init:?} count={count}")];
+    if init != cu::CUresult::CUDA_SUCCESS {
+        return Ok(lines);
+    }
+    for i in 0..n {
+        let dev = cudarc::driver::result::device::get(i)?;
+        let name = cudarc::driver::result::device::get_name(dev)?;
+        let mut bus = [0 as c_char; 32];
+        // SAFETY: the buffer holds the length given.
+        unsafe { cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev) }
+            .result()
+            .map_err(cuda("cuDeviceGetPCIBusId"))?;
+        // SAFETY: NUL-terminated by the driver.
+        let bus = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+        let mut short = [0 as c_char; 32];
+        // SAFETY: as above, with a length one short of the id and its NUL.
+        let short = unsafe { cu::cuDeviceGetPCIBusId(short.as_mut_ptr(), bus.len() as i32, dev) };
+        let uuid = cudarc::driver::result::device::get_uuid(dev)?;
+        let mut v2 = std::mem::MaybeUninit::<cu::CUuuid>::uninit();
+        // SAFETY: a plain C call with a valid pointer.
+        unsafe { cu::cuDeviceGetUuid_v2(v2.as_mut_ptr(), dev) }
+            .result()
+            .map_err(cuda("cuDeviceGetUuid_v2"))?;
+        // SAFETY: written by the successful call.
+        let v2 = unsafe { v2.assume_init() };
+        let hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+        let text = format!(
+            "GPU-{}-{}-{}-{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..]
+        );
+        lines.push(format!(
+            "device={i} bus={bus} uuid={text} uuid_v2_same={} short_bus_buffer={short:?} name={name}",
+            v2.bytes == uuid.bytes
+        ));
+    }
+    Ok(lines)
+}
+
 /// Whether cudarc finds a CUDA driver and an NCCL library to load.
 fn present() -> String {
     // SAFETY: these only try to load the libraries.
-    let (cuda, nccl) = unsafe {
-        (
-            cudarc::driver::sys::is_culib_present(),
-            cudarc::nccl::sys::is_culib_present(),
-        )
-    };
+    let (cuda, nccl) = unsafe { (cu::is_culib_present(), sys::is_culib_present()) };
     format!("cuda_present={cuda} nccl_present={nccl}")
 }
 
@@ -334,12 +460,379 @@ fn driver(a: &Args) -> Result<String, Fail> {
     ))
 }
 
-/// One rank: context, stream, communicator, then the operation.
-fn rank(a: &Args, rank: usize, id: Id) -> Result<Vec<String>, Fail> {
+// ---------------------------------------------------------------------------------
+// The communicator, two ways.
+
+/// What the probe does with a communicator, whichever API it goes through. Every method
+/// queues the work; [`Collectives::settle`] waits until it is done (or failed).
+trait Collectives {
+    fn all_reduce<T: Value>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail>;
+    fn all_reduce_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail>;
+    fn broadcast<T: Value>(&self, send: Option<&CudaSlice<T>>, recv: &mut CudaSlice<T>, root: i32) -> Result<(), Fail>;
+    fn broadcast_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, root: i32) -> Result<(), Fail>;
+    fn send<T: Value>(&self, buf: &CudaSlice<T>, peer: i32) -> Result<(), Fail>;
+    fn recv<T: Value>(&self, buf: &mut CudaSlice<T>, peer: i32) -> Result<(), Fail>;
+    fn group_start(&self) -> Result<(), Fail> {
+        result::group_start().map(drop).map_err(nccl("ncclGroupStart"))
+    }
+    fn group_end(&self) -> Result<(), Fail>;
+    /// Waits until the queued work is done; an error NCCL found meanwhile is a failure.
+    fn settle(&self, what: &str) -> Result<(), Fail>;
+}
+
+/// A communicator through cudarc's raw API, as a program that polls NCCL uses it: ended
+/// with `ncclCommAbort` when dropped, unless ended before.
+struct Raw {
+    comm: Cell<sys::ncclComm_t>,
+    stream: Arc<CudaStream>,
+    nonblocking: bool,
+}
+
+impl Raw {
+    /// Calls the init (`ncclCommInitRankConfig` with `blocking = 0` if `nonblocking`,
+    /// else `ncclCommInitRank`) and returns as soon as it does.
+    fn start(stream: &Arc<CudaStream>, rank: usize, world: usize, id: Id, nonblocking: bool) -> Result<Self, Fail> {
+        let id = sys::ncclUniqueId {
+            internal: *id.internal(),
+        };
+        let mut comm = std::ptr::null_mut();
+        if nonblocking {
+            // NCCL_CONFIG_INITIALIZER, then blocking = 0.
+            let version = result::get_nccl_version().map_err(nccl("ncclGetVersion"))?;
+            let mut config = sys::ncclConfig_t {
+                size: std::mem::size_of::<sys::ncclConfig_t>(),
+                magic: 0xcafe_beef,
+                version: version as u32,
+                blocking: 0,
+                cgaClusterSize: i32::MIN,
+                minCTAs: i32::MIN,
+                maxCTAs: i32::MIN,
+                netName: std::ptr::null(),
+                splitShare: i32::MIN,
+            };
+            // SAFETY: valid pointers; the id by value.
+            unsafe { result::comm_init_rank_config(&mut comm, world as i32, id, rank as i32, &mut config) }
+                .map_err(nccl("ncclCommInitRankConfig"))?;
+        } else {
+            // SAFETY: as above.
+            unsafe { result::comm_init_rank(&mut comm, world as i32, id, rank as i32) }
+                .map_err(nccl("ncclCommInitRank"))?;
+        }
+        Ok(Self {
+            comm: Cell::new(comm),
+            stream: stream.clone(),
+            nonblocking,
+        })
+    }
+
+    /// [`Raw::start`], then (non-blocking) polls until the init is over; with the report
+    /// line of a non-blocking init (how often it was still in progress, and how long).
+    fn join(
+        stream: &Arc<CudaStream>,
+        rank: usize,
+        world: usize,
+        id: Id,
+        nonblocking: bool,
+    ) -> Result<(Self, Vec<String>), Fail> {
+        let t = Instant::now();
+        let comm = Self::start(stream, rank, world, id, nonblocking)?;
+        if !nonblocking {
+            return Ok((comm, Vec::new()));
+        }
+        let polls = comm.wait_ready("ncclCommInitRankConfig")?;
+        let line = format!(
+            "rank={rank} init=nonblocking in_progress_polls={polls} init_ms={}",
+            ms(t)
+        );
+        Ok((comm, vec![line]))
+    }
+
+    /// The handle.
+    fn comm(&self) -> sys::ncclComm_t {
+        self.comm.get()
+    }
+
+    /// `ncclCommGetAsyncError`.
+    fn state(&self) -> Result<sys::ncclResult_t, Fail> {
+        let mut state = sys::ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator and a valid pointer.
+        unsafe { sys::ncclCommGetAsyncError(self.comm(), &mut state) }
+            .result()
+            .map_err(nccl("ncclCommGetAsyncError"))?;
+        Ok(state)
+    }
+
+    /// Polls `ncclCommGetAsyncError` while it says `ncclInProgress`; an error is a
+    /// failure. Returns how many polls said `ncclInProgress`.
+    fn wait_ready(&self, after: &str) -> Result<u64, Fail> {
+        let mut polls = 0;
+        loop {
+            match self.state()? {
+                sys::ncclResult_t::ncclSuccess => return Ok(polls),
+                sys::ncclResult_t::ncclInProgress => polls += 1,
+                e => return Err(nccl(&format!("{after} (ncclCommGetAsyncError)"))(NcclError(e))),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A call's result: an error fails; `ncclInProgress` (non-blocking) is waited out.
+    fn called(&self, what: &str, r: Result<NcclStatus, NcclError>) -> Result<(), Fail> {
+        match r.map_err(nccl(what))? {
+            NcclStatus::Success => Ok(()),
+            NcclStatus::InProgress if self.nonblocking => self.wait_ready(what).map(drop),
+            other => Err(Fail(format!(
+                "{what} returned {} on a blocking communicator",
+                status(Ok(other))
+            ))),
+        }
+    }
+
+    /// Whether the stream has finished its work (`cuStreamQuery`).
+    fn stream_idle(&self) -> Result<bool, Fail> {
+        // SAFETY: the stream of a live context.
+        match unsafe { cu::cuStreamQuery(self.stream.cu_stream()) } {
+            cu::CUresult::CUDA_SUCCESS => Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(cuda("cuStreamQuery")(DriverError(e))),
+        }
+    }
+
+    /// `ncclCommAbort` (once).
+    fn abort(&self) -> Result<(), Fail> {
+        let comm = self.comm.replace(std::ptr::null_mut());
+        if comm.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a live communicator, ended once.
+        unsafe { result::comm_abort(comm) }
+            .map(drop)
+            .map_err(nccl("ncclCommAbort"))
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        if let Err(Fail(why)) = self.abort() {
+            eprintln!("{why}");
+        }
+    }
+}
+
+impl Collectives for Raw {
+    fn all_reduce<T: Value>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail> {
+        let n = send.len();
+        let (s, _read) = send.device_ptr(&self.stream);
+        let (r, _written) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: live device buffers of n elements (or not, on purpose, for --break).
+        let res = unsafe {
+            result::all_reduce(
+                s as _,
+                r as _,
+                n,
+                T::as_nccl_type(),
+                raw_op(op),
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("all_reduce", res)
+    }
+
+    fn all_reduce_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail> {
+        let n = buf.len();
+        let (p, _written) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::all_reduce(
+                p as _,
+                p as _,
+                n,
+                T::as_nccl_type(),
+                raw_op(op),
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("all_reduce_in_place", res)
+    }
+
+    fn broadcast<T: Value>(&self, send: Option<&CudaSlice<T>>, recv: &mut CudaSlice<T>, root: i32) -> Result<(), Fail> {
+        let n = recv.len();
+        let (s, _read) = send.map(|b| b.device_ptr(&self.stream)).unzip();
+        let (r, _written) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: as above; sendbuff is only read on the root.
+        let res = unsafe {
+            result::broadcast(
+                s.map_or(std::ptr::null(), |p| p as _),
+                r as _,
+                n,
+                T::as_nccl_type(),
+                root,
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("broadcast", res)
+    }
+
+    fn broadcast_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, root: i32) -> Result<(), Fail> {
+        let n = buf.len();
+        let (p, _written) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::broadcast(
+                p as _,
+                p as _,
+                n,
+                T::as_nccl_type(),
+                root,
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("broadcast_in_place", res)
+    }
+
+    fn send<T: Value>(&self, buf: &CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+        let (p, _read) = buf.device_ptr(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::send(
+                p as _,
+                buf.len(),
+                T::as_nccl_type(),
+                peer,
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("send", res)
+    }
+
+    fn recv<T: Value>(&self, buf: &mut CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+        let n = buf.len();
+        let (p, _written) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::recv(
+                p as _,
+                n,
+                T::as_nccl_type(),
+                peer,
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("recv", res)
+    }
+
+    fn group_end(&self) -> Result<(), Fail> {
+        self.called("ncclGroupEnd", result::group_end())
+    }
+
+    /// Polls `cuStreamQuery` until the stream is idle, reading `ncclCommGetAsyncError`
+    /// at every look: the way to wait for NCCL without hanging on a failed peer.
+    fn settle(&self, what: &str) -> Result<(), Fail> {
+        loop {
+            let idle = self.stream_idle()?;
+            match self.state()? {
+                sys::ncclResult_t::ncclSuccess if idle => return Ok(()),
+                sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress => {}
+                e => return Err(nccl(&format!("{what} (ncclCommGetAsyncError)"))(NcclError(e))),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// cudarc's safe `Comm` (which aborts the communicator when dropped).
+struct Safe {
+    comm: Comm,
+}
+
+impl Collectives for Safe {
+    fn all_reduce<T: Value>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail> {
+        self.comm
+            .all_reduce(send, recv, op)
+            .map(drop)
+            .map_err(nccl("all_reduce"))
+    }
+
+    fn all_reduce_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail> {
+        self.comm
+            .all_reduce_in_place(buf, op)
+            .map(drop)
+            .map_err(nccl("all_reduce_in_place"))
+    }
+
+    fn broadcast<T: Value>(&self, send: Option<&CudaSlice<T>>, recv: &mut CudaSlice<T>, root: i32) -> Result<(), Fail> {
+        self.comm
+            .broadcast(send, recv, root)
+            .map(drop)
+            .map_err(nccl("broadcast"))
+    }
+
+    fn broadcast_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, root: i32) -> Result<(), Fail> {
+        self.comm
+            .broadcast_in_place(buf, root)
+            .map(drop)
+            .map_err(nccl("broadcast_in_place"))
+    }
+
+    fn send<T: Value>(&self, buf: &CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+        self.comm.send(buf, peer).map_err(nccl("send"))
+    }
+
+    fn recv<T: Value>(&self, buf: &mut CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+        self.comm.recv(buf, peer).map(drop).map_err(nccl("recv"))
+    }
+
+    fn group_end(&self) -> Result<(), Fail> {
+        result::group_end().map(drop).map_err(nccl("ncclGroupEnd"))
+    }
+
+    fn settle(&self, _what: &str) -> Result<(), Fail> {
+        self.comm.stream().synchronize().map_err(cuda("stream.synchronize"))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// A rank of a job.
+
+/// The rank's device, context and stream (after `--delay-ms`).
+fn setup(a: &Args, rank: usize) -> Result<(usize, Arc<CudaContext>, Arc<CudaStream>), Fail> {
+    std::thread::sleep(Duration::from_millis(a.delay_ms));
     let count = CudaContext::device_count().map_err(cuda("CudaContext::device_count"))? as usize;
     let device = a.device.unwrap_or(rank % count.max(1));
     let ctx = CudaContext::new(device).map_err(cuda("CudaContext::new"))?;
     let stream = ctx.default_stream();
+    Ok((device, ctx, stream))
+}
+
+/// What a rank that breaks the job on purpose does once it has joined: `crash` (exit
+/// without ending the communicator), `exit-early` (abort it and exit: it never calls the
+/// collective), `hang` (write `--ready-file`, then never call anything: the test kills
+/// or stops it). `None`: carry on.
+fn misbehave(a: &Args, rank: usize, comm: &Raw) -> Option<Result<Vec<String>, Fail>> {
+    match a.brk.as_deref() {
+        Some("crash") => std::process::exit(3),
+        Some("exit-early") => Some(comm.abort().map(|()| vec![format!("rank={rank} left early")])),
+        Some("hang") => {
+            if let Some(f) = &a.ready_file {
+                let _ = std::fs::write(f, b"joined");
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        _ => None,
+    }
+}
+
+/// One rank: context, stream, communicator, then the operation.
+fn rank(a: &Args, rank: usize, id: Id) -> Result<Vec<String>, Fail> {
+    let (device, ctx, stream) = setup(a, rank)?;
     let brk = a.brk.as_deref().unwrap_or("");
     let (join_rank, join_world) = match brk {
         "rank-out-of-range" => (a.world, a.world),
@@ -350,104 +843,61 @@ fn rank(a: &Args, rank: usize, id: Id) -> Result<Vec<String>, Fail> {
     if brk == "no-context" {
         // The context was made on this thread; the communicator on another, where no
         // context is current.
-        let s = stream.clone();
-        return std::thread::spawn(move || {
-            Comm::from_rank(s, join_rank, join_world, id)
-                .map(drop)
-                .map_err(nccl("Comm::from_rank"))
-        })
-        .join()
-        .map_err(|_| Fail("thread panicked".into()))?
-        .map(|()| vec!["unexpectedly joined".into()]);
+        let (s, nonblocking) = (stream.clone(), a.nonblocking);
+        return std::thread::spawn(move || Raw::join(&s, join_rank, join_world, id, nonblocking).map(drop))
+            .join()
+            .map_err(|_| Fail("thread panicked".into()))?
+            .map(|()| vec!["unexpectedly joined".into()]);
     }
-    let comm = Comm::from_rank(stream.clone(), join_rank, join_world, id).map_err(nccl("Comm::from_rank"))?;
-    match brk {
-        "crash" => std::process::exit(3),
-        "exit-early" => return close(comm).map(|()| vec![format!("rank={rank} left early")]),
-        _ => {}
+    if a.api == "safe" {
+        let comm = Comm::from_rank(stream.clone(), join_rank, join_world, id).map_err(nccl("Comm::from_rank"))?;
+        let comm = Safe { comm };
+        let mut lines = Vec::new();
+        let run = session(a, rank, device, &ctx, &comm, &stream, &mut lines);
+        // cudarc's Drop calls ncclCommAbort and panics if it fails.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(comm)))
+            .map_err(|_| Fail("dropping the Comm panicked (ncclCommAbort failed)".into()))?;
+        return run.map(|()| lines);
     }
-    let mut lines = Vec::new();
-    let run = (|| -> Result<(), Fail> {
-        for _ in 0..a.repeat {
-            macro_rules! typed {
-                ($t:ty) => {
-                    op::<$t>(a, rank, device, &comm, &stream, &mut lines)
-                };
-            }
-            match a.dtype.as_str() {
-                "f32" => typed!(f32),
-                "f64" => typed!(f64),
-                "i32" => typed!(i32),
-                "i64" => typed!(i64),
-                "u32" => typed!(u32),
-                "u64" => typed!(u64),
-                "u8" => typed!(u8),
-                "i8" => typed!(i8),
-                t => Err(Fail(format!("unknown dtype {t}"))),
-            }?;
-        }
-        Ok(())
-    })();
-    let closed = close(comm);
-    run?;
-    closed?;
+    let (comm, mut lines) = Raw::join(&stream, join_rank, join_world, id, a.nonblocking)?;
+    if let Some(done) = misbehave(a, rank, &comm) {
+        return done;
+    }
+    session(a, rank, device, &ctx, &comm, &stream, &mut lines)?;
+    comm.abort()?;
     Ok(lines)
 }
 
-/// cudarc's raw API, for what its safe `Comm` cannot do: finalize and then destroy the
-/// communicator (the safe `Comm` only aborts it when dropped). Then two misuses: a
-/// collective on the finalized communicator, and an abort of the destroyed one.
-fn raw(a: &Args, id: Id) -> Result<Vec<String>, Fail> {
-    use cudarc::nccl::{result, sys};
-    let n = CudaContext::device_count()? as usize;
-    let ctx = CudaContext::new(a.device.unwrap_or(a.rank % n))?;
-    let stream = ctx.default_stream();
-    let sys_id = sys::ncclUniqueId {
-        internal: *id.internal(),
-    };
-    let mut comm = std::mem::MaybeUninit::uninit();
-    // SAFETY: cudarc's thin wrappers, used as NCCL's documentation says.
-    let comm = unsafe {
-        result::comm_init_rank(comm.as_mut_ptr(), a.world as i32, sys_id, a.rank as i32)
-            .map_err(nccl("ncclCommInitRank"))?;
-        comm.assume_init()
-    };
-    let mut buf = stream.clone_htod(&vec![(a.rank + 1) as f32; a.count])?;
-    let all_reduce = |buf: &mut CudaSlice<f32>| {
-        let (ptr, _record) = buf.device_ptr_mut(&stream);
-        // SAFETY: an in-place all-reduce of a live device buffer.
-        unsafe {
-            result::all_reduce(
-                ptr as _,
-                ptr as _,
-                a.count,
-                sys::ncclDataType_t::ncclFloat32,
-                sys::ncclRedOp_t::ncclSum,
-                comm,
-                stream.cu_stream() as _,
-            )
+/// `--repeat` times the operation, for the element type `--dtype`.
+fn session<C: Collectives>(
+    a: &Args,
+    rank: usize,
+    device: usize,
+    ctx: &Arc<CudaContext>,
+    comm: &C,
+    stream: &Arc<CudaStream>,
+    lines: &mut Vec<String>,
+) -> Result<(), Fail> {
+    std::thread::sleep(Duration::from_millis(a.op_delay_ms));
+    for _ in 0..a.repeat {
+        macro_rules! typed {
+            ($t:ty) => {
+                op::<$t, C>(a, rank, device, ctx, comm, stream, lines)
+            };
         }
-    };
-    all_reduce(&mut buf).map_err(nccl("ncclAllReduce"))?;
-    let out = stream.clone_dtoh(&buf)?;
-    let status = |r: Result<result::NcclStatus, NcclError>| r.map_or_else(|e| format!("{:?}", e.0), |_| "ok".into());
-    // SAFETY: the communicator is live until destroyed, and not used after (but for the
-    // abort, which the double refuses).
-    unsafe { result::comm_finalize(comm) }.map_err(nccl("ncclCommFinalize"))?;
-    let after_finalize = status(all_reduce(&mut buf));
-    unsafe { result::comm_destroy(comm) }.map_err(nccl("ncclCommDestroy"))?;
-    let abort_after_destroy = status(unsafe { result::comm_abort(comm) });
-    Ok(vec![format!(
-        "rank={} op=raw result={} after_finalize={after_finalize} abort_after_destroy={abort_after_destroy}",
-        a.rank,
-        show(&out)
-    )])
-}
-
-/// Drops the communicator (cudarc's Drop calls ncclCommAbort and panics if it fails).
-fn close(comm: Comm) -> Result<(), Fail> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(comm)))
-        .map_err(|_| Fail("dropping the Comm panicked (ncclCommAbort failed)".into()))
+        match a.dtype.as_str() {
+            "f32" => typed!(f32),
+            "f64" => typed!(f64),
+            "i32" => typed!(i32),
+            "i64" => typed!(i64),
+            "u32" => typed!(u32),
+            "u64" => typed!(u64),
+            "u8" => typed!(u8),
+            "i8" => typed!(i8),
+            t => Err(Fail(format!("unknown dtype {t}"))),
+        }?;
+    }
+    Ok(())
 }
 
 /// Right before a collective (cudarc binds the context again for every copy): leaves no
@@ -469,11 +919,12 @@ fn misuse_context(brk: &str, device: usize) -> Result<Option<Arc<CudaContext>>, 
 }
 
 /// Runs the operation once for element type `T`.
-fn op<T: Value>(
+fn op<T: Value, C: Collectives>(
     a: &Args,
     rank: usize,
     device: usize,
-    comm: &Comm,
+    ctx: &Arc<CudaContext>,
+    comm: &C,
     stream: &Arc<CudaStream>,
     lines: &mut Vec<String>,
 ) -> Result<(), Fail> {
@@ -490,16 +941,14 @@ fn op<T: Value>(
                 "mismatch-op" => red = if red == "max" { "min" } else { "max" },
                 "mismatch-kind" => {
                     let mut buf = stream.clone_htod(&values(&|i| i as f64, count))?;
-                    comm.broadcast_in_place(&mut buf, 0)
-                        .map_err(nccl("broadcast_in_place"))?;
-                    return Ok(());
+                    comm.broadcast_in_place(&mut buf, 0)?;
+                    return comm.settle("broadcast_in_place");
                 }
                 "mismatch-dtype" => {
                     let send = stream.clone_htod(&vec![1f64; count])?;
                     let mut recv = stream.alloc_zeros::<f64>(count)?;
-                    comm.all_reduce(&send, &mut recv, &reduce_op(red)?)
-                        .map_err(nccl("all_reduce"))?;
-                    return Ok(());
+                    comm.all_reduce(&send, &mut recv, &reduce_op(red)?)?;
+                    return comm.settle("all_reduce");
                 }
                 _ => {}
             }
@@ -508,8 +957,8 @@ fn op<T: Value>(
             let out = if a.op == "allreduce-inplace" {
                 let mut buf = stream.clone_htod(&input)?;
                 let _other = misuse_context(brk, device)?;
-                comm.all_reduce_in_place(&mut buf, &op)
-                    .map_err(nccl("all_reduce_in_place"))?;
+                comm.all_reduce_in_place(&mut buf, &op)?;
+                comm.settle("all_reduce_in_place")?;
                 stream.clone_dtoh(&buf)?
             } else {
                 let send = match brk {
@@ -533,10 +982,10 @@ fn op<T: Value>(
                     "other-device-buffer" => {
                         let other = CudaContext::new((device + 1) % CudaContext::device_count()? as usize)?;
                         let there = other.default_stream().clone_htod(&input)?;
-                        comm.context().bind_to_thread()?;
+                        ctx.bind_to_thread()?;
                         let mut recv = stream.alloc_zeros::<T>(count)?;
-                        comm.all_reduce(&there, &mut recv, &op).map_err(nccl("all_reduce"))?;
-                        return Ok(());
+                        comm.all_reduce(&there, &mut recv, &op)?;
+                        return comm.settle("all_reduce");
                     }
                     _ => stream.clone_htod(&input)?,
                 };
@@ -546,7 +995,8 @@ fn op<T: Value>(
                 if matches!(brk, "host-buffer" | "freed-buffer" | "count-too-large") {
                     send.leak();
                 }
-                r.map_err(nccl("all_reduce"))?;
+                r?;
+                comm.settle("all_reduce")?;
                 stream.clone_dtoh(&recv)?
             };
             lines.push(format!("{head} reduce={red} result={}", show(&out)));
@@ -569,8 +1019,8 @@ fn op<T: Value>(
                         stream.alloc_zeros::<T>(count)?
                     };
                     let _other = misuse_context(brk, device)?;
-                    comm.broadcast_in_place(&mut buf, root_arg)
-                        .map_err(nccl("broadcast_in_place"))?;
+                    comm.broadcast_in_place(&mut buf, root_arg)?;
+                    comm.settle("broadcast_in_place")?;
                     stream.clone_dtoh(&buf)?
                 } else {
                     let send = if rank == root {
@@ -580,8 +1030,8 @@ fn op<T: Value>(
                     };
                     let mut recv = stream.alloc_zeros::<T>(count)?;
                     let _other = misuse_context(brk, device)?;
-                    comm.broadcast(send.as_ref(), &mut recv, root_arg)
-                        .map_err(nccl("broadcast"))?;
+                    comm.broadcast(send.as_ref(), &mut recv, root_arg)?;
+                    comm.settle("broadcast")?;
                     stream.clone_dtoh(&recv)?
                 };
                 lines.push(format!("{head} root={root} result={}", show(&out)));
@@ -596,14 +1046,144 @@ fn op<T: Value>(
             let send = stream.clone_htod(&values(&|i| (1000 * (rank + 1) + i) as f64, a.count))?;
             let recv_count = if brk == "recv-size" { a.count + 1 } else { a.count };
             let mut recv = stream.alloc_zeros::<T>(recv_count)?;
-            group_start().map_err(nccl("ncclGroupStart"))?;
-            comm.send(&send, to as i32).map_err(nccl("send"))?;
-            comm.recv(&mut recv, from as i32).map_err(nccl("recv"))?;
-            group_end().map_err(nccl("ncclGroupEnd"))?;
+            comm.group_start()?;
+            comm.send(&send, to as i32)?;
+            comm.recv(&mut recv, from as i32)?;
+            comm.group_end()?;
+            comm.settle("ncclGroupEnd")?;
             let out = stream.clone_dtoh(&recv)?;
             lines.push(format!("{head} from={from} result={}", show(&out)));
         }
         other => return Err(Fail(format!("unknown op {other}"))),
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Ending communicators, stuck work, aborts.
+
+/// What cudarc's safe `Comm` cannot do (it only aborts): an all-reduce (after
+/// `--op-delay-ms`), then `ncclCommFinalize` (timed: blocking, it waits for the work;
+/// non-blocking, it says `ncclInProgress` and `ncclCommGetAsyncError` is polled until the
+/// work is done), then `ncclCommDestroy`. Then two misuses: a collective on the
+/// finalized communicator, and an abort of the destroyed one.
+fn finalize(a: &Args, id: Id) -> Result<Vec<String>, Fail> {
+    let (_device, _ctx, stream) = setup(a, a.rank)?;
+    let (comm, mut lines) = Raw::join(&stream, a.rank, a.world, id, a.nonblocking)?;
+    let mut buf = stream.clone_htod(&vec![(a.rank + 1) as f32; a.count])?;
+    std::thread::sleep(Duration::from_millis(a.op_delay_ms));
+    comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)?;
+    let t = Instant::now();
+    // SAFETY: a live communicator.
+    let finalized = status(unsafe { result::comm_finalize(comm.comm()) });
+    let finalize_ms = ms(t);
+    let mut polls = 0;
+    if finalized == "ncclInProgress" {
+        polls = comm.wait_ready("ncclCommFinalize")?;
+    } else if finalized != "ncclSuccess" {
+        return Err(Fail(format!("ncclCommFinalize returned {finalized}")));
+    }
+    let settled_ms = ms(t);
+    let out = stream.clone_dtoh(&buf)?;
+    let (ptr, _written) = buf.device_ptr_mut(&stream);
+    // SAFETY: an in-place all-reduce of a live device buffer, on purpose after finalize.
+    let after_finalize = status(unsafe {
+        result::all_reduce(
+            ptr as _,
+            ptr as _,
+            a.count,
+            sys::ncclDataType_t::ncclFloat32,
+            sys::ncclRedOp_t::ncclSum,
+            comm.comm(),
+            stream.cu_stream() as _,
+        )
+    });
+    let handle = comm.comm.replace(std::ptr::null_mut());
+    // SAFETY: the communicator is live until destroyed, and not used after (but for the
+    // abort, which the double refuses).
+    unsafe { result::comm_destroy(handle) }.map_err(nccl("ncclCommDestroy"))?;
+    let abort_after_destroy = status(unsafe { result::comm_abort(handle) });
+    lines.push(format!(
+        "rank={} op=raw finalize={finalized} finalize_ms={finalize_ms} in_progress_polls={polls} \
+         settled_ms={settled_ms} result={} after_finalize={after_finalize} abort_after_destroy={abort_after_destroy}",
+        a.rank,
+        show(&out)
+    ));
+    Ok(lines)
+}
+
+/// A collective whose peer may never make its call (the peer misbehaves with `--break`):
+/// the call must return at once, the send buffer's free must not block, the stream must
+/// stay busy for `--watch-ms` with no error reported, and `ncclCommAbort` must free the
+/// stream at once. Reports each, timed.
+fn watch(a: &Args, id: Id) -> Result<Vec<String>, Fail> {
+    let (_device, _ctx, stream) = setup(a, a.rank)?;
+    let (comm, mut lines) = Raw::join(&stream, a.rank, a.world, id, a.nonblocking)?;
+    if let Some(done) = misbehave(a, a.rank, &comm) {
+        return done;
+    }
+    let send = stream.clone_htod(&vec![1f32; a.count])?;
+    let mut recv = stream.alloc_zeros::<f32>(a.count)?;
+    let t = Instant::now();
+    comm.all_reduce(&send, &mut recv, &ReduceOp::Sum)?;
+    let call_ms = ms(t);
+    let t = Instant::now();
+    drop(send);
+    let free_ms = ms(t);
+    // An event recorded after the collective completes with it (cuEventQuery).
+    let event = stream.record_event(None)?;
+    let (mut busy, mut idle, mut states) = (0, 0, std::collections::BTreeSet::new());
+    let end = Instant::now() + Duration::from_millis(a.watch_ms);
+    while Instant::now() < end {
+        if comm.stream_idle()? {
+            idle += 1;
+        } else {
+            busy += 1;
+        }
+        states.insert(format!("{:?}", comm.state()?));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let event_done_while_stuck = event.is_complete();
+    let t = Instant::now();
+    comm.abort()?;
+    let abort_ms = ms(t);
+    let idle_after_abort = comm.stream_idle()?;
+    // Neither waits any more: the work before them was dropped.
+    event.synchronize()?;
+    stream.synchronize()?;
+    let event_done_after_abort = event.is_complete();
+    drop(recv);
+    let states: Vec<String> = states.into_iter().collect();
+    lines.push(format!(
+        "rank={} op=watch call_ms={call_ms} free_ms={free_ms} busy_polls={busy} idle_polls={idle} states={} \
+         abort_ms={abort_ms} idle_after_abort={idle_after_abort} event_done_while_stuck={event_done_while_stuck} \
+         event_done_after_abort={event_done_after_abort}",
+        a.rank,
+        states.join(",")
+    ));
+    Ok(lines)
+}
+
+/// A non-blocking init that cannot finish (a rank is missing): `ncclCommGetAsyncError`
+/// must say `ncclInProgress` for `--abort-after-ms`, then `ncclCommAbort` must end it at
+/// once.
+fn init_abort(a: &Args, id: Id) -> Result<Vec<String>, Fail> {
+    let (_device, _ctx, stream) = setup(a, a.rank)?;
+    let comm = Raw::start(&stream, a.rank, a.world, id, true)?;
+    let (mut polls, mut states) = (0, std::collections::BTreeSet::new());
+    let end = Instant::now() + Duration::from_millis(a.abort_after_ms);
+    while Instant::now() < end {
+        states.insert(format!("{:?}", comm.state()?));
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t = Instant::now();
+    comm.abort()?;
+    let abort_ms = ms(t);
+    let states: Vec<String> = states.into_iter().collect();
+    Ok(vec![format!(
+        "rank={} op=init-abort polls={polls} states={} abort_ms={abort_ms}",
+        a.rank,
+        states.join(",")
+    )])
 }

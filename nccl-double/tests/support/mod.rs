@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The probe (a fixture of this package).
 pub const PROBE: &str = env!("CARGO_BIN_EXE_nccl-double-probe");
@@ -57,23 +57,37 @@ pub fn link_dir(name: &str, names: &[&str]) -> PathBuf {
     dir
 }
 
+/// Where single probes (not [`Job`]s) meet: under target/tmp, so that no test ever
+/// writes to /dev/shm (rooms there are removed by the last rank to leave).
+pub fn meet_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nccl-double-meet");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+}
+
 /// A command for the probe with the double loaded and allowed (`NCCL_DOUBLE=1`), no
-/// inherited NCCL_DOUBLE_* settings, and a 20 s wait limit.
+/// inherited NCCL_DOUBLE_* or CUDA_VISIBLE_DEVICES settings, meeting under target/tmp.
+/// No wait deadline (`NCCL_DOUBLE_TIMEOUT_S` unset), as with real NCCL: every run has
+/// the hard limit [`LIMIT`] instead.
 pub fn probe(args: &[&str]) -> Command {
     let mut cmd = Command::new(PROBE);
     cmd.args(args);
     for (k, _) in std::env::vars() {
-        if k.starts_with("NCCL_DOUBLE") {
+        if k.starts_with("NCCL_DOUBLE") || k == "CUDA_VISIBLE_DEVICES" || k.starts_with("SLURM") {
             cmd.env_remove(k);
         }
     }
     cmd.env("LD_LIBRARY_PATH", lib_dir())
         .env("NCCL_DOUBLE", "1")
-        .env("NCCL_DOUBLE_TIMEOUT_S", "20");
+        .env("NCCL_DOUBLE_DIR", meet_dir());
     cmd
 }
 
 /// How one process ended, and what it printed.
+#[derive(Clone)]
 pub struct Out {
     pub rank: usize,
     pub code: Option<i32>,
@@ -119,17 +133,93 @@ pub use testkit::spawn;
 
 /// Waits for `child` at most [`LIMIT`]; a run past it fails the test, with its output.
 pub fn finish(rank: usize, child: Child) -> Out {
-    let run = testkit::finish(child, LIMIT);
-    Out {
+    let (out, in_time) = finish_or_kill(rank, child);
+    assert!(in_time, "rank {rank} ran past {LIMIT:?} and was killed:\n{out}");
+    out
+}
+
+/// Waits for `child` at most [`LIMIT`], killing it past that; says whether it ended in
+/// time. Either way the process is gone (and reaped) when this returns.
+pub fn finish_or_kill(rank: usize, child: Child) -> (Out, bool) {
+    let (run, in_time) = testkit::finish_or_kill(child, LIMIT);
+    let out = Out {
         rank,
         code: run.code,
         stdout: run.stdout,
         stderr: run.stderr,
         elapsed: run.elapsed,
+    };
+    (out, in_time)
+}
+
+/// A running rank that is killed (SIGKILL) and reaped if the test lets go of it
+/// unfinished, e.g. when an assertion fails: no test leaves a process behind.
+pub struct Running {
+    pub rank: usize,
+    child: Option<Child>,
+}
+
+impl Running {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends `signal` (`STOP`, `KILL`...) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {} failed", self.pid());
+    }
+
+    /// Whether it is still running (not exited, not killed).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().is_ok_and(|s| s.is_none()))
+    }
+
+    /// Waits for the end (at most [`LIMIT`], then killed).
+    pub fn finish(mut self) -> (Out, bool) {
+        finish_or_kill(self.rank, self.child.take().unwrap())
+    }
+
+    /// Kills it (SIGKILL, also ends a stopped process) and reaps it; its output.
+    pub fn kill(mut self) -> Out {
+        let mut child = self.child.take().unwrap();
+        let _ = child.kill();
+        finish_or_kill(self.rank, child).0
     }
 }
 
-/// A job: `world` probe processes, one per rank, sharing an id through a file.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Whether process `pid` is gone (no /proc entry: neither running nor a zombie).
+pub fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Waits (at most [`LIMIT`]) until `path` exists.
+pub fn wait_for_file(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < LIMIT, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A job: `world` probe processes, one per rank, sharing an id through a file. Its
+/// folder (under target/tmp) goes when the job is dropped: a rank killed in a test never
+/// leaves its meeting folder, and cleaning up after SIGKILL is the test's job.
 pub struct Job {
     world: usize,
     args: Vec<String>,
@@ -140,6 +230,7 @@ pub struct Job {
     /// Where the ranks meet (NCCL_DOUBLE_DIR), private to the job.
     pub meet: PathBuf,
     id_file: PathBuf,
+    root: PathBuf,
 }
 
 impl Job {
@@ -158,7 +249,13 @@ impl Job {
             absent: Vec::new(),
             meet: root.join("meet"),
             id_file: root.join("id"),
+            root,
         }
+    }
+
+    /// A path in the job's folder (for `--ready-file`).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.root.join(name)
     }
 
     /// Arguments for every rank.
@@ -192,9 +289,9 @@ impl Job {
         self
     }
 
-    /// Runs every rank to its end (at most [`LIMIT`]).
-    pub fn run(&self) -> Vec<Out> {
-        let children: Vec<(usize, Child)> = (0..self.world)
+    /// Starts every rank.
+    pub fn start(&self) -> Vec<Running> {
+        (0..self.world)
             .filter(|r| !self.absent.contains(r))
             .map(|r| {
                 let mut cmd = probe(&[]);
@@ -206,15 +303,34 @@ impl Job {
                 for (k, v) in self.env.iter().chain(self.rank_env.get(&r).into_iter().flatten()) {
                     cmd.env(k, v);
                 }
-                (r, spawn(cmd))
+                Running {
+                    rank: r,
+                    child: Some(spawn(cmd)),
+                }
             })
-            .collect();
-        children.into_iter().map(|(r, c)| finish(r, c)).collect()
+            .collect()
+    }
+
+    /// Runs every rank to its end (at most [`LIMIT`] each; every process is reaped
+    /// before a rank that ran past it fails the test).
+    pub fn run(&self) -> Vec<Out> {
+        let ends: Vec<(Out, bool)> = self.start().into_iter().map(Running::finish).collect();
+        if let Some((late, _)) = ends.iter().find(|(_, in_time)| !in_time) {
+            let outs: Vec<Out> = ends.iter().map(|(o, _)| o.clone()).collect();
+            panic!("rank {} ran past {LIMIT:?} and was killed:\n{}", late.rank, all(&outs));
+        }
+        ends.into_iter().map(|(o, _)| o).collect()
     }
 
     /// Whether the meeting folder was cleaned up (the last rank to leave removes it).
     pub fn left_nothing_behind(&self) -> bool {
         std::fs::read_dir(&self.meet).map(|d| d.count() == 0).unwrap_or(true)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

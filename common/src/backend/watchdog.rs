@@ -1,0 +1,252 @@
+//! The watchdog: what a rank does while it waits on the GPU.
+//!
+//! NCCL never gives up by itself. When a peer dies or freezes in the middle of a
+//! collective, the other ranks' kernels spin for ever and their streams never finish.
+//! Production stacks watch from outside (PyTorch's NCCL watchdog); so does this one.
+//! While a rank polls its stream, every so often it
+//!
+//! - writes its own heartbeat into the store (`beat/<rank>`), so the others can tell it
+//!   is alive;
+//! - asks the store whether a rank was lost (its connection closed without a goodbye:
+//!   killed, crashed), which names the culprit at once;
+//! - past half the deadline, reads the others' heartbeats, to learn who went silent.
+//!
+//! At the deadline (`--timeout`, counted from the start of the wait) it fails, naming the
+//! ranks that showed no sign of life. The caller then aborts the communicator.
+
+use crate::error::Culprit;
+use crate::rendezvous::Store;
+use anyhow::Result;
+use std::time::{Duration, Instant};
+
+/// How long one look at the store may take: a store that does not answer in this time
+/// is itself a sign that rank 0, which hosts it, is frozen.
+const STORE_REPLY: Duration = Duration::from_secs(2);
+
+/// How long a wait lasts before the watchdog starts looking at the store.
+const LOOK_AFTER: Duration = Duration::from_millis(20);
+
+/// One rank's watchdog.
+pub struct Watchdog {
+    /// A second handle on the rank's store connection (used only between the session's
+    /// own requests, on the same thread).
+    store: Store,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    /// How often to beat and look.
+    every: Duration,
+    beats: u64,
+    last_look: Option<Instant>,
+    /// Every rank's last heartbeat seen, and when this rank saw it change.
+    seen: Vec<Option<(Vec<u8>, Instant)>>,
+    /// When this rank began reading the others' heartbeats in the current wait.
+    watching_since: Option<Instant>,
+}
+
+impl Watchdog {
+    /// A watchdog for `rank` of `world`, looking through `store` (this rank's connection).
+    pub fn new(store: &Store, rank: usize, world: usize, timeout: Duration) -> Result<Watchdog> {
+        Ok(Watchdog {
+            store: store.watcher(STORE_REPLY)?,
+            rank,
+            world,
+            timeout,
+            every: (timeout / 10).clamp(Duration::from_millis(50), Duration::from_millis(500)),
+            beats: 0,
+            last_look: None,
+            seen: vec![None; world],
+            watching_since: None,
+        })
+    }
+
+    /// The deadline of every wait.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Called at every turn of a wait that began at `since` for `what` ("the GPU to finish
+    /// all-reduce"). Fails when a rank was lost, when the store stopped answering, or at the
+    /// deadline, with a message that names who is to blame.
+    pub fn check(&mut self, since: Instant, what: &str) -> Result<()> {
+        let now = Instant::now();
+        // A short wait (most of them: a collective takes microseconds to milliseconds)
+        // never touches the store, so that timings measure the GPU, not the watchdog.
+        if now - since >= LOOK_AFTER && self.last_look.is_none_or(|t| now - t >= self.every) {
+            self.last_look = Some(now);
+            self.look(now, since, what)?;
+        }
+        if now - since >= self.timeout {
+            return Err(self.blame(now, what));
+        }
+        Ok(())
+    }
+
+    /// Forgets what the last wait saw (a new wait starts watching afresh).
+    pub fn reset(&mut self) {
+        self.watching_since = None;
+    }
+
+    fn look(&mut self, now: Instant, since: Instant, what: &str) -> Result<()> {
+        let store_gone = |e: anyhow::Error| {
+            if self.rank == 0 {
+                e.context(format!("while waiting for {what}"))
+            } else {
+                Culprit(format!(
+                    "rank 0, which hosts the store, stopped answering or is gone ({e:#}) while this rank was \
+                     waiting for {what}"
+                ))
+                .into()
+            }
+        };
+        self.beats += 1;
+        let beat = self.beats.to_le_bytes();
+        self.store
+            .set(&format!("beat/{}", self.rank), &beat)
+            .map_err(store_gone)?;
+        if let Some((r, how)) = self.store.first_lost().map_err(store_gone)?
+            && r != self.rank
+        {
+            return Err(Culprit(format!(
+                "rank {r} failed ({how}) while this rank was waiting for {what}"
+            ))
+            .into());
+        }
+        // Heartbeats matter only if the wait is long: read them from half the deadline on.
+        if now - since >= self.timeout / 2 {
+            self.watching_since.get_or_insert(now);
+            for r in (0..self.world).filter(|r| *r != self.rank) {
+                let value = self.store.get(&format!("beat/{r}")).map_err(store_gone)?;
+                let changed = match (&self.seen[r], &value) {
+                    (Some((old, _)), Some(new)) => old != new,
+                    (None, Some(_)) => true,
+                    (_, None) => false,
+                };
+                if changed && let Some(v) = value {
+                    self.seen[r] = Some((v, now));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The deadline passed: who showed no sign of life while this rank watched?
+    fn blame(&self, now: Instant, what: &str) -> anyhow::Error {
+        let limit = crate::launch::human_duration(self.timeout);
+        let since = self.watching_since.unwrap_or(now);
+        // Silent: no new heartbeat for the last 3 looks, or none since we started watching.
+        let quiet = (self.every * 3).max(Duration::from_millis(1500));
+        let silent: Vec<usize> = (0..self.world)
+            .filter(|r| *r != self.rank)
+            .filter(|r| match &self.seen[*r] {
+                Some((_, at)) => now - *at >= quiet,
+                None => now - since >= quiet,
+            })
+            .collect();
+        let said = match silent.as_slice() {
+            [] => format!(
+                "timed out after {limit} (--timeout) waiting for {what}: every rank is alive, so NCCL itself \
+                 made no progress (a network problem? run with NCCL_DEBUG=INFO to see where it stopped)"
+            ),
+            ranks => {
+                let names: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+                let who = if ranks.len() == 1 {
+                    format!("rank {} stopped responding", names[0])
+                } else {
+                    format!("ranks {} stopped responding", names.join(", "))
+                };
+                format!(
+                    "{who}: no sign of life in the last {} (stopped, frozen, or stuck outside NCCL); timed out after \
+                     {limit} (--timeout) waiting for {what}",
+                    crate::launch::human_duration(now - self.seen_since(ranks[0], since))
+                )
+            }
+        };
+        Culprit(said).into()
+    }
+
+    /// Since when `r` has been silent, as far as this rank knows.
+    fn seen_since(&self, r: usize, watching: Instant) -> Instant {
+        self.seen[r].as_ref().map(|(_, at)| *at).unwrap_or(watching)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rendezvous::{Join, StoreServer};
+    use std::thread;
+
+    fn join(port: u16, rank: usize) -> Store {
+        let j = Join {
+            job_id: "job-w".into(),
+            world_size: 3,
+            rank,
+        };
+        Store::connect("127.0.0.1", port, &j, Duration::from_secs(5)).unwrap()
+    }
+
+    /// Calls `check` as a waiting rank does, until it fails (or 10 s pass).
+    fn wait_until_it_fails(dog: &mut Watchdog) -> (String, Duration) {
+        let since = Instant::now();
+        while since.elapsed() < Duration::from_secs(10) {
+            if let Err(e) = dog.check(since, "the GPU to finish all-reduce (ncclAllReduce)") {
+                return (format!("{e:#}"), since.elapsed());
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        panic!("the watchdog never gave up");
+    }
+
+    #[test]
+    fn at_the_deadline_the_silent_rank_is_named_not_the_live_one() {
+        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
+        let port = server.addr().port();
+        let me = join(port, 0);
+        // Rank 1 beats as a waiting rank does; rank 2 joined, then froze.
+        let _frozen = join(port, 2);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let beating = {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut live = join(port, 1);
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    live.set("beat/1", &n.to_le_bytes()).unwrap();
+                    thread::sleep(Duration::from_millis(50));
+                }
+                live.bye();
+            })
+        };
+        let mut dog = Watchdog::new(&me, 0, 3, Duration::from_secs(4)).unwrap();
+        let (why, took) = wait_until_it_fails(&mut dog);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        beating.join().unwrap();
+        assert!(
+            why.starts_with("rank 2 stopped responding: no sign of life in the last "),
+            "{why}"
+        );
+        assert!(
+            why.contains("timed out after 4 s (--timeout) waiting for the GPU to finish all-reduce"),
+            "{why}"
+        );
+        assert!(
+            took >= Duration::from_secs(4) && took < Duration::from_secs(6),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn a_rank_whose_connection_closes_is_named_at_once() {
+        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
+        let port = server.addr().port();
+        let me = join(port, 0);
+        let _alive = join(port, 1);
+        drop(join(port, 2)); // killed: no goodbye
+        let mut dog = Watchdog::new(&me, 0, 3, Duration::from_secs(30)).unwrap();
+        let (why, took) = wait_until_it_fails(&mut dog);
+        assert!(why.starts_with("rank 2 failed ("), "{why}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+}

@@ -1,0 +1,187 @@
+//! The NCCL half: unique ids, communicators, all-reduce, broadcast and grouped
+//! send/recv across processes (and threads), meeting through [`crate::exchange`].
+//!
+//! As with real NCCL on one node, work is asynchronous:
+//! - a call checks its arguments at once (the errors of rules 1, 2 and 5 below are
+//!   returned by the call), then queues the work on its CUDA stream and returns: the
+//!   stream is busy ([`crate::stream`]) until the work is done;
+//! - each communicator has a worker thread, started at init, that does its queued work
+//!   in issue order: a collective publishes this rank's call and data, waits for every
+//!   rank's, checks that all made the same call, and computes the result itself; a group
+//!   (`ncclGroupStart`/`ncclGroupEnd`) is one unit whose parts all publish before any
+//!   completes, so the order of calls inside it does not matter;
+//! - a wait for a peer lasts until the peer comes or the communicator is aborted: a rank
+//!   that never comes, was killed or is stopped leaves the others' streams busy for ever,
+//!   as NCCL's kernels spin; nothing fails by itself. `ncclCommAbort` stops the worker at
+//!   once, drops the queued work (the stream becomes idle) and tells nobody.
+//!
+//! Rules enforced, each with a WARN line saying what was broken:
+//! 1. a CUDA context is current on the thread that makes a communicator (its device is the
+//!    communicator's) and on every thread that uses it -> `ncclInvalidUsage`;
+//! 2. `0 <= rank < nranks`, every rank of an id agreeing on `nranks`, no rank claimed
+//!    twice -> `ncclInvalidArgument`;
+//! 3. NCCL's own checks when all ranks have joined: no two ranks of one host on one GPU
+//!    (the same PCI bus id) -> `ncclInvalidUsage`, "Duplicate GPU detected"; every rank on
+//!    the same NCCL version -> `ncclInvalidUsage`, "Mismatched NCCL version detected";
+//! 4. every rank calls the same collectives (kind, count, type, op, root) in the same
+//!    order, and a matched send and recv have the same count and type -> `ncclInvalidUsage`
+//!    on all of them;
+//! 5. buffers are live device allocations of the communicator's device, whole count in
+//!    range -> `ncclInvalidArgument`.
+//!
+//! Rules 1, 2 and 5 are checked by the call (synchronous errors). Rules 3 and 4, and a
+//! failure published by another rank (`ncclRemoteError`), are found by the worker: they
+//! become the communicator's *asynchronous* error, read with `ncclCommGetAsyncError`.
+//! A rank that fails either way publishes a failure marker, so the others stop waiting
+//! with `ncclRemoteError`; the communicator is then broken (every later call fails) and
+//! can only be destroyed or aborted.
+//!
+//! Modules: [`comm`] makes, ends and watches communicators (and runs their workers);
+//! [`calls`] are the collective, point-to-point and group entry points; [`work`] is what
+//! a unit of queued work is and how it runs; [`group`] keeps the open group.
+
+mod calls;
+mod comm;
+mod group;
+mod work;
+
+use crate::{allowed, entry, warn};
+use std::ffi::{CStr, c_char, c_int};
+use std::io::Read;
+use std::sync::OnceLock;
+
+/// `ncclResult_t`. Only codes of NCCL 2.18's enum (0..=7) are ever returned: cudarc
+/// turns the number into a Rust enum (with the 2.22 bindings, 8 is `ncclNumResults`,
+/// which cudarc takes for success).
+pub type NcclResult = std::ffi::c_uint;
+pub const SUCCESS: NcclResult = 0;
+pub const SYSTEM_ERROR: NcclResult = 2;
+pub const INTERNAL_ERROR: NcclResult = 3;
+pub const INVALID_ARGUMENT: NcclResult = 4;
+pub const INVALID_USAGE: NcclResult = 5;
+pub const REMOTE_ERROR: NcclResult = 6;
+pub const IN_PROGRESS: NcclResult = 7;
+
+/// The NCCL version this process plays: `NCCL_DOUBLE_VERSION` (an NCCL version code such
+/// as 21803 for 2.18.3, or 22105 for 2.21.5), by default 21803.
+pub fn version() -> u32 {
+    static V: OnceLock<u32> = OnceLock::new();
+    *V.get_or_init(|| {
+        let v = crate::env_number("NCCL_DOUBLE_VERSION", 21803);
+        u32::try_from(v)
+            .ok()
+            .filter(|&v| v > 0 && v <= i32::MAX as u32)
+            .unwrap_or_else(|| {
+                warn(
+                    None,
+                    &format!("NCCL_DOUBLE_VERSION={v} is not a version code: using 21803"),
+                );
+                21803
+            })
+    })
+}
+
+/// `ncclUniqueId`: 128 bytes, passed by value to ncclCommInitRank. The double's ids are
+/// `MAGIC`, 16 random bytes (the meeting folder's name), then who made it, for humans.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId {
+    internal: [u8; 128],
+}
+
+/// The first bytes of every id the double makes.
+const MAGIC: &[u8; 8] = b"NCCLDBL\x01";
+
+/// A failure outside any communicator: WARN line and last error.
+fn fail(code: NcclResult, rank: Option<usize>, why: &str) -> NcclResult {
+    warn(rank, why);
+    code
+}
+
+/// The NCCL version code ([`version`]).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetVersion(version_out: *mut c_int) -> NcclResult {
+    entry("ncclGetVersion", INTERNAL_ERROR, || {
+        if !allowed() {
+            return SYSTEM_ERROR;
+        }
+        if version_out.is_null() {
+            return fail(INVALID_ARGUMENT, None, "ncclGetVersion: version is NULL");
+        }
+        unsafe { *version_out = version() as c_int };
+        SUCCESS
+    })
+}
+
+/// 16 random bytes from the kernel (so two jobs never share a folder).
+fn random_bytes() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_err()
+    {
+        use std::hash::{BuildHasher, Hasher};
+        for chunk in b.chunks_mut(8) {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
+            h.write_u32(std::process::id());
+            chunk.copy_from_slice(&h.finish().to_ne_bytes());
+        }
+    }
+    b
+}
+
+/// A fresh unique id: the name of a new meeting folder.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> NcclResult {
+    entry("ncclGetUniqueId", INTERNAL_ERROR, || {
+        if !allowed() {
+            return SYSTEM_ERROR;
+        }
+        if id.is_null() {
+            return fail(INVALID_ARGUMENT, None, "ncclGetUniqueId: uniqueId is NULL");
+        }
+        let mut internal = [0u8; 128];
+        internal[..8].copy_from_slice(MAGIC);
+        internal[8..24].copy_from_slice(&random_bytes());
+        let who = format!(
+            "nccl-double id by pid {} on {}",
+            std::process::id(),
+            crate::devices::real_host()
+        );
+        let n = who.len().min(128 - 32 - 1);
+        internal[32..32 + n].copy_from_slice(&who.as_bytes()[..n]);
+        unsafe { *id = UniqueId { internal } };
+        SUCCESS
+    })
+}
+
+/// NCCL 2.18's texts.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
+    entry("ncclGetErrorString", c"internal error".as_ptr(), || {
+        let s: &'static CStr = match result {
+            0 => c"no error",
+            1 => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+            2 => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            3 => c"internal error - please report this issue to the NCCL developers",
+            4 => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+            5 => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+            6 => c"remote process exited or there was a network error",
+            7 => c"NCCL operation in progress",
+            _ => c"unknown result code",
+        };
+        s.as_ptr()
+    })
+}
+
+/// The last failure's text, as NCCL keeps it (the communicator is not used).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGetLastError(_comm: *mut comm::Comm) -> *const c_char {
+    entry("ncclGetLastError", c"".as_ptr(), crate::last_error)
+}

@@ -1,0 +1,316 @@
+//! Queued work: what a unit is (one call, or one communicator's part of a group), and how
+//! a communicator's worker runs it through the meeting folder.
+//!
+//! A unit runs in three steps: publish every share and message; complete every collective
+//! and receive; wait until every send was received (a send completes when the peer has
+//! taken it, as NCCL's does). Buffers are read and written when the unit runs, not when
+//! it was queued, as a kernel does.
+
+use super::{INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE};
+use crate::exchange::{Failure, Halt, Room, Wanted};
+use crate::memory;
+use crate::reduce::{DataType, Op, reduce};
+use crate::stream::{self, Key, Ticket};
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+
+/// Which collective.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    AllReduce(Op),
+    Broadcast(usize),
+}
+
+/// One checked call, to run later.
+#[derive(Debug)]
+pub enum Call {
+    Collective {
+        kind: Kind,
+        dtype: DataType,
+        count: usize,
+        send: usize,
+        recv: usize,
+        /// How the call is described to the other ranks (and in messages).
+        call: String,
+    },
+    Send {
+        peer: usize,
+        dtype: DataType,
+        count: usize,
+        buf: usize,
+    },
+    Recv {
+        peer: usize,
+        dtype: DataType,
+        count: usize,
+        buf: usize,
+    },
+}
+
+/// A unit of queued work: its calls, and one ticket per stream they were given, which
+/// keeps those streams busy until the unit is dropped (done, failed, or aborted).
+#[derive(Debug)]
+pub struct Unit {
+    calls: Vec<Call>,
+    _tickets: Vec<Ticket>,
+}
+
+impl Unit {
+    /// Queues `calls` on their `streams`: from now on those streams are busy.
+    pub fn new(calls: Vec<Call>, streams: &[Key]) -> Self {
+        let mut keys: Vec<Key> = Vec::new();
+        for k in streams {
+            if !keys.contains(k) {
+                keys.push(*k);
+            }
+        }
+        Self {
+            calls,
+            _tickets: keys.into_iter().map(stream::begin).collect(),
+        }
+    }
+}
+
+/// What a worker keeps between units: how many collectives and messages so far, and
+/// which of its shares are still in the folder.
+pub struct Progress {
+    rank: usize,
+    nranks: usize,
+    /// Collectives run so far (the number of the last one).
+    seq: u64,
+    /// Messages sent to / received from each peer so far.
+    sent: Vec<u64>,
+    received: Vec<u64>,
+    /// This rank's collective shares not yet removed.
+    unswept: VecDeque<u64>,
+}
+
+impl Progress {
+    /// Nothing run yet, as rank `rank` of `nranks`.
+    pub fn new(rank: usize, nranks: usize) -> Self {
+        Self {
+            rank,
+            nranks,
+            seq: 0,
+            sent: vec![0; nranks],
+            received: vec![0; nranks],
+            unswept: VecDeque::new(),
+        }
+    }
+
+    /// Removes this rank's collective shares that every rank has finished reading.
+    fn sweep(&mut self, room: &Room) {
+        let Some(&oldest) = self.unswept.front() else {
+            return;
+        };
+        let mut done = u64::MAX;
+        for r in 0..self.nranks {
+            let d = room
+                .read(&format!("done-{r}"))
+                .and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok())
+                .unwrap_or(0);
+            done = done.min(d);
+            if done < oldest {
+                return;
+            }
+        }
+        while self.unswept.front().is_some_and(|&s| s <= done) {
+            let s = self.unswept.pop_front().unwrap_or_default();
+            room.remove(&format!("op-{s}-{}", self.rank));
+        }
+    }
+}
+
+/// A buffer that is no longer device memory when the queued call runs.
+fn gone(call: &str, which: &str, why: String) -> Failure {
+    Failure::new(
+        INVALID_ARGUMENT,
+        format!("{call}: {which} when the queued call ran: {why} (freed before the work was done?)"),
+    )
+}
+
+/// Runs `unit` as this rank: the three steps, in order. Stops with [`Halt::Aborted`] as
+/// soon as `abort` is set.
+pub fn run(unit: &Unit, p: &mut Progress, room: &Room, abort: &AtomicBool) -> Result<(), Halt> {
+    // Step 1: publish. Each call gets its number: the collective's, or the message's.
+    let mut numbers = Vec::with_capacity(unit.calls.len());
+    for call in &unit.calls {
+        numbers.push(publish(call, p, room)?);
+    }
+    let calls = || unit.calls.iter().zip(numbers.iter().copied());
+    // Step 2: collectives and receives.
+    for (call, n) in calls().filter(|(c, _)| !matches!(c, Call::Send { .. })) {
+        complete(call, n, p, room, abort)?;
+    }
+    // Step 3: every send taken by its peer.
+    for (call, n) in calls().filter(|(c, _)| matches!(c, Call::Send { .. })) {
+        complete(call, n, p, room, abort)?;
+    }
+    Ok(())
+}
+
+/// Step 1 of a call: publish this rank's share or message; returns the call's number.
+fn publish(call: &Call, p: &mut Progress, room: &Room) -> Result<u64, Failure> {
+    Ok(match call {
+        Call::Collective {
+            kind,
+            dtype,
+            count,
+            send,
+            call,
+            ..
+        } => {
+            p.sweep(room);
+            p.seq += 1;
+            let mut share = format!("{call}\n").into_bytes();
+            let has_data = match kind {
+                Kind::AllReduce(_) => true,
+                Kind::Broadcast(root) => *root == p.rank,
+            };
+            if has_data && *count > 0 {
+                let data = memory::read_checked(*send, *count * dtype.size()).map_err(|e| gone(call, "sendbuff", e))?;
+                share.extend(data);
+            }
+            room.publish(&format!("op-{}-{}", p.seq, p.rank), &share)?;
+            p.unswept.push_back(p.seq);
+            p.seq
+        }
+        Call::Send {
+            peer,
+            dtype,
+            count,
+            buf,
+        } => {
+            let n = p.sent[*peer];
+            p.sent[*peer] += 1;
+            let mut msg = format!("{count} {dtype}\n").into_bytes();
+            if *count > 0 {
+                let what = format!("ncclSend(count={count}, {dtype}, peer={peer})");
+                msg.extend(memory::read_checked(*buf, *count * dtype.size()).map_err(|e| gone(&what, "sendbuff", e))?);
+            }
+            room.publish(&format!("msg-{}-{peer}-{n}", p.rank), &msg)?;
+            n
+        }
+        Call::Recv { peer, .. } => {
+            let n = p.received[*peer];
+            p.received[*peer] += 1;
+            n
+        }
+    })
+}
+
+/// Splits a share or message into its description line and its data.
+fn split(b: &[u8]) -> (String, &[u8]) {
+    let nl = b.iter().position(|x| *x == b'\n').unwrap_or(b.len());
+    (
+        String::from_utf8_lossy(&b[..nl]).into_owned(),
+        &b[(nl + 1).min(b.len())..],
+    )
+}
+
+/// Steps 2 and 3 of call number `n`: wait for the others and finish the call.
+fn complete(call: &Call, n: u64, p: &Progress, room: &Room, abort: &AtomicBool) -> Result<(), Halt> {
+    match call {
+        Call::Collective {
+            kind,
+            dtype,
+            count,
+            recv,
+            call,
+            ..
+        } => {
+            let wanted: Vec<Wanted> = (0..p.nranks)
+                .map(|r| Wanted {
+                    name: format!("op-{n}-{r}"),
+                    from: r,
+                })
+                .collect();
+            let what = format!("every rank's collective #{n} ({call})");
+            let shares = room.wait(&wanted, &what, &mut |_, _| Ok(()), abort)?;
+            let shares: Vec<(String, &[u8])> = shares.iter().map(|b| split(b)).collect();
+            // Rule 4: all ranks made the same call (compared with rank 0's, so every rank
+            // reports the same pair).
+            if let Some((r, (theirs, _))) = shares.iter().enumerate().find(|(_, (s, _))| *s != shares[0].0) {
+                return Err(Failure::new(
+                    INVALID_USAGE,
+                    format!(
+                        "collective mismatch at call #{n}: rank 0 called {} but rank {r} called {theirs}. Every \
+                         rank must call the same collectives (same count, type, op and root) in the same order \
+                         (real NCCL would hang or corrupt data)",
+                        shares[0].0
+                    ),
+                )
+                .into());
+            }
+            let bytes = *count * dtype.size();
+            let result = match kind {
+                Kind::AllReduce(o) => {
+                    let parts: Vec<&[u8]> = shares.iter().map(|(_, d)| *d).collect();
+                    reduce(&parts, *dtype, *o)
+                }
+                Kind::Broadcast(root) => shares[*root].1.to_vec(),
+            };
+            if result.len() != bytes {
+                return Err(Failure::new(
+                    INTERNAL_ERROR,
+                    format!("collective #{n}: {} bytes of data for {bytes}", result.len()),
+                )
+                .into());
+            }
+            if bytes > 0 {
+                memory::write_checked(*recv, &result).map_err(|e| gone(call, "recvbuff", e))?;
+            }
+            room.publish(&format!("done-{}", p.rank), n.to_string().as_bytes())?;
+        }
+        Call::Recv {
+            peer,
+            dtype,
+            count,
+            buf,
+        } => {
+            let name = format!("msg-{peer}-{}-{n}", p.rank);
+            let what = format!("message #{n} from rank {peer} (ncclRecv of {count} x {dtype})");
+            let wanted = [Wanted {
+                name: name.clone(),
+                from: *peer,
+            }];
+            let msg = room.wait(&wanted, &what, &mut |_, _| Ok(()), abort)?;
+            let (header, data) = split(&msg[0]);
+            room.remove(&name);
+            let ack = format!("ack-{peer}-{}-{n}", p.rank);
+            if header != format!("{count} {dtype}") {
+                let (sc, st) = header.split_once(' ').unwrap_or((&header, "?"));
+                let why = format!(
+                    "ncclRecv of {count} x {dtype} by rank {} from rank {peer} does not match ncclSend of {sc} x {st} \
+                     by rank {peer} (message #{n} between them): a matched send and recv must have the same count and type",
+                    p.rank
+                );
+                room.publish(&ack, format!("error\n{why}").as_bytes())?;
+                return Err(Failure::new(INVALID_USAGE, why).into());
+            }
+            if !data.is_empty() {
+                let what = format!("ncclRecv(count={count}, {dtype}, peer={peer})");
+                memory::write_checked(*buf, data).map_err(|e| gone(&what, "recvbuff", e))?;
+            }
+            room.publish(&ack, b"ok")?;
+        }
+        Call::Send { peer, dtype, count, .. } => {
+            let name = format!("ack-{}-{peer}-{n}", p.rank);
+            let what = format!(
+                "rank {peer} to receive message #{n} (ncclSend of {count} x {dtype}; a send completes only when the \
+                 peer posts the matching ncclRecv: sends and receives that must progress together belong in one \
+                 ncclGroupStart/ncclGroupEnd)"
+            );
+            let wanted = [Wanted {
+                name: name.clone(),
+                from: *peer,
+            }];
+            let ack = room.wait(&wanted, &what, &mut |_, _| Ok(()), abort)?;
+            room.remove(&name);
+            if let Some(why) = String::from_utf8_lossy(&ack[0]).strip_prefix("error\n") {
+                return Err(Failure::new(INVALID_USAGE, why.to_string()).into());
+            }
+        }
+    }
+    Ok(())
+}
