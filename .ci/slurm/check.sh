@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Runs the workbook's batch scripts, unchanged, against a real Slurm on this machine:
-# one node with 4 tasks, then 2 emulated nodes with 2 tasks each, on the CPU backend and
-# on the NCCL test double. Checks each .out file: the tables, the result check, and no
-# terminal escape codes. Starts Slurm with start-slurm.sh and stops it by pid at the end.
+# Runs the workbook's batch scripts, unchanged, against a real Slurm on this machine with
+# emulated GPUs (4 per node, GRES on dummy devices): one node with 4 tasks, then 2
+# emulated nodes with 2 tasks each, on the CPU backend and on the NCCL test double. Then,
+# on one node: GPUs bound per task, a CPU partition (--gres=none), the loud warning of a
+# GPU job that fell back to the CPU backend, and where the binaries are found (prebuilt,
+# CARGO_TARGET_DIR with no cargo, none). Checks each .out file: the tables, the result
+# check, and no terminal escape codes. Starts Slurm with start-slurm.sh and stops it by
+# pid at the end. Works with cargo's target anywhere (CARGO_TARGET_DIR, build.target-dir).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-here=$PWD
 out=$(mktemp -d)
 trap 'bash .ci/slurm/stop-slurm.sh >/dev/null 2>&1; rm -rf "$out"' EXIT
 fail() { echo "slurm check FAILED: $*" >&2; exit 1; }
 
+examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-perf)
 cargo build --release --quiet --bins
 cargo build --release --quiet -p nccl-double --lib
-double=$here/target/nccl-double-slurm
+# The binaries, where cargo put them: found as the jobs find them (slurm/find-bins.sh).
+unset NCCL_WORKBOOK_BIN_DIR
+# shellcheck source=slurm/find-bins.sh
+source slurm/find-bins.sh
+find_workbook_bins "${examples[@]}" libnccl_double.so || fail "the release build is not where cargo says"
+bins=$WORKBOOK_BIN_DIR
+echo "binaries: $bins ($WORKBOOK_BIN_FROM)"
+double=$out/nccl-double
 mkdir -p "$double"
 for name in libcuda.so libcuda.so.1 libnccl.so libnccl.so.2; do
-  ln -sf "$here/target/release/libnccl_double.so" "$double/$name"
+  ln -sf "$bins/libnccl_double.so" "$double/$name"
 done
+# PATH without cargo, as on a compute node that has none.
+no_cargo_path=$(tr ':' '\n' <<<"$PATH" | while IFS= read -r d; do [ -x "$d/cargo" ] || printf '%s:' "$d"; done)
+no_cargo_path=${no_cargo_path%:}
 
 # expect FILE EXAMPLE RANKS BACKEND TASKS_PER_NODE: what a student must see in the .out file.
 expect() {
@@ -41,35 +55,134 @@ expect() {
   if [ "$example" != 00-nccl-hello-world ] && [ "$example" != 03-nccl-perf ]; then
     grep -q "^  [CG]PU $((ranks - 1)) | " "$file" || fail "$file: no table row for rank $((ranks - 1))"
   fi
+  grep -q "^backend: $backend" "$file" || fail "$file: the backend line does not say $backend"
+  if grep -q "WARNING" "$file"; then fail "$file: a warning where none is due"; fi
 }
 
-# submit NODES TASKS_PER_NODE BACKEND EXAMPLE: one job, waited for, then checked.
+# job FILE [ENV=VALUE...] -- [SBATCH ARGS...]: one job, waited for; its exit status.
+job() {
+  local file=$1 env=(env)
+  shift
+  while [ "$1" != -- ]; do env+=("$1"); shift; done
+  shift
+  "${env[@]}" timeout 180 sbatch --wait --quiet --output="$file" "$@"
+}
+
+# submit NODES TASKS_PER_NODE BACKEND EXAMPLE: one job of the course, waited for, then checked.
+# One node uses the scripts' own request (4 tasks, 4 GPUs); two nodes ask for nodes of 2
+# GPUs, as README says for nodes with 2 GPUs.
 submit() {
   local nodes=$1 per_node=$2 backend=$3 example=$4
   local file="$out/$example-$nodes-$backend.out"
-  local env=(env)
+  local env=()
   if [ "$backend" = nccl ]; then
     env+=(LD_LIBRARY_PATH="$double" NCCL_DOUBLE=1 NCCL_DOUBLE_DEVICES="$per_node")
   fi
+  local sbatch=(--nodes="$nodes")
+  if [ "$nodes" != 1 ]; then sbatch+=(--ntasks-per-node="$per_node" --gres=gpu:"$per_node"); fi
   local args=(--backend "$backend" --timeout 60)
   if [ "$example" = 03-nccl-perf ]; then args+=(-b 4 -e 1M -f 4 -n 5); fi
-  if ! "${env[@]}" timeout 180 sbatch --wait --quiet --nodes="$nodes" --ntasks-per-node="$per_node" \
-      --output="$file" "slurm/$example.sbatch" "${args[@]}"; then
+  if ! job "$file" ${env[@]+"${env[@]}"} -- "${sbatch[@]}" "slurm/$example.sbatch" "${args[@]}"; then
     cat "$file" >&2 || true
     fail "$example on $nodes node(s), $backend backend: the job failed"
   fi
+  grep -q "^job [0-9]*: $((nodes * per_node)) tasks on $nodes node(s) .*, 8 CPUs per task, $per_node GPUs per node: $example" "$file" \
+    || fail "$file: the job's first line does not say 8 CPUs per task and $per_node GPUs per node"
   expect "$file" "$example" $((nodes * per_node)) "$backend" "$per_node"
   echo "ok: $example, $nodes node(s) x $per_node tasks, $backend backend"
+}
+
+# The cases beyond the course's jobs, on one node of 4 emulated GPUs.
+one_node_cases() {
+  local file
+
+  # GPUs bound per task: Slurm gives each task its own CUDA_VISIBLE_DEVICES...
+  file=$out/bind-slurm.out
+  # shellcheck disable=SC2016 # expanded by the job's tasks, not here
+  job "$file" -- --ntasks-per-node=4 --gres=gpu:4 --gpu-bind=per_task:1 \
+    --wrap 'srun bash -c "echo task \$SLURM_PROCID CUDA_VISIBLE_DEVICES=\$CUDA_VISIBLE_DEVICES"' \
+    || { cat "$file" >&2; fail "a job with --gpu-bind=per_task:1 failed"; }
+  local seen
+  seen=$(sed -n 's/^task [0-9]* CUDA_VISIBLE_DEVICES=\([0-9]\)$/\1/p' "$file" | sort -u | tr -d '\n')
+  [ "$seen" = 0123 ] || { cat "$file" >&2; fail "--gpu-bind=per_task:1 did not give tasks 0-3 one GPU each (got '$seen')"; }
+  echo "ok: Slurm binds one emulated GPU per task (CUDA_VISIBLE_DEVICES 0, 1, 2, 3)"
+  # ...and the course's jobs run with it, every rank on a different GPU (its device 0).
+  local example
+  for example in 00-nccl-hello-world 02-nccl-allreduce; do
+    file=$out/bind-$example.out
+    if ! job "$file" LD_LIBRARY_PATH="$double" NCCL_DOUBLE=1 NCCL_DOUBLE_DEVICES=4 -- \
+        --gpu-bind=per_task:1 "slurm/$example.sbatch" --backend nccl --timeout 60; then
+      cat "$file" >&2
+      fail "$example with GPUs bound per task (--gpu-bind=per_task:1) on the NCCL double: the job failed"
+    fi
+    expect "$file" "$example" 4 nccl 4
+  done
+  # Hello world's rows: one device cell per rank, all different.
+  local devices
+  devices=$(sed -n 's/^| [0-9]* *| [0-9]* *| [^|]*| [0-9]* *| \([^|]*\)|.*/\1/p' "$out/bind-00-nccl-hello-world.out" | sed 's/ *$//')
+  if [ "$(sort -u <<<"$devices" | grep -c .)" != 4 ]; then
+    cat "$out/bind-00-nccl-hello-world.out" >&2
+    fail "with GPUs bound per task, hello world does not show 4 different GPUs: $(tr '\n' ';' <<<"$devices")"
+  fi
+  echo "ok: GPUs bound per task (--gpu-bind=per_task:1): hello world and all-reduce on the NCCL double, 4 different GPUs"
+
+  # A CPU partition: no GPU asked for, the CPU backend.
+  file=$out/cpu-partition.out
+  job "$file" -- --gres=none slurm/02-nccl-allreduce.sbatch --backend cpu --timeout 60 \
+    || { cat "$file" >&2; fail "--gres=none ... --backend cpu (a CPU partition) failed"; }
+  grep -q "^job [0-9]*: 4 tasks on 1 node(s) .*, no GPU: " "$file" || fail "$file: the first line does not say 'no GPU'"
+  expect "$file" 02-nccl-allreduce 4 cpu 4
+  echo "ok: a CPU partition: sbatch --gres=none ... --backend cpu"
+
+  # A GPU job that falls back to the CPU backend (no NCCL here) says so loudly, and still
+  # ends as the program did.
+  file=$out/fallback.out
+  job "$file" -- slurm/01-nccl-broadcast.sbatch --timeout 60 \
+    || { cat "$file" >&2; fail "a GPU job on the CPU backend (auto) failed"; }
+  grep -q "^backend: cpu, because" "$file" || fail "$file: no 'backend: cpu, because' line"
+  grep -q "^WARNING: this job was given GPUs (4 per node) but runs on the CPU BACKEND" "$file" \
+    || { cat "$file" >&2; fail "$file: a GPU job on the CPU backend without the loud warning"; }
+  grep -q "^Check: OK, all 4 ranks hold 42 " "$file" || fail "$file: broadcast check missing"
+  echo "ok: a GPU job that fell back to the CPU backend says so in a WARNING block"
+
+  # Binaries you point at (prebuilt, copied), on a node with no cargo.
+  mkdir -p "$out/prebuilt"
+  cp "$bins/02-nccl-allreduce" "$out/prebuilt/"
+  file=$out/prebuilt.out
+  job "$file" NCCL_WORKBOOK_BIN_DIR="$out/prebuilt" PATH="$no_cargo_path" -- \
+    slurm/02-nccl-allreduce.sbatch --backend cpu --timeout 60 \
+    || { cat "$file" >&2; fail "NCCL_WORKBOOK_BIN_DIR=<prebuilt binaries> failed"; }
+  grep -qF "binaries: $out/prebuilt (NCCL_WORKBOOK_BIN_DIR)" "$file" || fail "$file: did not use NCCL_WORKBOOK_BIN_DIR"
+  expect "$file" 02-nccl-allreduce 4 cpu 4
+  # No cargo on the node, and CARGO_TARGET_DIR passed on from the submitting shell.
+  file=$out/target-dir.out
+  job "$file" CARGO_TARGET_DIR="${bins%/release}" PATH="$no_cargo_path" -- \
+    slurm/00-nccl-hello-world.sbatch --backend cpu --timeout 60 \
+    || { cat "$file" >&2; fail "CARGO_TARGET_DIR with no cargo on the node failed"; }
+  grep -qF "binaries: $bins (CARGO_TARGET_DIR)" "$file" || fail "$file: did not use CARGO_TARGET_DIR"
+  expect "$file" 00-nccl-hello-world 4 cpu 4
+  # Nothing where they are said to be: a job that fails at once and says where it looked.
+  file=$out/not-built.out
+  if job "$file" NCCL_WORKBOOK_BIN_DIR="$out/empty" -- slurm/00-nccl-hello-world.sbatch --backend cpu; then
+    fail "a job with no binaries succeeded"
+  fi
+  if ! grep -qF "error: the binaries' folder $out/empty (NCCL_WORKBOOK_BIN_DIR) does not exist" "$file" \
+    || ! grep -q "^Where the binaries are looked for" "$file" || ! grep -q "cargo build --release" "$file"; then
+    cat "$file" >&2
+    fail "$file: a job with no binaries does not say where it looked"
+  fi
+  echo "ok: binaries found through NCCL_WORKBOOK_BIN_DIR and CARGO_TARGET_DIR with no cargo; none: an error saying where it looked"
 }
 
 for nodes in 1 2; do
   per_node=$((4 / nodes))
   SLURM_LOCAL_NODES=$nodes bash .ci/slurm/start-slurm.sh
   for backend in cpu ${SLURM_CHECK_BACKENDS:-nccl}; do
-    for example in 00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-perf; do
+    for example in "${examples[@]}"; do
       submit "$nodes" "$per_node" "$backend" "$example"
     done
   done
+  if [ "$nodes" = 1 ]; then one_node_cases; fi
   if [ "$nodes" = 2 ]; then
     echo "--- a two-node all-reduce, as a student sees it:"
     cat "$out/02-nccl-allreduce-2-cpu.out"

@@ -3,12 +3,16 @@
 # munged, slurmctld, and one slurmd per emulated node. Idempotent enough for CI: every
 # start wipes Slurm's state and starts fresh daemons. Stop with stop-slurm.sh.
 #   SLURM_LOCAL_NODES=N   emulated nodes node1..nodeN (default 1: one node named after the host)
-#   SLURM_LOCAL_CPUS=C    CPUs per node (default max(nproc, 4))
+#   SLURM_LOCAL_CPUS=C    CPUs per node (default max(nproc, 32): the batch scripts ask for 4 tasks
+#                         of 8 cores, as on a GPU node; more CPUs than cores is allowed here)
+#   SLURM_LOCAL_GPUS=G    emulated GPUs per node (default 4; 0 for none): GRES `gpu` on dummy
+#                         device files, so Slurm sets CUDA_VISIBLE_DEVICES as on a GPU node
 set -euo pipefail
 [ "$(id -u)" = 0 ] || exec sudo -E bash "$0" "$@"
 
 nodes=${SLURM_LOCAL_NODES:-1}
-cpus=${SLURM_LOCAL_CPUS:-$(( $(nproc) > 4 ? $(nproc) : 4 ))}
+cpus=${SLURM_LOCAL_CPUS:-$(( $(nproc) > 32 ? $(nproc) : 32 ))}
+gpus=${SLURM_LOCAL_GPUS:-4}
 host=$(hostname -s)
 run=/run/slurm-local
 logs=/var/log/slurm-local
@@ -42,12 +46,34 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
+# Emulated GPUs: Slurm's gres/gpu wants a character device per GPU (a regular file is
+# refused, a file-less count is dropped), so each is a copy of /dev/null (char 1,3) under
+# $run. AutoDetect=off: there is no NVML to ask. Slurm then gives each job or task its
+# CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS... exactly as on a GPU node; nothing is behind them.
+gres=""
+rm -f /etc/slurm/gres.conf
+if [ "$gpus" -gt 0 ]; then
+  mkdir -p /etc/slurm
+  for i in $(seq 0 $((gpus - 1))); do
+    dev=$run/gpu$i
+    if [ ! -c "$dev" ]; then
+      rm -f "$dev"
+      if ! mknod -m 0666 "$dev" c 1 3; then
+        say "cannot make the dummy device $dev (mknod refused): run with SLURM_LOCAL_GPUS=0 for no GPUs"
+        exit 1
+      fi
+    fi
+  done
+  printf 'AutoDetect=off\nName=gpu File=%s/gpu[0-%d]\n' "$run" $((gpus - 1)) >/etc/slurm/gres.conf
+  gres="Gres=gpu:$gpus "
+fi
+
 mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 if [ "$nodes" = 1 ]; then
-  nodeline="NodeName=$host NodeHostname=$host NodeAddr=127.0.0.1 Port=6818 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+  nodeline="NodeName=$host NodeHostname=$host NodeAddr=127.0.0.1 Port=6818 CPUs=$cpus RealMemory=$mem ${gres}State=UNKNOWN"
   names=$host
 else
-  nodeline="NodeName=node[1-$nodes] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-$((17000 + nodes))] CPUs=$cpus RealMemory=$((mem / nodes)) State=UNKNOWN"
+  nodeline="NodeName=node[1-$nodes] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-$((17000 + nodes))] CPUs=$cpus RealMemory=$((mem / nodes)) ${gres}State=UNKNOWN"
   names=$(seq -f 'node%g' 1 "$nodes")
   # The master address is the first node's name: it must resolve, as on a cluster.
   for n in $names; do grep -qE "^127\.0\.0\.1[[:space:]].*\b$n\b" /etc/hosts || echo "127.0.0.1 $n" >>/etc/hosts; done
@@ -81,6 +107,7 @@ SlurmdPidFile=$run/slurmd-%n.pid
 SlurmctldLogFile=$logs/slurmctld.log
 SlurmdLogFile=$logs/slurmd-%n.log
 TmpFS=/tmp
+GresTypes=gpu
 $nodeline
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
@@ -101,5 +128,5 @@ if [ "${states:-}" != "idle " ]; then
   say "nodes did not become idle (states: ${states:-none})"; sinfo -R || true; tail -n 20 "$logs"/*.log || true
   exit 1
 fi
-sinfo -N -o '%N %P %T %c'
-say "Slurm is up: $nodes node(s) x $cpus CPUs, partition 'debug', logs in $logs"
+sinfo -N -o '%N %P %T %c %G'
+say "Slurm is up: $nodes node(s) x $cpus CPUs x $gpus emulated GPUs, partition 'debug', logs in $logs"

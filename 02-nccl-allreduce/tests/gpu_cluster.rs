@@ -189,6 +189,8 @@ fn peer_lost_during_a_large_all_reduce(signal: i32, victim: usize) {
             spawn(cmd)
         })
         .collect();
+    // Whatever happens below, no rank of this job outlives the test.
+    let _reaper = Reaper(ranks.iter().map(|c| c.id() as i32).collect());
     sleep(Duration::from_millis(2500)); // well into the timed all-reduces
     let pid = ranks[victim].id() as i32;
     // SAFETY: sends a signal to a child of this test.
@@ -222,6 +224,29 @@ fn peer_lost_during_a_large_all_reduce(signal: i32, victim: usize) {
 
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Kills these processes if the test fails on the way (a failed assertion must not leave
+/// ranks running): those that are still this test's children, not yet reaped.
+struct Reaper(Vec<i32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let me = std::process::id().to_string();
+        for pid in &self.0 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            if parent == Some(me.as_str()) {
+                // SAFETY: a signal to a child of this test that is still there.
+                unsafe { kill(*pid, 9) };
+            }
+        }
+    }
 }
 
 #[test]

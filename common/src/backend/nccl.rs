@@ -28,7 +28,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut
 use cudarc::nccl::sys::{self, ncclResult_t};
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
-use std::ffi::{CStr, c_char, c_int};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -184,33 +184,49 @@ impl Nccl {
                 self.world - 1
             )));
         }
-        let stream = self.stream.as_ref();
-        let count = recv.len();
-        let (dst, _written) = device_mut(recv).device_ptr_mut(stream);
-        let (src, _read) = match send {
-            Some(s) => {
-                let (p, guard) = device(s).device_ptr(stream);
-                (p, Some(guard))
-            }
-            None => (dst, None),
-        };
-        self.call("broadcast (ncclBroadcast)", |comm| unsafe {
-            sys::ncclBroadcast(
-                src as _,
-                dst as _,
-                count,
-                T::as_nccl_type(),
-                root as c_int,
-                comm,
-                stream.cu_stream() as _,
-            )
-        })
+        self.collective(
+            "broadcast (ncclBroadcast)",
+            send,
+            recv,
+            |src, dst, count, comm, stream| unsafe {
+                sys::ncclBroadcast(src, dst, count, T::as_nccl_type(), root as c_int, comm, stream)
+            },
+        )
     }
 
     /// All-reduce with sum: in place (`send` is `None`) or from `send` into `recv`.
     pub(super) fn all_reduce_sum<T: Element>(&self, send: Option<&Buffer<T>>, recv: &mut Buffer<T>) -> Result<()> {
+        self.collective(
+            "all-reduce (ncclAllReduce)",
+            send,
+            recv,
+            |src, dst, count, comm, stream| unsafe {
+                sys::ncclAllReduce(
+                    src,
+                    dst,
+                    count,
+                    T::as_nccl_type(),
+                    sys::ncclRedOp_t::ncclSum,
+                    comm,
+                    stream,
+                )
+            },
+        )
+    }
+
+    /// Queues a collective that reads `send` (or `recv` itself, in place) and writes `recv`:
+    /// `f` makes the NCCL call from its device pointers, the count, the communicator and
+    /// the stream.
+    fn collective<T: Element>(
+        &self,
+        what: &'static str,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        f: impl FnOnce(*const c_void, *mut c_void, usize, sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t,
+    ) -> Result<()> {
         let stream = self.stream.as_ref();
         let count = recv.len();
+        // The guards record, when dropped after the call, that the stream used the buffers.
         let (dst, _written) = device_mut(recv).device_ptr_mut(stream);
         let (src, _read) = match send {
             Some(s) => {
@@ -219,13 +235,11 @@ impl Nccl {
             }
             None => (dst, None),
         };
-        self.call("all-reduce (ncclAllReduce)", |comm| unsafe {
-            sys::ncclAllReduce(
-                src as _,
-                dst as _,
+        self.call(what, |comm| {
+            f(
+                src as *const c_void,
+                dst as *mut c_void,
                 count,
-                T::as_nccl_type(),
-                sys::ncclRedOp_t::ncclSum,
                 comm,
                 stream.cu_stream() as _,
             )

@@ -1,0 +1,651 @@
+#!/usr/bin/env bash
+# The workbook's GPU acceptance check: run it once on a GPU node, by hand (or in a job),
+# and read the one report it writes. See --help.
+#
+# It needs only what a GPU node has: the NVIDIA driver, NCCL (a module, or the pip wheel
+# nvidia-nccl-cu12), bash and coreutils; cargo is optional (without it, give binaries
+# built elsewhere). It installs nothing, and every step has a time limit.
+set -uo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bench/gpu-check.sh [--out FILE] [--bin-dir DIR] [--no-build] [--perf-max SIZE]
+
+Checks the workbook on this GPU node, once, and writes one report (markdown):
+  - builds it (cargo build --release) if cargo is here, else takes built binaries;
+  - finds the GPUs (nvidia-smi -L, else the program's own probe), the driver's version,
+    NCCL's version and the library file loaded;
+  - runs every lesson (00-nccl-hello-world, 01-nccl-broadcast, 02-nccl-allreduce,
+    03-nccl-perf) with --backend nccl, one rank per GPU;
+  - runs the exercises' checker on NCCL (cargo workbook check --all --solution
+    --backend nccl; needs cargo and 2 GPUs);
+  - a 03-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
+    lines go into the report;
+  - two ranks given the same GPU (CUDA_VISIBLE_DEVICES) must be refused: exit 2 and a
+    one-line error naming the GPU;
+  - with 2 GPUs or more: one rank killed (kill -9), then one stopped (kill -STOP), in
+    the middle of a large all-reduce: every other rank must end within its --timeout
+    (20 s) and a few seconds, naming that rank, and nothing may be left running; and
+    ranks each given their own GPU (CUDA_VISIBLE_DEVICES=i), as Slurm's per-task
+    binding does, must run.
+Exit status: 0 only if every step passed (a step skipped for want of cargo or GPUs is
+not a failure, and the report says why); 1 if one failed; 2 on bad usage or no GPU.
+
+Options:
+  --out FILE       the report (default: gpu-check-<host>-<date>.md in the current folder)
+  --bin-dir DIR    use the binaries in DIR (built elsewhere) instead of building; without
+                   it and without cargo, they are looked for where cargo puts them
+                   (slurm/find-bins.sh: NCCL_WORKBOOK_BIN_DIR, cargo metadata,
+                   CARGO_TARGET_DIR/release, ./target/release)
+  --no-build       do not run cargo build (use what is built)
+  --perf-max SIZE  the perf sweep's largest size (default 256M)
+  -h, --help       this help
+
+Environment:
+  CUDA_VISIBLE_DEVICES     if set (as Slurm sets it), only those GPUs are used
+  NCCL_LIBRARY, NCCL_HOME  which NCCL the programs load (else LD_LIBRARY_PATH, the pip
+                           wheel of the active environment, the system's)
+  GPU_CHECK_ON_DOUBLE=1    a dry run with no GPU, on the workbook's NCCL test double
+                           (target/release/libnccl_double.so, as CI uses it), with
+                           GPU_CHECK_DOUBLE_DEVICES (default 4) emulated GPUs: for
+                           testing this script, never an acceptance
+EOF
+}
+
+start_dir=$PWD
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+host=$(hostname -s 2>/dev/null || hostname)
+stamp=$(date +%Y%m%d-%H%M%S)
+out="" bin_dir="" build=true perf_max=256M
+command_line="bench/gpu-check.sh${*:+ $*}"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) out=${2:?--out needs a file}; shift 2 ;;
+    --out=*) out=${1#*=}; shift ;;
+    --bin-dir) bin_dir=${2:?--bin-dir needs a folder}; shift 2 ;;
+    --bin-dir=*) bin_dir=${1#*=}; shift ;;
+    --no-build) build=false; shift ;;
+    --perf-max) perf_max=${2:?--perf-max needs a size}; shift 2 ;;
+    --perf-max=*) perf_max=${1#*=}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+out=${out:-gpu-check-$host-$stamp.md}
+case $out in /*) ;; *) out=$start_dir/$out ;; esac
+if [ -n "$bin_dir" ]; then
+  [ -d "$bin_dir" ] || { echo "error: --bin-dir $bin_dir is not a folder" >&2; exit 2; }
+  bin_dir=$(cd "$bin_dir" && pwd)
+fi
+cd "$repo" || exit 2
+
+# Limits: the ranks' own --timeout, and what a rank gets beyond it to end after a fault.
+rank_timeout=20 grace=10
+
+exec 3>&2 # progress goes there, even while bash's notes on killed ranks go to a file
+say() { echo "[gpu-check $(date +%T)] $*" >&3; }
+
+# ---------------------------------------------------------------------------------------
+# 1. Is there a GPU? Answer fast, before building anything.
+on_double=${GPU_CHECK_ON_DOUBLE:-0}
+gpu_list="" driver="" gpus=0 gpu_note=""
+visible=()
+# (Slurm may set NoDevFiles where a job has no GPU: that names none.)
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "$CUDA_VISIBLE_DEVICES" != NoDevFiles ]; then
+  IFS=, read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"
+fi
+if [ "$on_double" = 1 ]; then
+  gpus=${GPU_CHECK_DOUBLE_DEVICES:-4}
+  [[ $gpus =~ ^[1-9][0-9]*$ ]] || { echo "error: GPU_CHECK_DOUBLE_DEVICES=$gpus is not a number of GPUs" >&2; exit 2; }
+  gpu_list="$gpus emulated GPUs of the NCCL test double (GPU_CHECK_ON_DOUBLE=1): NOT a GPU node"
+  driver="none: the NCCL test double stands in for the CUDA driver and NCCL"
+  visible=()
+else
+  have_smi=false
+  command -v nvidia-smi >/dev/null 2>&1 && have_smi=true
+  if ! $have_smi && [ ! -e /proc/driver/nvidia/version ] && ! compgen -G '/dev/nvidia[0-9]*' >/dev/null; then
+    echo "error: no GPU: this script checks a GPU node (no nvidia-smi, no /proc/driver/nvidia, no /dev/nvidia*)." >&2
+    echo "Run it on a GPU node (e.g. srun --gres=gpu:4 --pty bash, then bench/gpu-check.sh)." >&2
+    echo "(GPU_CHECK_ON_DOUBLE=1 runs it on the NCCL test double instead, to test this script.)" >&2
+    exit 2
+  fi
+  if $have_smi; then
+    gpu_list=$(timeout 60 nvidia-smi -L 2>&1)
+    gpus=$(grep -c '^GPU ' <<<"$gpu_list")
+    driver=$(timeout 60 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+  fi
+  if [ -z "$driver" ] && [ -r /proc/driver/nvidia/version ]; then driver=$(head -n 1 /proc/driver/nvidia/version); fi
+  if [ ${#visible[@]} -gt 0 ]; then
+    gpu_note="CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: ${#visible[@]} of the node's GPUs are used"
+    gpus=${#visible[@]}
+  fi
+  if $have_smi && [ "$gpus" = 0 ]; then
+    echo "error: no GPU: nvidia-smi lists none on this node:" >&2
+    echo "$gpu_list" >&2
+    exit 2
+  fi
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+run_id="$$-$stamp"
+export GPU_CHECK_RUN=$run_id # marks every process this check starts (found again in /proc)
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+  if declare -F reap_leftovers >/dev/null; then reap_leftovers >/dev/null; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM
+
+# Processes of other jobs' launchers must not decide who our ranks are.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT \
+  TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_RUN_ID NCCL_WORKBOOK_JOB_ID NCCL_WORKBOOK_LAUNCHED \
+  NCCL_WORKBOOK_NCCL_DIR NO_COLOR
+for v in $(compgen -e | grep '^SLURM_'); do unset "$v"; done
+bins=""
+
+# ---------------------------------------------------------------------------------------
+# The report: steps in order, their details, and what was learnt on the way.
+names=() results=() reasons=() times=()
+details=$tmp/details.md
+: >"$details"
+failed=0
+
+# record NAME RESULT REASON SECONDS COMMAND LOG...: one step, in the table and the details.
+record() {
+  local name=$1 result=$2 reason=$3 secs=$4 cmd=$5 log
+  shift 5
+  names+=("$name") results+=("$result") reasons+=("$reason") times+=("$secs")
+  [ "$result" = FAIL ] && failed=$((failed + 1))
+  say "$result  $name${reason:+: $reason}"
+  {
+    echo "### $name: $result"
+    echo
+    [ -n "$reason" ] && { echo "$reason"; echo; }
+    if [ -n "$cmd" ]; then echo '```'; echo "$cmd"; echo '```'; echo; fi
+    for log in "$@"; do
+      [ -s "$log" ] || continue
+      local n
+      n=$(wc -l <"$log")
+      echo "<details><summary>$(basename "$log") ($n lines$([ "$n" -gt 80 ] && echo ", the last 80"))</summary>"
+      echo
+      echo '```'
+      tail -n 80 "$log"
+      echo '```'
+      echo "</details>"
+      echo
+    done
+  } >>"$details"
+}
+
+# The command line of CMD..., quoted so that it can be pasted into a shell.
+cmdline() {
+  local a s=""
+  for a in "$@"; do
+    if [[ $a =~ ^[A-Za-z0-9_./,:=+@%-]+$ ]]; then s+=" $a"; else s+=" $(printf '%q' "$a")"; fi
+  done
+  printf '%s' "${s# }"
+}
+
+# The workbook's programs this check started that still run: the GPU_CHECK_RUN mark in
+# their environment, and their executable in the binaries' folder.
+ours() {
+  local p exe
+  [ -n "${bins:-}" ] || return 0
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    [[ $exe == "$bins"/* ]] || continue
+    [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" = Z ] && continue
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "GPU_CHECK_RUN=$run_id"; then echo "$p"; fi
+  done
+}
+
+# Ends what is left of a step (stopped ones first resumed), and says what it was.
+reap_leftovers() {
+  local left p
+  left=$(ours)
+  [ -z "$left" ] && return 0
+  for p in $left; do
+    printf 'pid %s (%s); ' "$p" "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | sed 's/ $//')"
+    kill -CONT "$p" 2>/dev/null
+    kill -9 "$p" 2>/dev/null
+  done
+  return 1
+}
+
+# run_step NAME LIMIT LOG CMD...: runs CMD (stdout and stderr in LOG) within LIMIT seconds;
+# sets rc, secs and cmd for the caller to judge.
+run_step() {
+  local name=$1 limit=$2 log=$3
+  shift 3
+  cmd=$(cmdline "$@")
+  say "running: $name ($cmd)"
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null
+  rc=$?
+  secs=$((SECONDS - t0))
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then timed_out=true; else timed_out=false; fi
+}
+
+# ---------------------------------------------------------------------------------------
+# 2. The binaries: built here, or given.
+have_cargo=false
+command -v cargo >/dev/null 2>&1 && have_cargo=true
+build_note=""
+if [ -n "$bin_dir" ]; then
+  export NCCL_WORKBOOK_BIN_DIR=$bin_dir
+  build_note="given with --bin-dir"
+elif $build && $have_cargo; then
+  log=$tmp/build.log
+  run_step "build" 3600 "$log" cargo build --release
+  if [ "$rc" = 0 ] && [ "$on_double" = 1 ]; then
+    timeout 1800 cargo build --release -p nccl-double --lib >>"$log" 2>&1 </dev/null || rc=$?
+  fi
+  if [ "$rc" = 0 ]; then
+    record "build" PASS "" "$secs" "$cmd" "$log"
+  else
+    record "build" FAIL "cargo build --release failed (exit $rc)" "$secs" "$cmd" "$log"
+  fi
+  build_note="built here with cargo"
+elif ! $have_cargo; then
+  build_note="no cargo here: binaries already built"
+else
+  build_note="--no-build: binaries already built"
+fi
+examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-perf)
+need=("${examples[@]}")
+[ "$on_double" = 1 ] && need+=(libnccl_double.so)
+# shellcheck source=slurm/find-bins.sh
+source "$repo/slurm/find-bins.sh"
+if ! find_workbook_bins "${need[@]}" 2>"$tmp/find.log"; then
+  cat "$tmp/find.log" >&2
+  record "binaries" FAIL "the workbook's binaries were not found (give --bin-dir DIR)" 0 "" "$tmp/find.log"
+  bins=""
+else
+  bins=$WORKBOOK_BIN_DIR
+  build_note+="; $bins ($WORKBOOK_BIN_FROM)"
+fi
+
+if [ "$on_double" = 1 ] && [ -n "$bins" ]; then
+  mkdir -p "$tmp/double"
+  for n in libcuda.so libcuda.so.1 libnccl.so libnccl.so.2; do ln -s "$bins/libnccl_double.so" "$tmp/double/$n"; done
+  export LD_LIBRARY_PATH=$tmp/double${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export NCCL_DOUBLE=1 NCCL_DOUBLE_DEVICES=$gpus
+  unset NCCL_DOUBLE_HOST
+fi
+
+# The i-th GPU as CUDA_VISIBLE_DEVICES names it (within an allocation: its own names).
+gpu_id() { if [ ${#visible[@]} -gt 0 ]; then echo "${visible[$1]}"; else echo "$1"; fi; }
+# A port for a rendezvous started by hand: free, as far as /proc/net/tcp knows.
+free_port() {
+  local p hex
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 30000))
+    hex=$(printf ':%04X ' "$p")
+    if ! grep -q "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null; then echo "$p"; return; fi
+  done
+  echo 29599
+}
+# Whether pid $1 has ended (gone, or a zombie not yet waited for).
+ended() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+
+nccl_version="" nccl_line="" nccl_mapped="" nccl_version_info=""
+perf_table="" nccl_info=""
+
+if [ -n "$bins" ]; then
+  # -------------------------------------------------------------------------------------
+  # 3. The program's own probe: what it sees (GPUs, NCCL), and which libnccl it loads.
+  log=$tmp/probe.json err=$tmp/probe.stderr
+  cmd=$(cmdline "$bins/00-nccl-hello-world" --backend nccl --format json --timeout 60)
+  say "running: probe ($cmd)"
+  t0=$SECONDS
+  timeout -k 10 180 "$bins/00-nccl-hello-world" --backend nccl --format json --timeout 60 \
+    >"$log" 2>"$err" </dev/null
+  rc=$? secs=$((SECONDS - t0))
+  cp "$err" "$tmp/probe.errors"
+  world=$(sed -n 's/^ *"world_size": *\([0-9]*\).*/\1/p' "$log" | head -n 1)
+  nccl_version=$(sed -n 's/^ *"nccl_version": *"\([^"]*\)".*/\1/p' "$log" | head -n 1)
+  nccl_line=$(sed -n 's/^ *"backend_reason": *"\(.*\)",*$/\1/p' "$log" | head -n 1)
+  names_seen=$(sed -n 's/^ *"device_name": *"\([^"]*\)".*/\1/p' "$log" | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')
+  if [ "$rc" != 0 ]; then
+    record "probe" FAIL "00-nccl-hello-world --backend nccl failed (exit $rc): NCCL does not run here" "$secs" "$cmd" "$log" "$tmp/probe.errors"
+  elif ! grep -q '"backend": "nccl"' "$log"; then
+    record "probe" FAIL "the program did not pick NCCL: ${nccl_line:-no backend line}" "$secs" "$cmd" "$log" "$tmp/probe.errors"
+  elif [ "$gpus" != 0 ] && [ "${world:-0}" != "$gpus" ]; then
+    record "probe" FAIL "the program sees ${world:-no} GPU(s), nvidia-smi/CUDA_VISIBLE_DEVICES $gpus" "$secs" "$cmd" "$log" "$tmp/probe.errors"
+  else
+    record "probe" PASS "$world GPU(s), NCCL $nccl_version; devices: ${names_seen%;}" "$secs" "$cmd" "$log"
+  fi
+  [ "$gpus" = 0 ] && gpus=${world:-0}
+fi
+
+if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
+  # -------------------------------------------------------------------------------------
+  # 4. Every lesson on NCCL, one rank per GPU.
+  for ex in "${examples[@]}"; do
+    log=$tmp/$ex.log
+    run_step "$ex" 600 "$log" "$bins/$ex" --backend nccl --nproc-per-node "$gpus" --timeout 60
+    case $ex in
+      00-nccl-hello-world) want="^Hello from $gpus ranks:" ;;
+      01-nccl-broadcast) want="^Check: OK, all $gpus ranks hold 42 " ;;
+      02-nccl-allreduce) want="^Check: OK, all $gpus ranks hold $gpus " ;;
+      03-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
+    esac
+    if $timed_out; then
+      record "$ex" FAIL "did not end within 600 s" "$secs" "$cmd" "$log"
+    elif [ "$rc" != 0 ]; then
+      record "$ex" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
+    elif ! grep -q '^backend: nccl' "$log"; then
+      record "$ex" FAIL "not on NCCL: $(grep -m 1 '^backend:' "$log")" "$secs" "$cmd" "$log"
+    elif ! grep -q "$want" "$log"; then
+      record "$ex" FAIL "no line '${want#^}' in its output" "$secs" "$cmd" "$log"
+    else
+      record "$ex" PASS "$(grep -m 1 -E '^(Check|Hello|# Avg bus bandwidth)' "$log")" "$secs" "$cmd" "$log"
+    fi
+    left=$(reap_leftovers) || record "$ex: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+  done
+
+  # -------------------------------------------------------------------------------------
+  # 5. The exercises' checker on NCCL (it builds the exercises itself: needs cargo).
+  max_world=$((gpus > 5 ? 5 : gpus))
+  if ! $have_cargo; then
+    record "exercises' checker" SKIP "no cargo here (cargo workbook check builds the exercises)" 0 ""
+  elif [ "$gpus" -lt 2 ]; then
+    record "exercises' checker" SKIP "one GPU: its cases need at least 2 ranks, each on its own GPU" 0 ""
+  else
+    log=$tmp/workbook-check.log
+    run_step "exercises' checker" 3600 "$log" cargo workbook check --all --solution --backend nccl --max-world "$max_world"
+    summary=$(grep -E '^[0-9]+ of [0-9]+ exercises pass' "$log" | tail -n 1)
+    if [ "$rc" = 0 ]; then
+      record "exercises' checker" PASS "$summary" "$secs" "$cmd" "$log"
+    else
+      record "exercises' checker" FAIL "exit $rc${summary:+: $summary}" "$secs" "$cmd" "$log"
+    fi
+    left=$(reap_leftovers) || record "exercises' checker: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+  fi
+
+  # -------------------------------------------------------------------------------------
+  # 6. The perf sweep, with NCCL's own account of what it chose.
+  log=$tmp/perf.log
+  # Meanwhile, which libnccl file the ranks have mapped (/proc/PID/maps: the real file, not
+  # the name it was loaded by).
+  (
+    for _ in $(seq 3600); do
+      for p in $(ours); do grep -o '/[^ ]*libnccl[^ ]*' "/proc/$p/maps" 2>/dev/null; done | sort -u >"$tmp/maps.txt"
+      [ -s "$tmp/maps.txt" ] && break
+      sleep 0.5
+    done
+  ) &
+  sampler=$!
+  [ "$on_double" = 1 ] && [ "$perf_max" = 256M ] && perf_max=1M # the double copies through files: slow
+  run_step "03-nccl-perf sweep" 1800 "$log" env NCCL_DEBUG=INFO "$bins/03-nccl-perf" --backend nccl \
+    --nproc-per-node "$gpus" -b 8 -e "$perf_max" -f 2 --timeout 60
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  nccl_mapped=$(sort -u "$tmp/maps.txt" 2>/dev/null | tr '\n' ' ')
+  perf_table=$(grep -E '^#|^ +[0-9]' "$log" | grep -v 'NCCL INFO')
+  nccl_info=$(grep -E 'NCCL (INFO|WARN)' "$log" | head -n 200)
+  nccl_version_info=$(grep -m 1 -o 'NCCL version .*' "$log")
+  if $timed_out; then
+    record "03-nccl-perf sweep" FAIL "did not end within 1800 s" "$secs" "$cmd" "$log"
+  elif [ "$rc" != 0 ]; then
+    record "03-nccl-perf sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd"
+  elif ! grep -q '^# Out of bounds values : 0 OK' "$log"; then
+    record "03-nccl-perf sweep" FAIL "wrong values in the sweep (see the table)" "$secs" "$cmd"
+  else
+    record "03-nccl-perf sweep" PASS "$(grep -m 1 '^# Avg bus bandwidth' "$log")" "$secs" "$cmd"
+  fi
+  left=$(reap_leftovers) || record "perf: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+
+  # -------------------------------------------------------------------------------------
+  # Ranks started by hand, as Slurm's tasks are: start_ranks EXAMPLE WORLD GPU_OF_RANK
+  # ARGS...; GPU_OF_RANK is 'each' (rank i sees only GPU i), 'same' (every rank sees only
+  # the first GPU) or 'all' (every rank sees them all). Sets pids[], port, and logs in
+  # $tmp/hand/rank<R>.{out,err}.
+  start_ranks() {
+    local ex=$1 world=$2 gpu_of=$3 r
+    shift 3
+    port=$(free_port)
+    pids=() codes=() ended_at=()
+    rm -rf "$tmp/hand"
+    mkdir -p "$tmp/hand"
+    hand_cmd=""
+    for ((r = 0; r < world; r++)); do
+      local env=(env)
+      case $gpu_of in
+        each) env+=(CUDA_VISIBLE_DEVICES="$(gpu_id "$r")") ;;
+        same) env+=(CUDA_VISIBLE_DEVICES="$(gpu_id 0)") ;;
+      esac
+      local args=("$bins/$ex" --backend nccl --world-size "$world" --rank "$r"
+        --master-addr 127.0.0.1 --master-port "$port" --timeout "$rank_timeout" "$@")
+      hand_cmd+="$(cmdline "${env[@]:1}" "${args[@]}") &"$'\n'
+      "${env[@]}" "${args[@]}" >"$tmp/hand/rank$r.out" 2>"$tmp/hand/rank$r.err" </dev/null &
+      pids+=($!)
+    done
+  }
+  # wait_ranks LIMIT [RANK...]: waits at most LIMIT seconds for those ranks (default: all)
+  # to end; sets codes[R] (exit status, '-' while running) and ended_at[R] ($SECONDS).
+  wait_ranks() {
+    local limit=$1 t0=$SECONDS r
+    shift
+    local which=("$@")
+    [ ${#which[@]} -gt 0 ] || which=("${!pids[@]}")
+    while :; do
+      local running=0
+      for r in "${which[@]}"; do
+        [ "${codes[$r]:--}" != - ] && continue
+        if ended "${pids[$r]}"; then
+          wait "${pids[$r]}" 2>/dev/null
+          codes[r]=$?
+          ended_at[r]=$SECONDS
+        else
+          codes[r]=-
+          running=$((running + 1))
+        fi
+      done
+      [ "$running" = 0 ] && break
+      [ $((SECONDS - t0)) -ge "$limit" ] && break
+      sleep 0.2
+    done
+  }
+  # The ranks' outputs, for the report: one file.
+  hand_logs() {
+    local r f=$tmp/hand/all.log
+    : >"$f"
+    for r in "${!pids[@]}"; do
+      { echo "--- rank $r (exit ${codes[$r]:-?}) stdout"; cat "$tmp/hand/rank$r.out"
+        echo "--- rank $r stderr"; grep -v 'NCCL INFO' "$tmp/hand/rank$r.err"; } >>"$f"
+    done
+    echo "$f"
+  }
+  # What a rank said, without NCCL's own INFO/WARN lines.
+  said() { grep -v -E 'NCCL (INFO|WARN)' "$tmp/hand/rank$1.err"; }
+
+  exec 2>>"$tmp/bash-notes.log" # "line N: PID Killed ...": bash on the ranks it saw killed
+  # -------------------------------------------------------------------------------------
+  # 7. Two ranks on one GPU: refused, one line naming the GPU, exit 2.
+  name="two ranks on one GPU refused"
+  t0=$SECONDS
+  start_ranks 00-nccl-hello-world 2 same
+  wait_ranks $((rank_timeout + grace))
+  secs=$((SECONDS - t0))
+  why=""
+  for r in 0 1; do
+    lines=$(said "$r")
+    if [ "${codes[$r]}" = - ]; then why+="rank $r still running after $((rank_timeout + grace)) s; "
+    elif [ "${codes[$r]}" != 2 ]; then why+="rank $r exited ${codes[$r]}, not 2; "
+    elif [ "$(grep -c . <<<"$lines")" != 1 ]; then why+="rank $r said $(grep -c . <<<"$lines") lines, not one; "
+    elif ! grep -qE '^error: .*GPU' <<<"$lines" || ! grep -qiE 'duplicate|same|both|twice|already' <<<"$lines"; then
+      why+="rank $r's error does not name the shared GPU: $lines; "
+    fi
+  done
+  logf=$(hand_logs)
+  left=$(reap_leftovers) || why+="left running (killed now): ${left%; }; "
+  if [ -z "$why" ]; then
+    record "$name" PASS "exit 2 on both; rank 0 said: $(said 0)" "$secs" "$hand_cmd" "$logf"
+  else
+    record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
+  fi
+
+  if [ "$gpus" -ge 2 ]; then
+    # -----------------------------------------------------------------------------------
+    # 8. Ranks each given their own GPU (Slurm's per-task binding), started by hand.
+    name="ranks each on their own GPU (CUDA_VISIBLE_DEVICES=i)"
+    t0=$SECONDS
+    start_ranks 02-nccl-allreduce "$gpus" each
+    wait_ranks 120
+    secs=$((SECONDS - t0))
+    logf=$(hand_logs)
+    why=""
+    for r in "${!pids[@]}"; do
+      [ "${codes[$r]}" = 0 ] || why+="rank $r: exit ${codes[$r]} $(said "$r" | grep -m 1 '^error:'); "
+    done
+    grep -q "^Check: OK, all $gpus ranks hold $gpus " "$tmp/hand/rank0.out" || why+="no 'Check: OK' from rank 0; "
+    left=$(reap_leftovers) || why+="left running (killed now): ${left%; }; "
+    if [ -z "$why" ]; then
+      record "$name" PASS "$(grep -m 1 '^Check:' "$tmp/hand/rank0.out")" "$secs" "$hand_cmd" "$logf"
+    else
+      record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
+    fi
+
+    # -----------------------------------------------------------------------------------
+    # 9. A rank killed, then one stopped, during a large all-reduce.
+    big=1G
+    [ "$on_double" = 1 ] && big=16M # the double copies through files: slow
+    victim=$((gpus - 1))
+    for sig in KILL STOP; do
+      name="kill -$sig rank $victim during an all-reduce"
+      t0=$SECONDS
+      start_ranks 02-nccl-allreduce "$gpus" all --size "$big" --iters 100000
+      why=""
+      # Into the timed loop: rank 0 has printed its check (then the iterations begin).
+      started=false
+      for _ in $(seq 600); do
+        grep -q '^Check: OK' "$tmp/hand/rank0.out" && { started=true; break; }
+        for r in "${!pids[@]}"; do ended "${pids[$r]}" && break 2; done
+        sleep 0.2
+      done
+      if ! $started; then
+        why="the all-reduce did not get going (no 'Check: OK' from rank 0 within 120 s, or a rank ended): nothing to test"
+        kill -9 "${pids[@]}" 2>/dev/null
+        wait_ranks 5
+      else
+        sleep 2
+        if ended "${pids[$victim]}"; then why="rank $victim had already ended before the signal; "; fi
+        kill -"$sig" "${pids[$victim]}" 2>/dev/null
+        t_sig=$SECONDS
+        # Everyone else must end by --timeout and a few seconds.
+        others=()
+        for r in "${!pids[@]}"; do [ "$r" = "$victim" ] || others+=("$r"); done
+        wait_ranks $((rank_timeout + grace)) "${others[@]}"
+        slowest=0
+        for r in "${others[@]}"; do
+          if [ "${codes[$r]}" = - ]; then
+            why+="rank $r still running $((SECONDS - t_sig)) s after the signal; "
+          else
+            [ "${codes[$r]}" = 0 ] && why+="rank $r exited 0 though rank $victim was gone; "
+            [ $((ended_at[r] - t_sig)) -gt "$slowest" ] && slowest=$((ended_at[r] - t_sig))
+          fi
+        done
+        # The stopped rank is resumed, and gets the same time to end by itself.
+        if [ "$sig" = STOP ]; then
+          kill -CONT "${pids[$victim]}" 2>/dev/null
+          wait_ranks $((rank_timeout + grace)) "$victim"
+          [ "${codes[$victim]}" = - ] && why+="the stopped rank, resumed, did not end within $((rank_timeout + grace)) s; "
+        else
+          wait_ranks 5 "$victim"
+        fi
+        # The others must name it.
+        named=""
+        for r in "${others[@]}"; do
+          if said "$r" | sed -E 's/^error: rank [0-9]+: //' | grep -qE "ranks? ([0-9]+(, | and ))*$victim([^0-9]|$)"; then
+            named+="$r "
+          fi
+        done
+        [ -n "$named" ] || why+="no other rank's output names rank $victim; "
+      fi
+      logf=$(hand_logs)
+      left=$(reap_leftovers) || why+="left running (killed now): ${left%; }; "
+      secs=$((SECONDS - t0))
+      if [ -z "$why" ]; then
+        record "$name" PASS "the other ranks ended ${slowest} s after the signal at the latest (limit $((rank_timeout + grace)) s), named rank $victim (in the output of rank(s) ${named% }); nothing left running. Rank 0 said: $(said 0 | grep -m 1 '^error:')" "$secs" "$hand_cmd" "$logf"
+      else
+        record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
+      fi
+    done
+  else
+    record "failure cases and per-task binding" SKIP "one GPU: they need 2 ranks on 2 GPUs" 0 ""
+  fi
+fi
+
+# A last look: nothing of ours may still run.
+left=$(reap_leftovers) || record "leftovers" FAIL "left running at the end (killed now): ${left%; }" 0 ""
+exec 2>&3 # bash's own notes on the ranks it saw killed stay out of the way
+
+# ---------------------------------------------------------------------------------------
+# The report.
+total=${#names[@]}
+{
+  if [ "$on_double" = 1 ]; then
+    echo "# GPU check (DRY RUN on the NCCL test double, not a GPU node): $host, $(date '+%Y-%m-%d %H:%M:%S %Z')"
+  else
+    echo "# GPU check: $host, $(date '+%Y-%m-%d %H:%M:%S %Z')"
+  fi
+  echo
+  if [ "$failed" = 0 ]; then echo "**Result: PASS** ($total steps)"; else echo "**Result: FAIL**: $failed of $total steps failed"; fi
+  echo
+  echo "- command: \`$command_line\` (in $repo)"
+  if command -v git >/dev/null 2>&1 && git -C "$repo" rev-parse --short HEAD >/dev/null 2>&1; then
+    echo "- workbook: commit $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" status --porcelain 2>/dev/null | grep -q . && echo ', with local changes')"
+  fi
+  echo "- binaries: $build_note"
+  echo "- GPUs ($gpus used${gpu_note:+; $gpu_note}):"
+  [ -n "$gpu_list" ] || gpu_list="(no nvidia-smi here: the program's probe counted them)"
+  while IFS= read -r line; do echo "  - $line"; done <<<"$gpu_list"
+  echo "- driver: ${driver:-unknown (no nvidia-smi, no /proc/driver/nvidia/version)}"
+  echo "- NCCL: ${nccl_version:-unknown}; the program's line: \`${nccl_line:-none}\`"
+  echo "- NCCL library file the ranks mapped (/proc/PID/maps, during the perf sweep): ${nccl_mapped:-not seen}"
+  echo "- NCCL's own version line (NCCL_DEBUG=INFO): ${nccl_version_info:-none}"
+  echo "- NCCL_LIBRARY=${NCCL_LIBRARY:-unset}, NCCL_HOME=${NCCL_HOME:-unset}"
+  echo
+  echo "| step | result | why | seconds |"
+  echo "|---|---|---|---|"
+  for i in "${!names[@]}"; do
+    printf '| %s | %s | %s | %s |\n' "${names[$i]}" "${results[$i]}" "$(tr '|\n' '/ ' <<<"${reasons[$i]}")" "${times[$i]}"
+  done
+  echo
+  if [ -n "$perf_table" ]; then
+    echo "## 03-nccl-perf (-b 8 -e $perf_max -f 2, $gpus ranks)"
+    echo
+    echo '```'
+    echo "$perf_table"
+    echo '```'
+    echo
+  fi
+  if [ -n "$nccl_info" ]; then
+    echo "## NCCL_DEBUG=INFO (the perf sweep; the first 200 lines)"
+    echo
+    echo '```'
+    echo "$nccl_info"
+    echo '```'
+    echo
+  fi
+  echo "## Steps"
+  echo
+  cat "$details"
+  if grep -qvE '^[^:]*: line [0-9]+: +[0-9]+ (Killed|Stopped)' "$tmp/bash-notes.log" 2>/dev/null; then
+    echo "### bash's own messages during the hand-started ranks"
+    echo
+    echo '```'
+    grep -vE '^[^:]*: line [0-9]+: +[0-9]+ (Killed|Stopped)' "$tmp/bash-notes.log" | head -n 50
+    echo '```'
+  fi
+} >"$out"
+say "report: $out"
+if [ "$failed" = 0 ]; then
+  say "all $total steps passed"
+  exit 0
+fi
+say "$failed of $total steps FAILED: see $out"
+exit 1
