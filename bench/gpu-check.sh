@@ -307,7 +307,7 @@ if [ -n "$bins" ]; then
   world=$(sed -n 's/^ *"world_size": *\([0-9]*\).*/\1/p' "$log" | head -n 1)
   nccl_version=$(sed -n 's/^ *"nccl_version": *"\([^"]*\)".*/\1/p' "$log" | head -n 1)
   nccl_line=$(sed -n 's/^ *"backend_reason": *"\(.*\)",*$/\1/p' "$log" | head -n 1)
-  names_seen=$(sed -n 's/^ *"device_name": *"\([^"]*\)".*/\1/p' "$log" | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')
+  names_seen=$(sed -n 's/^ *"device_name": *"\([^"]*\)".*/\1/p' "$log" | sort | uniq -c | sed 's/^ *\([0-9]*\) /\1 x /' | tr '\n' ';')
   if [ "$rc" != 0 ]; then
     record "probe" FAIL "00-nccl-hello-world --backend nccl failed (exit $rc): NCCL does not run here" "$secs" "$cmd" "$log" "$tmp/probe.errors"
   elif ! grep -q '"backend": "nccl"' "$log"; then
