@@ -147,6 +147,31 @@ fn slurm_variables_one_task_per_rank() {
 }
 
 #[test]
+fn a_slurm_step_on_part_of_the_allocation_finds_its_master_on_the_steps_first_node() {
+    // `srun -N1 -w localhost` inside a two-node job whose first node is elsewhere (here
+    // a name that resolves nowhere): rank 0 runs on the step's node, so that is the master.
+    let job = (std::process::id() % 100_000 + 7).to_string();
+    let ranks: Vec<_> = (0..2usize)
+        .map(|rank| {
+            let mut cmd = command(BIN, &["--format", "json", "--timeout", "10"]);
+            cmd.env("SLURM_PROCID", rank.to_string())
+                .env("SLURM_NTASKS", "2")
+                .env("SLURM_LOCALID", rank.to_string())
+                .env("SLURM_NODEID", "0")
+                .env("SLURM_JOB_NODELIST", "no-such-node[1-2].invalid,localhost")
+                .env("SLURM_TASKS_PER_NODE", "2(x3)")
+                .env("SLURM_STEP_NODELIST", "localhost")
+                .env("SLURM_STEP_TASKS_PER_NODE", "2")
+                .env("SLURM_JOB_ID", &job)
+                .env("SLURM_STEP_ID", "3");
+            spawn(cmd)
+        })
+        .collect();
+    let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT).ok()).collect();
+    assert_eq!(runs[0].json()["world_size"], 2, "{}", runs[0]);
+}
+
+#[test]
 fn two_launchers_as_two_nodes_on_one_machine() {
     let [a, b] = testkit::two_nodes(|_, args| command(BIN, &[args, &["--nproc-per-node", "2"]].concat()));
     let (a, b) = (a.ok(), b.ok());
