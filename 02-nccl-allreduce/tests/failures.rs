@@ -109,10 +109,12 @@ fn two_jobs_on_one_port_the_second_is_refused_and_the_first_completes() {
         "2",
         "--master-port",
         &port,
+        // Seconds of small all-reduces (latency-bound, so about as long in a debug build):
+        // the first job must still be running when the second comes.
         "--size",
-        "4M",
+        "4K",
         "--iters",
-        "3000", // seconds of work: the first job must still be running when the second comes
+        "100000",
         "--format",
         "json",
     ];

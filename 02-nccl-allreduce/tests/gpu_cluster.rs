@@ -416,3 +416,61 @@ fn the_communicator_is_finalized_and_destroyed_and_aborted_only_on_failure() {
     assert!(!calls.lines().any(|l| l == "ncclCommAbort"), "{calls}");
     assert!(!run.stderr.contains("internal error"), "{run}");
 }
+
+#[test]
+fn the_launcher_names_the_frozen_rank_and_leaves_nothing_running() {
+    let mut cmd = nccl_command(
+        BIN,
+        &[
+            "--backend",
+            "nccl",
+            "--nproc-per-node",
+            "3",
+            "--size",
+            "4M",
+            "--iters",
+            "100000",
+            "--timeout",
+            "6",
+        ],
+        4,
+    );
+    let rooms = testkit::nccl_double_dir().with_file_name(format!("rooms-launcher-{}", std::process::id()));
+    std::fs::create_dir_all(&rooms).unwrap();
+    cmd.env("NCCL_DOUBLE_DIR", &rooms);
+    let launcher = spawn(cmd);
+    let pid = launcher.id();
+    // The launcher's children, in rank order, once all three are there.
+    let kids: Vec<i32> = (0..500)
+        .find_map(|_| {
+            let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+            let kids: Vec<i32> = kids.split_whitespace().filter_map(|k| k.parse().ok()).collect();
+            sleep(Duration::from_millis(20));
+            (kids.len() == 3).then_some(kids)
+        })
+        .expect("the launcher's three ranks");
+    let _reaper = Reaper(kids.clone());
+    sleep(Duration::from_millis(2500));
+    // SAFETY: a signal to a rank this test's launcher started.
+    assert_eq!(unsafe { kill(kids[1], 19) }, 0); // SIGSTOP
+    let hit = Instant::now();
+    let run = finish(launcher, LIMIT);
+    assert!(hit.elapsed() < Duration::from_secs(6 + 5), "{run}");
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr
+            .contains("launcher: rank 1 was frozen (its process was stopped: SIGSTOP, or a debugger); then rank"),
+        "{run}"
+    );
+    assert!(run.stderr.contains("rank 1 stopped responding"), "{run}");
+    // The frozen rank was killed with the others: nothing of the job is left.
+    sleep(Duration::from_millis(200));
+    for k in kids {
+        let state = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+        assert!(
+            state.is_empty() || state.contains(") Z"),
+            "rank pid {k} is still there: {state}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&rooms);
+}

@@ -89,6 +89,7 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
     let mut live = ranks.len();
     let mut done = vec![false; ranks.len()];
     let mut stopped = 0;
+    let mut frozen: Option<Vec<usize>> = None;
     while live > 0 {
         for (i, (rank, child)) in ranks.iter_mut().enumerate() {
             if done[i] {
@@ -102,6 +103,18 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
                     grace_end = Some(Instant::now() + GRACE);
                 }
             }
+        }
+        // When the first failure comes, a rank that is frozen (stopped by a signal, or
+        // held by a debugger) is the likely cause: the others gave up waiting for it.
+        if first.is_some() && grace_end.is_some() && frozen.is_none() {
+            frozen = Some(
+                ranks
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, (_, child))| !done[*i] && is_stopped(child.id()))
+                    .map(|(_, (rank, _))| *rank)
+                    .collect(),
+            );
         }
         if grace_end.is_some_and(|end| Instant::now() >= end) {
             for (i, (_, child)) in ranks.iter_mut().enumerate() {
@@ -126,13 +139,33 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
                 1 => "; stopped 1 rank still running".into(),
                 n => format!("; stopped {n} ranks still running"),
             };
+            let frozen = frozen.unwrap_or_default();
+            let cause = match frozen.as_slice() {
+                [] => String::new(),
+                [one] => format!("rank {one} was frozen (its process was stopped: SIGSTOP, or a debugger); then "),
+                many => format!(
+                    "ranks {} were frozen (their processes were stopped: SIGSTOP, or a debugger); then ",
+                    many.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            };
             crate::error::say_line(&format!(
-                "launcher: rank {rank} failed first ({}){rest}",
+                "launcher: {cause}rank {rank} failed first ({}){rest}",
                 describe(status)
             ));
             EXIT_FAILURE
         }
     }
+}
+
+/// Whether process `pid` is stopped (state `T`, or `t` under a debugger), from /proc.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .is_some_and(|state| state == 'T' || state == 't')
 }
 
 fn stop(ranks: &mut [(usize, Child)]) {
