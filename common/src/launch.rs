@@ -17,7 +17,6 @@ pub mod hostlist;
 use crate::args::RunArgs;
 use crate::error::usage;
 use anyhow::{Context, Result};
-use std::time::Duration;
 
 /// Set by this program's launcher for its ranks: the job's identity.
 pub const ENV_JOB_ID: &str = "NCCL_WORKBOOK_JOB_ID";
@@ -259,18 +258,6 @@ pub fn slurm_port(job: &str, step: &str) -> u16 {
     let job: u64 = job.parse().unwrap_or(0);
     let step: u64 = step.parse().unwrap_or(0);
     15000 + ((job.wrapping_mul(8).wrapping_add(step)) % 17000) as u16
-}
-
-/// "60 s", "500 ms", "2.5 s": a duration as people write it.
-pub fn human_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        format!("{ms} ms")
-    } else if ms.is_multiple_of(1000) {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{:.1} s", d.as_secs_f64())
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod report;
 pub mod session;
 pub mod table;
 pub mod transport;
+pub mod units;
 pub mod wire;
 
 pub use args::{DataArgs, Init, RunArgs};

@@ -6,12 +6,12 @@
 //! what it must be. The columns, formulas and footer are nccl-tests' (see its
 //! `doc/PERFORMANCE.md`), so numbers from a GPU cluster and from a laptop read alike.
 
-use crate::args::parse_size;
 use crate::backend::{Element, bus_factor};
 use crate::error::SharedError;
 use crate::report::{Perf, PerfRow, Placement, Timing};
 use crate::session::Session;
 use crate::transport::{Op, Via};
+use crate::units::{self, parse_size};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use std::time::Instant;
@@ -124,16 +124,6 @@ pub fn combine(times: &[f64], average: u8) -> f64 {
     }
 }
 
-/// A size as it was probably typed: `4K`, `100M`, `4`.
-fn human_size(b: u64) -> String {
-    match b {
-        _ if b >= 1 << 30 && b.is_multiple_of(1 << 30) => format!("{}G", b >> 30),
-        _ if b >= 1 << 20 && b.is_multiple_of(1 << 20) => format!("{}M", b >> 20),
-        _ if b >= 1 << 10 && b.is_multiple_of(1 << 10) => format!("{}K", b >> 10),
-        _ => b.to_string(),
-    }
-}
-
 /// The value element `i` of `rank`'s buffer starts from: small whole numbers, so that
 /// sums over any number of ranks are exact in every type and every element can be checked.
 fn start_value(i: usize, rank: usize) -> i32 {
@@ -147,8 +137,8 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
         return Err(SharedError {
             message: format!(
                 "-b {} is larger than -e {}: the sweep goes from -b up to -e",
-                human_size(args.min_bytes),
-                human_size(args.max_bytes)
+                units::typed_size(args.min_bytes),
+                units::typed_size(args.max_bytes)
             ),
             usage: true,
         }

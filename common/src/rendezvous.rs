@@ -309,7 +309,7 @@ impl Shared {
                 };
                 return Err(format!(
                     "timed out after {} waiting for {what}: {} not there{hint}",
-                    crate::launch::human_duration(timeout),
+                    crate::units::human_duration(timeout),
                     rank_list(&missing)
                 ));
             }
@@ -364,7 +364,7 @@ impl Store {
                 bail!(
                     "could not reach the master at {addr} within {} ({last_err}): is rank 0 running, \
                      and is the address right?",
-                    crate::launch::human_duration(timeout)
+                    crate::units::human_duration(timeout)
                 );
             }
             thread::sleep(Duration::from_millis(100));

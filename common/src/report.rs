@@ -157,16 +157,6 @@ impl Timing {
     }
 }
 
-/// "16 B", "4.0 KiB", "100.0 MiB".
-pub fn human_bytes(b: usize) -> String {
-    match b {
-        0..1024 => format!("{b} B"),
-        1024..1_048_576 => format!("{:.1} KiB", b as f64 / 1024.0),
-        1_048_576..1_073_741_824 => format!("{:.1} MiB", b as f64 / 1_048_576.0),
-        _ => format!("{:.2} GiB", b as f64 / 1_073_741_824.0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,11 +170,5 @@ mod tests {
         let t = Timing::new(Op::Broadcast, 1_000_000_000, 8, 2.0);
         assert_eq!((t.algbw, t.busbw), (0.5, 0.5));
         assert_eq!(Timing::new(Op::AllReduce, 4, 1, 0.001).busbw, 0.0);
-    }
-
-    #[test]
-    fn sizes_for_people() {
-        assert_eq!(human_bytes(16), "16 B");
-        assert_eq!(human_bytes(100 << 20), "100.0 MiB");
     }
 }

@@ -17,7 +17,7 @@ struct Cli {
     #[command(subcommand)]
     command: Cmd,
     /// How long a rank may wait for another before the job fails (the programs' --timeout).
-    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = common::args::parse_duration)]
+    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = common::units::parse_duration)]
     timeout: std::time::Duration,
 }
 

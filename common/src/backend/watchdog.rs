@@ -132,7 +132,7 @@ impl Watchdog {
 
     /// The deadline passed: who showed no sign of life while this rank watched?
     fn blame(&self, now: Instant, what: &str) -> anyhow::Error {
-        let limit = crate::launch::human_duration(self.timeout);
+        let limit = crate::units::human_duration(self.timeout);
         let since = self.watching_since.unwrap_or(now);
         // Silent: no new heartbeat for the last 3 looks, or none since we started watching.
         let quiet = (self.every * 3).max(Duration::from_millis(1500));
@@ -158,7 +158,7 @@ impl Watchdog {
                 format!(
                     "{who}: no sign of life in the last {} (stopped, frozen, or stuck outside NCCL); timed out after \
                      {limit} (--timeout) waiting for {what}",
-                    crate::launch::human_duration(now - self.seen_since(ranks[0], since))
+                    crate::units::human_duration(now - self.seen_since(ranks[0], since))
                 )
             }
         };

@@ -158,7 +158,7 @@ pub fn connect_mesh(
                         .collect();
                     bail!(
                         "timed out after {} waiting for rank(s) {} to connect to this rank at {me}",
-                        crate::launch::human_duration(timeout),
+                        crate::units::human_duration(timeout),
                         missing.join(", ")
                     );
                 }
