@@ -200,7 +200,7 @@ fn bad_input_is_one_line_and_exit_status_2() {
     refused(
         &["--world-size", "2", "--rank", "2"],
         2,
-        "--rank 2 is outside a world of 2 ranks",
+        "--rank 2 is not a rank: the world has ranks 0 to 1",
     );
     refused(&["--backend", "gloo"], 2, "invalid value 'gloo' for '--backend");
     refused(&["--timeout", "soon"], 2, "'soon' is not a duration");

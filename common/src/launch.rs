@@ -243,13 +243,7 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
 }
 
 fn check_rank(rank: usize, world: usize, what: &str) -> Result<()> {
-    if rank >= world {
-        return Err(usage(format!(
-            "{what} {rank} is outside a world of {world} ranks (ranks are 0 to {})",
-            world - 1
-        )));
-    }
-    Ok(())
+    crate::rank::check(rank, world, what).map_err(usage)
 }
 
 /// The store's port for a Slurm step, derived from the job and step ids so that two
@@ -390,7 +384,10 @@ mod tests {
             assert!(crate::error::is_usage(&e), "{e:#} is not a usage error");
             e.to_string()
         };
-        assert!(msg(role(&["--world-size", "2", "--rank", "2"], &[])).contains("outside a world of 2"));
+        assert!(
+            msg(role(&["--world-size", "2", "--rank", "2"], &[]))
+                .contains("--rank 2 is not a rank: the world has ranks 0 to 1")
+        );
         assert!(msg(role(&[], &[("RANK", "x"), ("WORLD_SIZE", "2")])).contains("RANK=\"x\""));
         assert!(msg(role(&["--nnodes", "2"], &[])).contains("--master-addr"));
         assert!(msg(role(&["--nnodes", "2", "--node-rank", "2"], &[])).contains("outside --nnodes 2"));

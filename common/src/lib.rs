@@ -13,6 +13,7 @@ pub mod launch;
 pub mod launcher;
 pub mod nccl_library;
 pub mod perf;
+pub mod rank;
 pub mod rendezvous;
 pub mod report;
 pub mod session;

@@ -217,12 +217,7 @@ impl Shared {
                 self.world_size
             ));
         }
-        if rank >= world {
-            return Err(format!(
-                "rank {rank} is outside a world of {world} ranks (0 to {})",
-                world - 1
-            ));
-        }
+        crate::rank::check(rank as usize, world as usize, "the joining rank")?;
         let rank = rank as usize;
         self.update(|st| {
             if let Some(first) = st.joined.get(&rank) {

@@ -401,17 +401,22 @@ impl Session {
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
-        if rank >= self.world_size() {
-            return Err(SharedError {
-                message: format!(
-                    "{flag} {rank} is not a rank: the world has ranks 0 to {}",
-                    self.world_size() - 1
-                ),
-                usage: true,
-            }
-            .into());
-        }
+        crate::rank::check(rank, self.world_size(), flag).map_err(|message| SharedError { message, usage: true })?;
         Ok(rank)
+    }
+
+    /// Checks that `peer` is another rank, before anything is sent to it or awaited from
+    /// it: the one check of every point-to-point call.
+    pub(crate) fn ensure_peer(&self, peer: usize) -> Result<()> {
+        let rank = self.rank();
+        crate::rank::check(peer, self.world_size(), "peer")
+            .map_err(|m| crate::error::usage(format!("rank {rank}: {m}")))?;
+        if peer == rank {
+            return Err(crate::error::usage(format!(
+                "rank {rank} cannot send to or receive from itself"
+            )));
+        }
+        Ok(())
     }
 
     /// Broadcast: `root`'s buffer is copied into every rank's buffer.
@@ -433,12 +438,14 @@ impl Session {
 
     /// Sends the whole buffer to rank `peer`, which must `recv` as many elements.
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
+        self.ensure_peer(peer)?;
         let rank = self.rank();
         self.backend.send(buf, peer).with_context(|| format!("rank {rank}"))
     }
 
     /// Receives a whole buffer from rank `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
+        self.ensure_peer(peer)?;
         let rank = self.rank();
         self.backend.recv(buf, peer).with_context(|| format!("rank {rank}"))
     }

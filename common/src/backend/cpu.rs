@@ -240,7 +240,6 @@ impl Cpu {
     /// otherwise the root sends from `src` (and copies it into its own `data`).
     pub fn broadcast<T: Element>(&self, src: Option<&[T]>, data: &mut [T], root: usize) -> Result<()> {
         let (n, r) = (self.world, self.rank);
-        check_peer(root, n, "--root")?;
         if let Some(src) = src {
             check_same_len(src.len(), data.len())?;
         }
@@ -281,7 +280,6 @@ impl Cpu {
 
     /// Sends `data` to `peer` (point-to-point).
     pub fn send<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
-        self.check_p2p(peer)?;
         self.link(peer)
             .send(Op::PointToPoint, as_bytes(data))
             .map_err(|e| self.lost(e, peer))
@@ -290,7 +288,6 @@ impl Cpu {
 
     /// Receives `data.len()` elements from `peer` (point-to-point).
     pub fn recv<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
-        self.check_p2p(peer)?;
         let n = data.len();
         self.link(peer)
             .recv_into(Op::PointToPoint, as_bytes_mut(data))
@@ -342,14 +339,6 @@ impl Cpu {
         })
     }
 
-    fn check_p2p(&self, peer: usize) -> Result<()> {
-        check_peer(peer, self.world, "peer")?;
-        if peer == self.rank {
-            return Err(usage(format!("rank {peer} cannot send to or receive from itself")));
-        }
-        Ok(())
-    }
-
     fn peer_name(&self, peer: usize) -> String {
         match &self.links[peer] {
             Some(l) => format!("({})", l.describe()),
@@ -371,16 +360,6 @@ impl Cpu {
             _ => anyhow!("connection to rank {peer} failed: {e}"),
         }
     }
-}
-
-fn check_peer(peer: usize, world: usize, what: &str) -> Result<()> {
-    if peer >= world {
-        return Err(usage(format!(
-            "{what} {peer} is not a rank: the world has ranks 0 to {}",
-            world - 1
-        )));
-    }
-    Ok(())
 }
 
 /// How a message of `len` bytes over `link` is cut: into slices the link can buffer

@@ -21,7 +21,7 @@
 
 use super::watchdog::Watchdog;
 use super::{Buffer, Element, Storage};
-use crate::error::{SharedError, usage};
+use crate::error::SharedError;
 use crate::rendezvous::Store;
 use anyhow::{Context, Result, anyhow};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -38,7 +38,6 @@ const MAX_QUEUED: u32 = 256;
 /// A rank of the NCCL backend: its GPU's context, its stream and its communicator.
 pub struct Nccl {
     rank: usize,
-    world: usize,
     /// The stream collectives are queued on (it holds the GPU's context).
     stream: Arc<CudaStream>,
     /// The communicator; null once it is left (destroyed or aborted).
@@ -130,7 +129,6 @@ impl Nccl {
         //    until every rank has joined (or someone failed, or the deadline passed).
         let nccl = Nccl {
             rank,
-            world,
             stream,
             comm: Cell::new(std::ptr::null_mut()),
             last: Cell::new("joining the communicator (ncclCommInitRankConfig)"),
@@ -178,12 +176,6 @@ impl Nccl {
         recv: &mut Buffer<T>,
         root: usize,
     ) -> Result<()> {
-        if root >= self.world {
-            return Err(usage(format!(
-                "--root {root} is not a rank: the world has ranks 0 to {}",
-                self.world - 1
-            )));
-        }
         self.collective(
             "broadcast (ncclBroadcast)",
             send,
@@ -247,7 +239,6 @@ impl Nccl {
     }
 
     pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
-        self.check_peer(peer)?;
         let stream = self.stream.as_ref();
         let (src, _read) = device(buf).device_ptr(stream);
         let what = format!("send to rank {peer} (ncclSend)");
@@ -264,7 +255,6 @@ impl Nccl {
     }
 
     pub(super) fn recv<T: Element>(&self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
-        self.check_peer(peer)?;
         let stream = self.stream.as_ref();
         let count = buf.len();
         let (dst, _written) = device_mut(buf).device_ptr_mut(stream);
@@ -447,17 +437,6 @@ impl Nccl {
             r => format!("{r:?}"),
         };
         anyhow!("rank {}: NCCL failed in {what} with {code}{text}", self.rank)
-    }
-
-    fn check_peer(&self, peer: usize) -> Result<()> {
-        if peer >= self.world || peer == self.rank {
-            return Err(usage(format!(
-                "rank {} cannot exchange with rank {peer}: peers are the other ranks of 0 to {}",
-                self.rank,
-                self.world - 1
-            )));
-        }
-        Ok(())
     }
 }
 

@@ -60,6 +60,7 @@ impl Session {
 
     /// Sends elements `range` of `buf` to rank `peer`, which must receive as many.
     pub fn send_part<T: Element>(&mut self, buf: &Buffer<T>, range: Range<usize>, peer: usize) -> Result<()> {
+        self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
         let sent = match (&self.backend, &buf.storage) {
@@ -146,6 +147,7 @@ impl Session {
         peer: usize,
         how: Arrive,
     ) -> Result<()> {
+        self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
         let got = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
@@ -171,6 +173,8 @@ impl Session {
         (recv, from): (Range<usize>, usize),
         how: Arrive,
     ) -> Result<()> {
+        self.ensure_peer(to)?;
+        self.ensure_peer(from)?;
         check_range(&send, buf.len())?;
         check_range(&recv, buf.len())?;
         if send.start < recv.end && recv.start < send.end {
