@@ -254,6 +254,18 @@ pub fn slurm_port(job: &str, step: &str) -> u16 {
     15000 + ((job.wrapping_mul(8).wrapping_add(step)) % 17000) as u16
 }
 
+/// This machine's name: the node name Slurm gave the task (the same as the hostname on
+/// a cluster, and what tells emulated nodes apart), else the hostname.
+pub fn hostname() -> String {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

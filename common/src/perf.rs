@@ -157,7 +157,7 @@ fn sweep<T: Element>(session: &mut Session, args: &PerfArgs) -> Result<()> {
         Collective::AllReduce => None,
     };
     let memcpy_gbps = if session.rank() == 0 { memcpy_gbps() } else { 0.0 };
-    let memcpy_gbps = session.all_gather_f64(memcpy_gbps, "memcpy bandwidth")?[0];
+    let memcpy_gbps = session.share_f64(memcpy_gbps, "memcpy bandwidth")?[0];
     header(session, args, memcpy_gbps);
 
     let mut perf = Perf {
@@ -229,7 +229,7 @@ fn measure<T: Element>(session: &mut Session, args: &PerfArgs, count: usize, in_
     }
     session.synchronize()?;
     let mine_secs = start.elapsed().as_secs_f64() / args.iters as f64;
-    let times = session.all_gather_f64(mine_secs, "time")?;
+    let times = session.share_f64(mine_secs, "time")?;
     let seconds = combine(&times, args.average);
     let t = Timing::new(args.op.op(), count * size_of::<T>(), world, seconds);
 
@@ -253,7 +253,7 @@ fn measure<T: Element>(session: &mut Session, args: &PerfArgs, count: usize, in_
                 .filter(|(i, v)| !v.matches(expected[i % expected.len()]))
                 .count() as u64;
         }
-        let all = session.all_gather_f64(wrong as f64, "count of wrong elements")?;
+        let all = session.share_f64(wrong as f64, "count of wrong elements")?;
         Some(all.iter().sum::<f64>() as u64)
     };
     Ok(Placement {

@@ -407,8 +407,10 @@ impl Store {
         keys.iter().map(|_| Ok(d.bytes()?.to_vec())).collect()
     }
 
-    /// Sets `prefix/<rank>` and waits for the same key of every rank of `0..world_size`.
-    pub fn all_gather(
+    /// Every rank shares a value: sets `prefix/<rank>` and waits for the same key of every
+    /// rank of `0..world_size`, returned in rank order. (A meeting through the store, not
+    /// the collective all-gather, which moves buffers between ranks.)
+    pub fn share(
         &mut self,
         prefix: &str,
         rank: usize,
@@ -423,7 +425,7 @@ impl Store {
 
     /// Waits until every rank has reached the barrier called `name`.
     pub fn barrier(&mut self, name: &str, rank: usize, world_size: usize) -> Result<()> {
-        self.all_gather(
+        self.share(
             &format!("barrier/{name}"),
             rank,
             world_size,

@@ -15,7 +15,7 @@ use crate::launch::Identity;
 use crate::rendezvous::{Join, Store, StoreServer};
 use crate::report::{Check, RankReport, Report, Timing};
 use crate::table;
-use crate::transport::{self, Link, Op, Via, shm, tcp};
+use crate::transport::{Op, Via};
 use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
@@ -48,7 +48,7 @@ struct Choice {
 /// Every rank must run the same backend, and on NCCL the same version: a rank on a node
 /// without GPUs (or with another NCCL) would otherwise hang or corrupt the others.
 fn same_backend(store: &mut Store, rank: usize, world: usize, mine: &Choice) -> Result<()> {
-    let all = store.all_gather(
+    let all = store.share(
         "backend",
         rank,
         world,
@@ -150,8 +150,8 @@ impl Session {
         let mut store = Store::connect(&id.master_addr, id.store_port, &join, run.timeout)?;
 
         // Who is where: local ranks come from the launcher, or from comparing hosts.
-        let host = hostname();
-        let hosts = store.all_gather("host", rank, world, host.as_bytes(), "every rank's host name")?;
+        let host = crate::launch::hostname();
+        let hosts = store.share("host", rank, world, host.as_bytes(), "every rank's host name")?;
         let same_host: Vec<usize> = (0..world).filter(|r| hosts[*r] == host.as_bytes()).collect();
         let local_rank = id
             .local_rank
@@ -173,13 +173,8 @@ impl Session {
         let (backend, device, device_name, transports) = match kind {
             Kind::Cpu => {
                 let dev = device::device_for(rank, device_count);
-                let (links, transports, ring_in_memory) = cpu_links(&mut store, &id, &host, run)?;
-                (
-                    Backend::Cpu(backend::cpu::Cpu::new(rank, world, links, ring_in_memory)),
-                    format!("cpu:{dev}"),
-                    None,
-                    transports,
-                )
+                let (cpu, transports) = backend::cpu::Cpu::connect(&mut store, &id, &host, run)?;
+                (Backend::Cpu(cpu), format!("cpu:{dev}"), None, transports)
             }
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
@@ -204,7 +199,7 @@ impl Session {
             device,
             device_name,
         };
-        let all = store.all_gather(
+        let all = store.share(
             "member",
             rank,
             world,
@@ -499,10 +494,10 @@ impl Session {
     }
 
     /// Every rank's `value`, in rank order, on every rank (`what` names it in errors).
-    pub fn all_gather_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
+    pub fn share_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
         let key = self.next_key("gather");
         let (rank, world) = (self.rank(), self.world_size());
-        let all = self.store.all_gather(&key, rank, world, &value.to_le_bytes(), what)?;
+        let all = self.store.share(&key, rank, world, &value.to_le_bytes(), what)?;
         all.iter()
             .enumerate()
             .map(|(r, b)| {
@@ -574,7 +569,7 @@ impl Session {
         let key = self.next_key("check");
         let mine = serde_json::to_vec(&(wrong, first))?;
         let (rank, world) = (self.rank(), self.world_size());
-        let replies = self.store.all_gather(&key, rank, world, &mine, "every rank's check")?;
+        let replies = self.store.share(&key, rank, world, &mine, "every rank's check")?;
         let results: Vec<(usize, Option<String>)> = replies
             .iter()
             .map(|r| serde_json::from_slice(r))
@@ -620,7 +615,7 @@ impl Session {
         let mine = start.elapsed().as_secs_f64() / iters as f64;
         let all = self
             .store
-            .all_gather(&key, rank, world, &mine.to_le_bytes(), "every rank's timing")?;
+            .share(&key, rank, world, &mine.to_le_bytes(), "every rank's timing")?;
         let slowest = all
             .iter()
             .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
@@ -733,71 +728,4 @@ fn cell(v: &serde_json::Value) -> String {
 fn print_out(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "{line}");
-}
-
-/// The links of a CPU-backend rank: shared memory to the ranks on its machine and TCP
-/// to the others (or as `--transport` says), the choice for every pair ("0-1": shm), and
-/// whether every neighbour pair of the ring (i, i + 1) shares memory, so that the
-/// all-reduce may run piece by piece.
-/// Every rank takes part in both setups, even with no peer of that kind, because each
-/// setup gathers from every rank through the store.
-#[allow(clippy::type_complexity)]
-fn cpu_links(
-    store: &mut Store,
-    id: &Identity,
-    host: &str,
-    run: &RunArgs,
-) -> Result<(Vec<Option<Box<dyn Link>>>, BTreeMap<String, Via>, bool)> {
-    let (rank, world) = (id.rank, id.world_size);
-    // One machine = one host name and one boot: two containers may share a name, not a boot id.
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let machine = format!("{host} {}", boot.trim());
-    let keys = store.all_gather("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
-    let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
-    let table = transport::choose(&keys, run.transport).map_err(|message| SharedError { message, usage: true })?;
-    let every = || table.iter().flatten().flatten();
-
-    let mut links: Vec<Option<Box<dyn Link>>> = (0..world).map(|_| None).collect();
-    if every().any(|v| *v == Via::Tcp) {
-        let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
-        let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
-        for (peer, link) in tcp::connect_mesh(store, rank, &id.job_id, &wanted, ip, run.timeout)?
-            .into_iter()
-            .enumerate()
-        {
-            if let Some(link) = link {
-                links[peer] = Some(Box::new(link));
-            }
-        }
-    }
-    if every().any(|v| *v == Via::Shm) {
-        shm::available()?;
-        let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
-        for link in shm::connect(store, rank, world, &peers, run.timeout)? {
-            let peer = link.peer();
-            links[peer] = Some(Box::new(link));
-        }
-    }
-    let mut pairs = BTreeMap::new();
-    for (a, row) in table.iter().enumerate() {
-        for (b, via) in row.iter().enumerate().skip(a + 1) {
-            if let Some(via) = via {
-                pairs.insert(format!("{a}-{b}"), *via);
-            }
-        }
-    }
-    let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
-    Ok((links, pairs, ring_in_memory))
-}
-
-/// This machine's name: the node name Slurm gave the task (the same as the hostname on
-/// a cluster, and what tells emulated nodes apart), else the hostname.
-fn hostname() -> String {
-    std::env::var("SLURMD_NODENAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
 }

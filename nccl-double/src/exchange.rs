@@ -23,26 +23,13 @@
 //! its `left-` file, so its folder stays behind: one small folder named by a random id;
 //! cleaning up after SIGKILL is not the double's job.
 
-use crate::nccl::{NcclResult, REMOTE_ERROR, SYSTEM_ERROR};
+pub use crate::result::Failure;
+use crate::result::{REMOTE_ERROR, SYSTEM_ERROR};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
-
-/// Why an operation failed: the NCCL result and a sentence.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: NcclResult,
-    pub why: String,
-}
-
-impl Failure {
-    /// A failure with `code` saying `why`.
-    pub fn new(code: NcclResult, why: impl Into<String>) -> Self {
-        Self { code, why: why.into() }
-    }
-}
 
 /// Why a wait (or the work around it) stopped before its end.
 #[derive(Debug)]

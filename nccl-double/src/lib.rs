@@ -42,6 +42,7 @@ mod exchange;
 mod memory;
 mod nccl;
 mod reduce;
+mod result;
 mod stream;
 
 use std::collections::BTreeSet;

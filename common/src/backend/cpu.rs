@@ -5,10 +5,15 @@
 //! bottleneck, whatever the number of ranks.
 
 use super::{Element, as_bytes, as_bytes_mut};
-use crate::error::usage;
+use crate::args::RunArgs;
+use crate::error::SharedError;
+use crate::launch::Identity;
+use crate::rendezvous::Store;
 use crate::transport::shm::copy_around_cache;
+use crate::transport::{self, Via, shm, tcp};
 use crate::transport::{Link, Op};
 use anyhow::{Context, Result, anyhow};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::thread;
 
@@ -68,11 +73,9 @@ impl Cpu {
     /// instead ([`Cpu::all_reduce_pipelined`]), which saves the buffer's partial sums.
     pub fn all_reduce_sum<T: Element>(&self, src: Option<&[T]>, data: &mut [T]) -> Result<()> {
         let (n, r) = (self.world, self.rank);
-        if let Some(src) = src {
-            check_same_len(src.len(), data.len())?;
-            if n == 1 {
-                data.copy_from_slice(src);
-            }
+        // The session checked that `src` and `data` have one length, at its edge.
+        if let (Some(src), 1) = (src, n) {
+            data.copy_from_slice(src);
         }
         if n == 1 {
             return Ok(());
@@ -240,9 +243,6 @@ impl Cpu {
     /// otherwise the root sends from `src` (and copies it into its own `data`).
     pub fn broadcast<T: Element>(&self, src: Option<&[T]>, data: &mut [T], root: usize) -> Result<()> {
         let (n, r) = (self.world, self.rank);
-        if let Some(src) = src {
-            check_same_len(src.len(), data.len())?;
-        }
         let pos = (r + n - root) % n; // this rank's distance from the root along the ring
         // Out of place, the root sends from `src` and copies each piece into its own
         // `data` after sending it, while the piece travels.
@@ -362,6 +362,62 @@ impl Cpu {
     }
 }
 
+impl Cpu {
+    /// Connects a CPU-backend rank to its peers, as NCCL's init does for its ranks: the links, shared memory to the ranks on its machine and TCP
+    /// to the others (or as `--transport` says), the choice for every pair ("0-1": shm), and
+    /// whether every neighbour pair of the ring (i, i + 1) shares memory, so that the
+    /// all-reduce may run piece by piece.
+    /// Every rank takes part in both setups, even with no peer of that kind, because each
+    /// setup gathers from every rank through the store.
+    pub fn connect(
+        store: &mut Store,
+        id: &Identity,
+        host: &str,
+        run: &RunArgs,
+    ) -> Result<(Cpu, BTreeMap<String, Via>)> {
+        let (rank, world) = (id.rank, id.world_size);
+        // One machine = one host name and one boot: two containers may share a name, not a boot id.
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let machine = format!("{host} {}", boot.trim());
+        let keys = store.share("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
+        let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        let table = transport::choose(&keys, run.transport).map_err(|message| SharedError { message, usage: true })?;
+        let every = || table.iter().flatten().flatten();
+
+        let mut links: Vec<Option<Box<dyn Link>>> = (0..world).map(|_| None).collect();
+        if every().any(|v| *v == Via::Tcp) {
+            let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
+            let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
+            for (peer, link) in tcp::connect_mesh(store, rank, &id.job_id, &wanted, ip, run.timeout)?
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(link) = link {
+                    links[peer] = Some(Box::new(link));
+                }
+            }
+        }
+        if every().any(|v| *v == Via::Shm) {
+            shm::available()?;
+            let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
+            for link in shm::connect(store, rank, world, &peers, run.timeout)? {
+                let peer = link.peer();
+                links[peer] = Some(Box::new(link));
+            }
+        }
+        let mut pairs = BTreeMap::new();
+        for (a, row) in table.iter().enumerate() {
+            for (b, via) in row.iter().enumerate().skip(a + 1) {
+                if let Some(via) = via {
+                    pairs.insert(format!("{a}-{b}"), *via);
+                }
+            }
+        }
+        let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
+        Ok((Cpu::new(rank, world, links, ring_in_memory), pairs))
+    }
+}
+
 /// How a message of `len` bytes over `link` is cut: into slices the link can buffer
 /// when that is a useful amount (at least [`MIN_SLICE`]), else whole. Both ends of a link
 /// cut alike, since they see the same kind of link. Always at least one slice, maybe empty.
@@ -375,15 +431,6 @@ fn slices(len: usize, link: &dyn Link) -> Vec<Range<usize>> {
         out.push(0..0);
     }
     out
-}
-
-fn check_same_len(send: usize, recv: usize) -> Result<()> {
-    if send != recv {
-        return Err(usage(format!(
-            "the send buffer has {send} elements and the receive buffer {recv}: they must match"
-        )));
-    }
-    Ok(())
 }
 
 /// Chunk `i` of `n` nearly equal chunks of `len` elements (sizes differ by at most one;

@@ -84,7 +84,7 @@ impl Nccl {
 
         // 2. One rank per GPU: compare every rank's GPU before NCCL does.
         let gpu = identify(&ctx, host).with_context(|| format!("rank {rank}: reading device {device}'s identity"))?;
-        let all = store.all_gather("nccl/gpu", rank, world, &serde_json::to_vec(&gpu)?, "every rank's GPU")?;
+        let all = store.share("nccl/gpu", rank, world, &serde_json::to_vec(&gpu)?, "every rank's GPU")?;
         let gpus = all
             .iter()
             .enumerate()

@@ -404,7 +404,7 @@ pub fn connect(
             let _ = std::fs::remove_file(p);
         }
     };
-    let pids = store.all_gather("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id");
+    let pids = store.share("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id");
     let pids: Vec<u32> = match pids {
         Ok(p) => p
             .iter()

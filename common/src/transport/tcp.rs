@@ -111,7 +111,7 @@ pub fn connect_mesh(
     let world = wanted.len();
     let listener = TcpListener::bind((local_ip, 0)).with_context(|| format!("listening for peers on {local_ip}"))?;
     let me = listener.local_addr()?;
-    let addrs = store.all_gather(
+    let addrs = store.share(
         "cpu/addr",
         rank,
         world,

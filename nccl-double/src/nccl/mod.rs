@@ -50,17 +50,7 @@ use std::ffi::{CStr, c_char, c_int};
 use std::io::Read;
 use std::sync::OnceLock;
 
-/// `ncclResult_t`. Only codes of NCCL 2.18's enum (0..=7) are ever returned: cudarc
-/// turns the number into a Rust enum (with the 2.22 bindings, 8 is `ncclNumResults`,
-/// which cudarc takes for success).
-pub type NcclResult = std::ffi::c_uint;
-pub const SUCCESS: NcclResult = 0;
-pub const SYSTEM_ERROR: NcclResult = 2;
-pub const INTERNAL_ERROR: NcclResult = 3;
-pub const INVALID_ARGUMENT: NcclResult = 4;
-pub const INVALID_USAGE: NcclResult = 5;
-pub const REMOTE_ERROR: NcclResult = 6;
-pub const IN_PROGRESS: NcclResult = 7;
+pub use crate::result::*;
 
 /// The NCCL version this process plays: `NCCL_DOUBLE_VERSION` (an NCCL version code such
 /// as 21803 for 2.18.3, or 22105 for 2.21.5), by default 21803.
