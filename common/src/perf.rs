@@ -205,8 +205,8 @@ fn measure<T: Element>(session: &mut Session, args: &PerfArgs, count: usize, in_
     let (rank, world) = (session.rank(), session.world_size());
     let root = args.root;
     let mine: Vec<T> = (0..count).map(|i| T::from_small(start_value(i, rank))).collect();
-    let send = session.upload(mine.clone())?;
-    let mut recv = session.upload(if in_place {
+    let send = session.from_host(mine.clone())?;
+    let mut recv = session.from_host(if in_place {
         mine.clone()
     } else {
         vec![T::default(); count]
@@ -240,13 +240,14 @@ fn measure<T: Element>(session: &mut Session, args: &PerfArgs, count: usize, in_
         let expected = expected_values::<T>(args.op, root, world);
         let mut wrong = 0u64;
         for _ in 0..args.check {
-            let mut fresh = session.upload(if in_place {
+            let mut fresh = session.from_host(if in_place {
                 mine.clone()
             } else {
                 vec![T::default(); count]
             })?;
             once(session, &mut fresh)?;
-            let got = session.download_checked(&fresh)?;
+            let mut got = session.to_host(&fresh)?;
+            crate::session::corrupt_for_tests(session.rank(), &mut got);
             wrong += got
                 .iter()
                 .enumerate()

@@ -334,10 +334,7 @@ impl Session {
     /// A buffer of `--count` (or `--size`) elements, all equal to `value`, placed where
     /// the backend computes (GPU memory on NCCL). Also takes `--show` for the tables.
     pub fn buffer<T: Element>(&mut self, data: &DataArgs, value: T) -> Result<Buffer<T>> {
-        let count = data.count();
-        self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
-        self.report.count = Some(count);
-        self.backend.upload(vec![value; count])
+        self.buffer_with(data, |_| value)
     }
 
     /// Prints a table of every rank's first elements, titled `title` ("Before
@@ -465,19 +462,6 @@ impl Session {
         self.backend
             .all_reduce_sum_into(send, recv)
             .with_context(|| format!("rank {rank}"))
-    }
-
-    /// A buffer holding `data`, placed where the backend computes (GPU memory on NCCL).
-    pub fn upload<T: Element>(&self, data: Vec<T>) -> Result<Buffer<T>> {
-        self.backend.upload(data)
-    }
-
-    /// Every element of `buf`, read back to the host (after queued work on it is done).
-    /// The test hook `NCCL_WORKBOOK_FAULT=corrupt:RANK:INDEX` applies here too.
-    pub fn download_checked<T: Element>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        let mut all = self.backend.download(buf, buf.len())?;
-        corrupt_for_tests(self.rank(), &mut all);
-        Ok(all)
     }
 
     /// Waits until every rank gets here (through the store, so it costs a round trip).
@@ -690,8 +674,9 @@ impl Session {
 
 /// Test hook: `NCCL_WORKBOOK_FAULT=corrupt:RANK:INDEX` doubles one element of one
 /// rank's result before the check (tests corrupt non-zero results), so that tests can
-/// prove a wrong result is caught, reported and fails the run.
-fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
+/// prove a wrong result is caught, reported and fails the run. Every check calls it on
+/// what it read back (the session's, and the benchmark's).
+pub(crate) fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
     let Ok(spec) = std::env::var("NCCL_WORKBOOK_FAULT") else {
         return;
     };
