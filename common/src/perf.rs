@@ -221,15 +221,7 @@ fn measure<T: Element>(session: &mut Session, args: &PerfArgs, count: usize, in_
     for _ in 0..args.warmup {
         once(session, &mut recv)?;
     }
-    session.synchronize()?;
-    session.barrier()?;
-    let start = Instant::now();
-    for _ in 0..args.iters {
-        once(session, &mut recv)?;
-    }
-    session.synchronize()?;
-    let mine_secs = start.elapsed().as_secs_f64() / args.iters as f64;
-    let times = session.share_f64(mine_secs, "time")?;
+    let times = session.time_runs(args.iters, |s| once(s, &mut recv))?;
     let seconds = combine(&times, args.average);
     let t = Timing::new(args.op.op(), count * size_of::<T>(), world, seconds);
 

@@ -587,23 +587,9 @@ impl Session {
     /// Times `iters` runs of `op` (a collective on this session): a barrier first, then
     /// the runs back to back; the time of the slowest rank counts. Rank 0 prints it with
     /// nccl-tests' algbw and busbw.
-    pub fn time(&mut self, iters: u32, mut op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
-        let key = self.next_key("time");
-        let (rank, world) = (self.rank(), self.world_size());
-        self.store.barrier(&key, rank, world)?;
-        let start = Instant::now();
-        for _ in 0..iters {
-            op(self)?;
-        }
-        self.backend.synchronize()?;
-        let mine = start.elapsed().as_secs_f64() / iters as f64;
-        let all = self
-            .store
-            .share(&key, rank, world, &mine.to_le_bytes(), "every rank's timing")?;
-        let slowest = all
-            .iter()
-            .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
-            .fold(0.0, f64::max);
+    pub fn time(&mut self, iters: u32, op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
+        let world = self.world_size();
+        let slowest = self.time_runs(iters, op)?.into_iter().fold(0.0, f64::max);
         let (kind, bytes) = self
             .last_op
             .ok_or_else(|| anyhow!("time() needs a collective to time"))?;
@@ -624,6 +610,22 @@ impl Session {
             t.busbw,
         ));
         Ok(t)
+    }
+
+    /// The timing loop of every measurement (the lessons' `time` and the benchmark's
+    /// sweep): finish what is queued, meet at a barrier, run `op` `iters` times back to
+    /// back, wait for the last run, and return every rank's mean seconds per run, in rank
+    /// order.
+    pub fn time_runs(&mut self, iters: u32, mut op: impl FnMut(&mut Session) -> Result<()>) -> Result<Vec<f64>> {
+        self.synchronize()?;
+        self.barrier()?;
+        let start = Instant::now();
+        for _ in 0..iters {
+            op(self)?;
+        }
+        self.synchronize()?;
+        let mine = start.elapsed().as_secs_f64() / iters.max(1) as f64;
+        self.share_f64(mine, "every rank's timing")
     }
 
     /// Ends the session: waits until every rank is done (so none exits while another
