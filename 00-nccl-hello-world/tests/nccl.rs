@@ -31,7 +31,8 @@ fn hello_on_1_2_and_4_gpus_shows_nccls_version_and_each_gpu() {
     }
     let r = finish(spawn(nccl_command(BIN, &["--nproc-per-node", "2"], 2)), LIMIT).ok();
     assert!(
-        r.stdout.contains("NCCL version 2.18.3") && r.stdout.contains("cuda:1 (NCCL test double GPU 1"),
+        r.stdout.starts_with("backend: nccl, found 2 GPUs and NCCL 2.18.3 (")
+            && r.stdout.contains("cuda:1 (NCCL test double GPU 1"),
         "{r}"
     );
 }

@@ -79,6 +79,8 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
     if choice != BackendChoice::Cpu && p.driver {
         check_visible(p)?;
     }
+    // An NCCL too old is a setup to change, not a machine without GPUs: bad input.
+    let too_old = p.nccl.as_ref().filter(|l| !l.supported);
     let missing = if !p.driver {
         Some("the CUDA driver (libcuda.so) is not on this machine: there is no NVIDIA GPU here, or its driver is not installed".to_string())
     } else if p.gpus == 0 {
@@ -88,7 +90,7 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
         ))
     } else if let Some(e) = &p.nccl_error {
         Some(format!("found {} but libnccl failed: {e}", gpus(p.gpus)))
-    } else if let Some(lib) = p.nccl.as_ref().filter(|l| !l.supported) {
+    } else if let Some(lib) = too_old {
         let (a, b, c) = OLDEST;
         Some(format!(
             "found {} but {} is older than NCCL {a}.{b}.{c}, the oldest this workbook supports: \
@@ -109,7 +111,7 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
             Kind::Cpu,
             "backend: cpu, as asked (--backend cpu): ring algorithms over shared memory and TCP".into(),
         )),
-        (BackendChoice::Nccl, Some(why)) if p.nccl.as_ref().is_some_and(|l| !l.supported) => {
+        (BackendChoice::Nccl, Some(why)) if too_old.is_some() => {
             Err(usage(format!("--backend nccl cannot run here: {why}")))
         }
         (BackendChoice::Nccl, Some(why)) => bail!("--backend nccl cannot run here: {why}"),

@@ -423,6 +423,25 @@ impl Store {
         self.wait(&keys, what)
     }
 
+    /// [`Store::share`] of a value as JSON: every rank's, parsed, in rank order. `what`
+    /// names it in errors ("every rank's GPU"; a value that does not parse names its rank).
+    pub fn share_json<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &mut self,
+        prefix: &str,
+        rank: usize,
+        world_size: usize,
+        value: &T,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let all = self.share(prefix, rank, world_size, &serde_json::to_vec(value)?, what)?;
+        all.iter()
+            .enumerate()
+            .map(|(r, v)| {
+                serde_json::from_slice(v).map_err(|e| anyhow!("rank {r} sent a malformed value for {what}: {e}"))
+            })
+            .collect()
+    }
+
     /// Waits until every rank has reached the barrier called `name`.
     pub fn barrier(&mut self, name: &str, rank: usize, world_size: usize) -> Result<()> {
         self.share(

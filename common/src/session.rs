@@ -37,8 +37,8 @@ struct Member {
 /// Which backend a rank picked and why, and on NCCL which library: compared across ranks.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 struct Choice {
-    /// NCCL (true) or the CPU backend.
-    kind: bool,
+    /// "nccl" or "cpu".
+    backend: String,
     /// The backend line.
     reason: String,
     /// NCCL's version and file.
@@ -48,28 +48,13 @@ struct Choice {
 /// Every rank must run the same backend, and on NCCL the same version: a rank on a node
 /// without GPUs (or with another NCCL) would otherwise hang or corrupt the others.
 fn same_backend(store: &mut Store, rank: usize, world: usize, mine: &Choice) -> Result<()> {
-    let all = store.share(
-        "backend",
-        rank,
-        world,
-        &serde_json::to_vec(mine)?,
-        "every rank's backend",
-    )?;
-    let all = all
-        .iter()
-        .enumerate()
-        .map(|(r, c)| serde_json::from_slice(c).with_context(|| format!("rank {r}'s backend is malformed")))
-        .collect::<Result<Vec<Choice>>>()?;
-    let name = |c: &Choice| if c.kind { "nccl" } else { "cpu" };
+    let all: Vec<Choice> = store.share_json("backend", rank, world, mine, "every rank's backend")?;
     let refuse = |message: String| -> Result<()> { Err(SharedError { message, usage: true }.into()) };
-    if let Some((r, other)) = all.iter().enumerate().find(|(_, c)| c.kind != all[0].kind) {
+    if let Some((r, other)) = all.iter().enumerate().find(|(_, c)| c.backend != all[0].backend) {
         return refuse(format!(
             "rank 0 runs the {} backend ({}) but rank {r} the {} backend ({}): every rank must run the same one; \
              give every node GPUs and NCCL, or say --backend cpu",
-            name(&all[0]),
-            all[0].reason,
-            name(other),
-            other.reason
+            all[0].backend, all[0].reason, other.backend, other.reason
         ));
     }
     let version = |c: &Choice| c.nccl.as_ref().map(|(v, p)| format!("NCCL {v} ({p})"));
@@ -158,7 +143,7 @@ impl Session {
             .unwrap_or_else(|| same_host.iter().position(|r| *r == rank).unwrap_or(0));
         let local_world = id.local_world_size.unwrap_or(same_host.len());
         let choice = Choice {
-            kind: kind == Kind::Nccl,
+            backend: if kind == Kind::Nccl { "nccl" } else { "cpu" }.into(),
             reason: reason.clone(),
             nccl: probe
                 .nccl
@@ -199,18 +184,7 @@ impl Session {
             device,
             device_name,
         };
-        let all = store.share(
-            "member",
-            rank,
-            world,
-            &serde_json::to_vec(&me)?,
-            "every rank's registration",
-        )?;
-        let members = all
-            .iter()
-            .enumerate()
-            .map(|(r, m)| serde_json::from_slice(m).with_context(|| format!("rank {r}'s registration is malformed")))
-            .collect::<Result<Vec<Member>>>()?;
+        let members: Vec<Member> = store.share_json("member", rank, world, &me, "every rank's registration")?;
 
         let report = Report {
             example: crate::example_name(),
@@ -298,9 +272,6 @@ impl Session {
     /// Hello world's roll call: every rank's rank, local rank, host, pid, device and
     /// backend, in one table on rank 0, in rank order.
     pub fn roll_call(&mut self) -> Result<()> {
-        if let Some(v) = &self.report.nccl_version {
-            self.say(&format!("NCCL version {v}"));
-        }
         let rows: Vec<Vec<String>> = self
             .members
             .iter()

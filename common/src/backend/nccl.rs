@@ -43,7 +43,7 @@ pub struct Nccl {
     /// The communicator; null once it is left (destroyed or aborted).
     comm: Cell<sys::ncclComm_t>,
     /// What the last queued operation was, for the messages of the wait that follows.
-    last: Cell<&'static str>,
+    last: RefCell<String>,
     /// Operations queued since the stream was last seen idle.
     queued: Cell<u32>,
     watchdog: RefCell<Watchdog>,
@@ -84,12 +84,7 @@ impl Nccl {
 
         // 2. One rank per GPU: compare every rank's GPU before NCCL does.
         let gpu = identify(&ctx, host).with_context(|| format!("rank {rank}: reading device {device}'s identity"))?;
-        let all = store.share("nccl/gpu", rank, world, &serde_json::to_vec(&gpu)?, "every rank's GPU")?;
-        let gpus = all
-            .iter()
-            .enumerate()
-            .map(|(r, g)| serde_json::from_slice(g).with_context(|| format!("rank {r}'s GPU is malformed")))
-            .collect::<Result<Vec<Gpu>>>()?;
+        let gpus: Vec<Gpu> = store.share_json("nccl/gpu", rank, world, &gpu, "every rank's GPU")?;
         if let Some((a, b)) = duplicate(&gpus) {
             let g = &gpus[a];
             return Err(SharedError {
@@ -131,7 +126,7 @@ impl Nccl {
             rank,
             stream,
             comm: Cell::new(std::ptr::null_mut()),
-            last: Cell::new("joining the communicator (ncclCommInitRankConfig)"),
+            last: RefCell::new("joining the communicator (ncclCommInitRankConfig)".into()),
             queued: Cell::new(0),
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
             gpu,
@@ -211,7 +206,7 @@ impl Nccl {
     /// the stream.
     fn collective<T: Element>(
         &self,
-        what: &'static str,
+        what: &str,
         send: Option<&Buffer<T>>,
         recv: &mut Buffer<T>,
         f: impl FnOnce(*const c_void, *mut c_void, usize, sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t,
@@ -242,7 +237,7 @@ impl Nccl {
         let stream = self.stream.as_ref();
         let (src, _read) = device(buf).device_ptr(stream);
         let what = format!("send to rank {peer} (ncclSend)");
-        self.call(leak(what), |comm| unsafe {
+        self.call(&what, |comm| unsafe {
             sys::ncclSend(
                 src as _,
                 buf.len(),
@@ -259,7 +254,7 @@ impl Nccl {
         let count = buf.len();
         let (dst, _written) = device_mut(buf).device_ptr_mut(stream);
         let what = format!("receive from rank {peer} (ncclRecv)");
-        self.call(leak(what), |comm| unsafe {
+        self.call(&what, |comm| unsafe {
             sys::ncclRecv(
                 dst as _,
                 count,
@@ -304,16 +299,16 @@ impl Nccl {
 
     /// Waits until every operation queued on this rank's stream has finished.
     pub(super) fn synchronize(&self) -> Result<()> {
-        let what = format!("the GPU to finish {}", self.last.get());
+        let what = format!("the GPU to finish {}", self.last.borrow());
         self.wait(&what, |s| s.stream_idle())?;
         self.queued.set(0);
         Ok(())
     }
 
     /// Runs one NCCL call on the communicator and deals with its result.
-    fn call(&self, what: &'static str, f: impl FnOnce(sys::ncclComm_t) -> ncclResult_t) -> Result<()> {
+    fn call(&self, what: &str, f: impl FnOnce(sys::ncclComm_t) -> ncclResult_t) -> Result<()> {
         let comm = self.live(what)?;
-        self.last.set(what);
+        self.last.replace(what.to_string());
         self.called(f(comm), what)?;
         // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
         // queue is full and the next launch would block inside NCCL, where no deadline reaches.
@@ -381,7 +376,7 @@ impl Nccl {
         match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
             Cu::CUDA_SUCCESS => Ok(true),
             Cu::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.get())),
+            e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.borrow())),
         }
     }
 
@@ -397,7 +392,7 @@ impl Nccl {
         }
         match state {
             ncclResult_t::ncclSuccess | ncclResult_t::ncclInProgress => Ok(state),
-            error => Err(self.error(error, self.last.get())),
+            error => Err(self.error(error, &self.last.borrow())),
         }
     }
 
@@ -518,21 +513,6 @@ fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut CudaSlice<T> {
         Storage::Device(s) => s,
         Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
     }
-}
-
-/// A description of a point-to-point call, kept for the messages of later waits. Few and
-/// small (one per peer and direction in practice), so they are interned for good.
-fn leak(what: String) -> &'static str {
-    use std::collections::BTreeSet;
-    use std::sync::Mutex;
-    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = seen.get(what.as_str()) {
-        return s;
-    }
-    let s: &'static str = Box::leak(what.into_boxed_str());
-    seen.insert(s);
-    s
 }
 
 /// NCCL's own text for the last error (`ncclGetLastError`).
