@@ -8,6 +8,7 @@
 
 use clap::Parser;
 use common::Init;
+use common::ReduceOp;
 
 /// All-reduce (sum): every rank ends up with the element-wise sum of all buffers.
 #[derive(Parser)]
@@ -32,12 +33,12 @@ fn main() -> std::process::ExitCode {
         session.show("Before all-reduce", &buf)?;
 
         // The lesson: one call, and every rank's buffer becomes the sum of all of them.
-        session.all_reduce_sum(&mut buf)?;
+        session.all_reduce(&mut buf, ReduceOp::Sum)?;
 
         session.show("After all-reduce", &buf)?;
         let expected: f32 = (0..session.world_size()).map(start).sum();
         session.check(&buf, expected)?;
-        session.time(args.data.iters, |s| s.all_reduce_sum(&mut buf))?;
+        session.time(args.data.iters, |s| s.all_reduce(&mut buf, ReduceOp::Sum))?;
         Ok(())
     })
 }

@@ -3,6 +3,7 @@
 //! `cargo run --release -p common --example soak -- --nproc-per-node 3 --rounds 1000`
 
 use clap::Parser;
+use common::ReduceOp;
 use common::{Init, Session};
 
 /// Many verified broadcasts and all-reduces of random sizes and roots.
@@ -46,7 +47,7 @@ fn soak(session: &mut Session, args: &Args) -> anyhow::Result<()> {
             session.check(&buf, value(root))?;
         } else {
             let mut buf = session.buffer(&data, (rank + 1) as f32)?;
-            session.all_reduce_sum(&mut buf)?;
+            session.all_reduce(&mut buf, ReduceOp::Sum)?;
             session.check(&buf, (n * (n + 1) / 2) as f32)?;
         }
         let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);

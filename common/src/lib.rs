@@ -7,7 +7,9 @@
 
 pub mod args;
 pub mod backend;
+pub mod collective;
 pub mod device;
+pub mod element;
 pub mod error;
 pub mod launch;
 pub mod launcher;
@@ -24,6 +26,7 @@ pub mod wire;
 
 pub use args::{DataArgs, Init, RunArgs};
 pub use backend::Buffer;
+pub use element::{DataType, Element, ReduceOp};
 pub use session::Session;
 
 use anyhow::Result;

@@ -1,4 +1,5 @@
-//! The benchmark: nccl-tests' `all_reduce_perf` and `broadcast_perf` for this workbook.
+//! The benchmark: nccl-tests' `*_perf` programs (`all_reduce_perf`, `all_gather_perf`,
+//! ...) for this workbook, every collective in one program (`--op`).
 //!
 //! For each size of a sweep, and for separate send and receive buffers (out of place)
 //! and then one buffer (in place): warm-up runs, a barrier, timed runs back to back, the
@@ -6,22 +7,28 @@
 //! what it must be. The columns, formulas and footer are nccl-tests' (see its
 //! `doc/PERFORMANCE.md`), so numbers from a GPU cluster and from a laptop read alike.
 
-use crate::backend::{Element, bus_factor};
+use crate::collective::{self, Collective, Shape, Source};
+use crate::element::{DataType, Element, ReduceOp};
 use crate::error::SharedError;
 use crate::report::{Perf, PerfRow, Placement, Timing};
 use crate::session::Session;
-use crate::transport::{Op, Via};
+use crate::transport::Via;
 use crate::units::{self, parse_size};
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use std::time::Instant;
 
 /// The sweep, with nccl-tests' flags (`-b 4 -e 100M -f 2`) and their long names.
 #[derive(Args, Debug, Clone)]
 pub struct PerfArgs {
-    /// The collective to measure.
-    #[arg(long, value_enum, default_value_t = Collective::AllReduce)]
-    pub op: Collective,
+    /// The collective(s) to measure, by nccl-tests' names: all_reduce, broadcast, reduce,
+    /// all_gather, reduce_scatter, alltoall (or with '-'), or `all` for every one in turn.
+    #[arg(long, value_name = "NAME", default_value = "all_reduce", value_parser = parse_collectives)]
+    pub op: Collectives,
+    /// The reduction operator(s) (reduce, all_reduce, reduce_scatter): sum, prod, max,
+    /// min, avg, or `all` for every one in turn (nccl-tests' `-o`).
+    #[arg(short = 'o', long = "redop", value_name = "OP", default_value = "sum", value_parser = parse_ops)]
+    pub redop: Choice<ReduceOp>,
     /// Smallest size in bytes (K, M, G are 1024-based, as in nccl-tests).
     #[arg(short = 'b', long = "minbytes", value_name = "BYTES", default_value = "32M", value_parser = parse_size)]
     pub min_bytes: u64,
@@ -47,53 +54,68 @@ pub struct PerfArgs {
     #[arg(short = 'c', long = "check", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub check: u32,
-    /// The broadcast's root.
-    #[arg(short = 'r', long = "root", value_name = "R", default_value_t = 0)]
-    pub root: usize,
-    /// Element type.
-    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = DataType::Float)]
-    pub datatype: DataType,
+    /// The root of broadcast and reduce.
+    #[arg(short = 'r', long = "root", value_name = "R")]
+    pub root: Option<usize>,
+    /// Element type(s): float, double, int32, half, bfloat16, or `all` (nccl-tests' `-d`).
+    #[arg(short = 'd', long = "datatype", value_name = "TYPE", default_value = "float", value_parser = parse_types)]
+    pub datatype: Choice<DataType>,
     /// How each rank's time is combined: 0 = rank 0's, 1 = mean, 2 = min, 3 = max.
     #[arg(short = 'a', long = "average", value_name = "0-3", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(0..=3))]
     pub average: u8,
 }
 
-/// The collectives the benchmark knows.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Collective {
-    /// Every rank gets the sum of every rank's buffer.
-    AllReduce,
-    /// Every rank gets the root's buffer.
-    Broadcast,
+/// One value of a flag, or every one (`all`): what a sweep goes through, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice<T>(pub Vec<T>);
+
+impl<T> std::ops::Deref for Choice<T> {
+    type Target = Vec<T>;
+    fn deref(&self) -> &Vec<T> {
+        &self.0
+    }
 }
 
-/// Element types, with nccl-tests' names.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DataType {
-    /// 32-bit floating point.
-    Float,
-    /// 64-bit floating point.
-    Double,
-    /// 32-bit signed integer.
-    Int32,
+/// The collectives a sweep measures, in order.
+pub type Collectives = Choice<&'static Collective>;
+
+/// `all_gather`, `all-gather` or `all`.
+fn parse_collectives(name: &str) -> Result<Collectives, String> {
+    let wanted = name.replace('-', "_").to_lowercase();
+    if wanted == "all" {
+        return Ok(Choice(collective::ALL.to_vec()));
+    }
+    collective::ALL
+        .iter()
+        .find(|c| c.name == wanted || c.title.replace('-', "_") == wanted)
+        .map(|c| Choice(vec![*c]))
+        .ok_or_else(|| {
+            let names: Vec<&str> = collective::ALL.iter().map(|c| c.name).collect();
+            format!("unknown collective '{name}': one of {}, or all", names.join(", "))
+        })
 }
 
-impl Collective {
-    fn op(self) -> Op {
-        match self {
-            Collective::AllReduce => Op::AllReduce,
-            Collective::Broadcast => Op::Broadcast,
-        }
+/// One of clap's value names, or `all` for every value.
+fn parse_all<V: clap::ValueEnum + Clone>(s: &str, what: &str) -> Result<Choice<V>, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(Choice(V::value_variants().to_vec()));
     }
+    V::from_str(s, true).map(|v| Choice(vec![v])).map_err(|_| {
+        let names: Vec<String> = V::value_variants()
+            .iter()
+            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        format!("unknown {what} '{s}': one of {}, or all", names.join(", "))
+    })
+}
 
-    /// nccl-tests' name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce",
-            Collective::Broadcast => "broadcast",
-        }
-    }
+fn parse_ops(s: &str) -> Result<Choice<ReduceOp>, String> {
+    parse_all(s, "operator")
+}
+
+fn parse_types(s: &str) -> Result<Choice<DataType>, String> {
+    parse_all(s, "type")
 }
 
 /// The sizes of the sweep, in bytes: from `min` to `max`, times `factor` or plus `step`.
@@ -124,147 +146,271 @@ pub fn combine(times: &[f64], average: u8) -> f64 {
     }
 }
 
-/// The value element `i` of `rank`'s buffer starts from: small whole numbers, so that
-/// sums over any number of ranks are exact in every type and every element can be checked.
-fn start_value(i: usize, rank: usize) -> i32 {
-    ((i * 7 + rank * 3) % 13) as i32 + 1
+/// The value element `i` of `rank`'s send buffer starts from: small whole numbers, so
+/// that results over any number of ranks are exact in every type (products of 1s and 2s
+/// at most 2^8, sums at most 13 × 8) and every element can be checked. The pattern
+/// repeats every 13 elements.
+fn start_value(i: usize, rank: usize, op: ReduceOp) -> f64 {
+    let v = (i * 7 + rank * 3) % 13;
+    match op {
+        ReduceOp::Prod => (v % 2 + 1) as f64,
+        _ => (v + 1) as f64,
+    }
 }
 
-/// Runs the sweep that `args` describes, prints it as nccl-tests does, and fails at the
-/// end (after the report) if any element was wrong.
+/// Runs the sweep(s) that `args` describes, prints each as nccl-tests does, and fails at
+/// the end (after the report) if any element was wrong.
 pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
+    let refuse = |message: String| -> Result<()> { Err(SharedError { message, usage: true }.into()) };
     if args.min_bytes > args.max_bytes {
-        return Err(SharedError {
-            message: format!(
-                "-b {} is larger than -e {}: the sweep goes from -b up to -e",
-                units::typed_size(args.min_bytes),
-                units::typed_size(args.max_bytes)
-            ),
-            usage: true,
-        }
-        .into());
+        return refuse(format!(
+            "-b {} is larger than -e {}: the sweep goes from -b up to -e",
+            units::typed_size(args.min_bytes),
+            units::typed_size(args.max_bytes)
+        ));
     }
-    match args.datatype {
-        DataType::Float => sweep::<f32>(session, args),
-        DataType::Double => sweep::<f64>(session, args),
-        DataType::Int32 => sweep::<i32>(session, args),
+    let one = |v: &[_]| v.len() == 1;
+    if let Some(c) = args
+        .op
+        .iter()
+        .find(|c| !c.rooted)
+        .filter(|_| one(&args.op) && args.root.is_some())
+    {
+        return refuse(format!("{} has no root: -r/--root is for broadcast and reduce", c.name));
     }
-}
-
-fn sweep<T: Element>(session: &mut Session, args: &PerfArgs) -> Result<()> {
-    let root = match args.op {
-        Collective::Broadcast => Some(session.ensure_rank(args.root, "--root")?),
-        Collective::AllReduce => None,
-    };
+    if let Some(c) = args.op.iter().find(|c| !c.reduces).filter(|_| one(&args.op))
+        && (args.redop.len() > 1 || args.redop[0] != ReduceOp::Sum)
+    {
+        return refuse(format!(
+            "{} reduces nothing: -o/--redop is for reduce, all_reduce and reduce_scatter",
+            c.name
+        ));
+    }
     let memcpy_gbps = if session.rank() == 0 { memcpy_gbps() } else { 0.0 };
     let memcpy_gbps = session.share_f64(memcpy_gbps, "memcpy bandwidth")?[0];
     header(session, args, memcpy_gbps);
-
-    let mut perf = Perf {
-        op: args.op.name().into(),
-        datatype: T::NAME.into(),
-        memcpy_gbps,
-        ..Perf::default()
-    };
-    for bytes in sizes(args.min_bytes, args.max_bytes, args.step_factor, args.step_bytes) {
-        let count = (bytes as usize / size_of::<T>()).max(1);
-        let mut row = PerfRow {
-            size: count * size_of::<T>(),
-            count,
-            datatype: T::NAME.into(),
-            redop: if root.is_some() { "none" } else { "sum" }.into(),
-            root: root.map_or(-1, |r| r as i64),
-            ..PerfRow::default()
+    let mut sweeps = vec![];
+    for coll in args.op.iter() {
+        let ops = if coll.reduces {
+            args.redop.to_vec()
+        } else {
+            vec![ReduceOp::Sum]
         };
-        row.out_of_place = measure::<T>(session, args, count, false)?;
-        row.in_place = measure::<T>(session, args, count, true)?;
-        session.say(&format_row(&row));
-        perf.rows.push(row);
+        for datatype in args.datatype.iter() {
+            for op in &ops {
+                let sweep = Sweep {
+                    coll,
+                    op: *op,
+                    root: if coll.rooted { args.root.unwrap_or(0) } else { 0 },
+                };
+                sweeps.push(match datatype {
+                    DataType::Float => sweep.run::<f32>(session, args, memcpy_gbps)?,
+                    DataType::Double => sweep.run::<f64>(session, args, memcpy_gbps)?,
+                    DataType::Int32 => sweep.run::<i32>(session, args, memcpy_gbps)?,
+                    DataType::Half => sweep.run::<half::f16>(session, args, memcpy_gbps)?,
+                    DataType::Bfloat16 => sweep.run::<half::bf16>(session, args, memcpy_gbps)?,
+                });
+            }
+        }
     }
-
-    let places = || perf.rows.iter().flat_map(|r| [&r.out_of_place, &r.in_place]);
-    perf.wrong = places().filter_map(|p| p.wrong).sum();
-    let n = places().count().max(1);
-    perf.avg_busbw = places().map(|p| p.busbw).sum::<f64>() / n as f64;
-    let state = if perf.wrong == 0 { "OK" } else { "FAILED" };
-    session.say(&format!("# Out of bounds values : {} {state}", perf.wrong));
-    session.say(&format!("# Avg bus bandwidth    : {:.4} ", perf.avg_busbw));
-    session.say("#");
-    if perf.wrong > 0 {
+    let wrong: u64 = sweeps.iter().map(|p| p.wrong).sum();
+    if wrong > 0 {
         session.fail_at_end(format!(
-            "{} wrong element(s) over the sweep: see the #wrong columns",
-            perf.wrong
+            "{wrong} wrong element(s) over the sweep: see the #wrong columns"
         ));
     }
-    session.set_perf(perf);
+    session.set_perf(sweeps);
     Ok(())
 }
 
-/// One placement at one size: warm up, time, check.
-fn measure<T: Element>(session: &mut Session, args: &PerfArgs, count: usize, in_place: bool) -> Result<Placement> {
-    let (rank, world) = (session.rank(), session.world_size());
-    let root = args.root;
-    let mine: Vec<T> = (0..count).map(|i| T::from_small(start_value(i, rank))).collect();
-    let send = session.from_host(mine.clone())?;
-    let mut recv = session.from_host(if in_place {
-        mine.clone()
-    } else {
-        vec![T::default(); count]
-    })?;
-    let once = |s: &mut Session, recv: &mut crate::Buffer<T>| match (args.op, in_place) {
-        (Collective::AllReduce, false) => s.all_reduce_sum_into(&send, recv),
-        (Collective::AllReduce, true) => s.all_reduce_sum(recv),
-        (Collective::Broadcast, false) => s.broadcast_into(&send, recv, root),
-        (Collective::Broadcast, true) => s.broadcast(recv, root),
-    };
-
-    for _ in 0..args.warmup {
-        once(session, &mut recv)?;
-    }
-    let times = session.time_runs(args.iters, |s| once(s, &mut recv))?;
-    let seconds = combine(&times, args.average);
-    let t = Timing::new(args.op.op(), count * size_of::<T>(), world, seconds);
-
-    // The check, as nccl-tests' -c: fresh data, one more run, every element compared.
-    let wrong = if args.check == 0 {
-        None
-    } else {
-        let expected = expected_values::<T>(args.op, root, world);
-        let mut wrong = 0u64;
-        for _ in 0..args.check {
-            let mut fresh = session.from_host(if in_place {
-                mine.clone()
-            } else {
-                vec![T::default(); count]
-            })?;
-            once(session, &mut fresh)?;
-            let mut got = session.to_host(&fresh)?;
-            crate::session::corrupt_for_tests(session.rank(), &mut got);
-            wrong += got
-                .iter()
-                .enumerate()
-                .filter(|(i, v)| !v.matches(expected[i % expected.len()]))
-                .count() as u64;
-        }
-        let all = session.share_f64(wrong as f64, "count of wrong elements")?;
-        Some(all.iter().sum::<f64>() as u64)
-    };
-    Ok(Placement {
-        time_us: t.seconds * 1e6,
-        algbw: t.algbw,
-        busbw: t.busbw,
-        wrong,
-    })
+/// One sweep: a collective, an operator and a root, over every size.
+struct Sweep {
+    coll: &'static Collective,
+    op: ReduceOp,
+    root: usize,
 }
 
-/// What element `i` must hold afterwards, for `i` modulo the pattern's period (13).
-fn expected_values<T: Element>(op: Collective, root: usize, world: usize) -> Vec<T> {
-    (0..13)
-        .map(|i| match op {
-            Collective::Broadcast => T::from_small(start_value(i, root)),
-            Collective::AllReduce => (0..world).fold(T::default(), |acc, r| acc.sum(T::from_small(start_value(i, r)))),
+impl Sweep {
+    fn run<T: Element>(&self, session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Perf> {
+        let (coll, world) = (self.coll, session.world_size());
+        if coll.rooted {
+            session.ensure_rank(self.root, "--root")?;
+        }
+        columns(session, self, T::TYPE);
+        let mut perf = Perf {
+            op: coll.name.into(),
+            datatype: T::TYPE.name().into(),
+            redop: self.redop().into(),
+            memcpy_gbps,
+            ..Perf::default()
+        };
+        // nccl-tests sizes a collective by its larger buffer, rounded down to what the
+        // collective can split (all-gather: a multiple of the ranks).
+        let per = {
+            let (s, r) = (coll.counts)(1, world);
+            s.max(r)
+        };
+        for bytes in sizes(args.min_bytes, args.max_bytes, args.step_factor, args.step_bytes) {
+            let elements = (bytes as usize / size_of::<T>() / per).max(1) * per;
+            let mut row = PerfRow {
+                size: elements * size_of::<T>(),
+                count: elements,
+                datatype: T::TYPE.name().into(),
+                redop: self.redop().into(),
+                root: if coll.rooted { self.root as i64 } else { -1 },
+                ..PerfRow::default()
+            };
+            let count = elements / per;
+            row.out_of_place = self.measure::<T>(session, args, count, false)?;
+            row.in_place = self.measure::<T>(session, args, count, true)?;
+            session.say(&format_row(&row));
+            perf.rows.push(row);
+        }
+        let places = || perf.rows.iter().flat_map(|r| [&r.out_of_place, &r.in_place]);
+        perf.wrong = places().filter_map(|p| p.wrong).sum();
+        let n = places().count().max(1);
+        perf.avg_busbw = places().map(|p| p.busbw).sum::<f64>() / n as f64;
+        let state = if perf.wrong == 0 { "OK" } else { "FAILED" };
+        session.say(&format!("# Out of bounds values : {} {state}", perf.wrong));
+        session.say(&format!("# Avg bus bandwidth    : {:.4} ", perf.avg_busbw));
+        session.say("#");
+        Ok(perf)
+    }
+
+    /// nccl-tests' redop column: the operator, or `none`.
+    fn redop(&self) -> &'static str {
+        match self.coll.reduces {
+            true => self.op.name(),
+            false => "none",
+        }
+    }
+
+    /// This rank's buffers at the start: the send buffer and the receive buffer (out of
+    /// place), or the one buffer (in place: zeros, with the send region filled).
+    fn start<T: Element>(&self, rank: usize, world: usize, count: usize, in_place: bool) -> (Vec<T>, Vec<T>) {
+        let (s, r) = (self.coll.counts)(count, world);
+        let mine: Vec<T> = (0..s).map(|i| T::from_f64(start_value(i, rank, self.op))).collect();
+        if !in_place {
+            return (mine, vec![T::default(); r]);
+        }
+        let mut one = vec![T::default(); s.max(r)];
+        let at = (self.coll.in_place)(count, world, rank).0;
+        one[at..at + s].copy_from_slice(&mine);
+        (vec![], one)
+    }
+
+    /// One placement at one size: warm up, time, check.
+    fn measure<T: Element>(&self, s: &mut Session, args: &PerfArgs, count: usize, in_place: bool) -> Result<Placement> {
+        let (rank, world) = (s.rank(), s.world_size());
+        let (mine, initial) = self.start::<T>(rank, world, count, in_place);
+        let send = match in_place {
+            true => None,
+            false => Some(s.from_host(mine)?),
+        };
+        let mut recv = s.from_host(initial.clone())?;
+        let (coll, root, op) = (self.coll, self.root, self.op);
+        let once = |s: &mut Session, recv: &mut crate::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
+
+        for _ in 0..args.warmup {
+            once(s, &mut recv)?;
+        }
+        let times = s.time_runs(args.iters, |s| once(s, &mut recv))?;
+        let bytes = initial.len().max(send.as_ref().map_or(0, |b| b.len())) * size_of::<T>();
+        let t = Timing::new((coll.bus_factor)(world), bytes, combine(&times, args.average));
+
+        // The check, as nccl-tests' -c: fresh data, one more run, every element compared.
+        let wrong = if args.check == 0 {
+            None
+        } else {
+            let expect = Expected::<T>::new(self, world, count, rank, in_place);
+            let mut wrong = 0u64;
+            for _ in 0..args.check {
+                let mut fresh = s.from_host(initial.clone())?;
+                once(s, &mut fresh)?;
+                let mut got = s.to_host(&fresh)?;
+                crate::session::corrupt_for_tests(rank, &mut got);
+                wrong += got
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, v)| !v.matches(expect.at(*i, initial[*i])))
+                    .count() as u64;
+            }
+            let all = s.share_f64(wrong as f64, "count of wrong elements")?;
+            Some(all.iter().sum::<f64>() as u64)
+        };
+        Ok(Placement {
+            time_us: t.seconds * 1e6,
+            algbw: t.algbw,
+            busbw: t.busbw,
+            wrong,
         })
-        .collect()
+    }
+}
+
+/// What each element of a rank's result buffer must hold, from its collective's
+/// [`Collective::source`]: every start value and every reduction, for the 13 positions
+/// of the repeating pattern.
+struct Expected<T> {
+    coll: &'static Collective,
+    shape: Shape,
+    rank: usize,
+    /// Where the receive region starts in the buffer checked (in place: NCCL's layout).
+    recv_at: usize,
+    recv_len: usize,
+    start: Vec<Vec<T>>,
+    reduced: Vec<T>,
+}
+
+impl<T: Element> Expected<T> {
+    fn new(sweep: &Sweep, world: usize, count: usize, rank: usize, in_place: bool) -> Expected<T> {
+        let (coll, op) = (sweep.coll, sweep.op);
+        let start: Vec<Vec<T>> = (0..world)
+            .map(|r| (0..13).map(|i| T::from_f64(start_value(i, r, op))).collect())
+            .collect();
+        let reduced = (0..13)
+            .map(|i| {
+                let vals = (0..world).map(|r| start_value(i, r, op));
+                let v = match op {
+                    ReduceOp::Sum => vals.sum(),
+                    ReduceOp::Avg => vals.sum::<f64>() / world as f64,
+                    ReduceOp::Prod => vals.product(),
+                    ReduceOp::Max => vals.fold(f64::MIN, f64::max),
+                    ReduceOp::Min => vals.fold(f64::MAX, f64::min),
+                };
+                T::from_f64(v)
+            })
+            .collect();
+        let recv_at = if in_place {
+            (coll.in_place)(count, world, rank).1
+        } else {
+            0
+        };
+        Expected {
+            coll,
+            shape: Shape {
+                count,
+                ranks: world,
+                root: sweep.root,
+            },
+            rank,
+            recv_at,
+            recv_len: (coll.counts)(count, world).1,
+            start,
+            reduced,
+        }
+    }
+
+    /// Element `i` of the buffer checked, which held `before` at the start.
+    fn at(&self, i: usize, before: T) -> T {
+        let Some(j) = i.checked_sub(self.recv_at).filter(|j| *j < self.recv_len) else {
+            return before;
+        };
+        match (self.coll.source)(&self.shape, self.rank, j) {
+            Source::From { rank, index } => self.start[rank][index % 13],
+            Source::Reduced { index } => self.reduced[index % 13],
+            Source::Unchanged => before,
+        }
+    }
 }
 
 /// The single-thread memcpy bandwidth of 100 MiB, best of 5 (GB/s): a copy-based
@@ -285,16 +431,19 @@ pub fn memcpy_gbps() -> f64 {
     n as f64 / 1e9 / best
 }
 
+/// What nccl-tests prints once, at the top: the program, the sweep, the devices.
 fn header(session: &Session, args: &PerfArgs, memcpy: f64) {
     let step = match (args.step_factor, args.step_bytes) {
         (Some(f), _) => format!("{f}(factor)"),
         (None, b) => format!("{}(bytes)", b.unwrap_or(1 << 20)),
     };
     let timing = ["rank 0's", "mean over ranks", "min over ranks", "max over ranks"][args.average as usize];
+    let names: Vec<&str> = args.op.iter().map(|c| c.name).collect();
     let mut lines = vec![
         format!(
-            "# nccl-workbook 03-nccl-perf: {} on {} ranks, {} backend",
-            args.op.name(),
+            "# nccl-workbook {}: {} on {} ranks, {} backend",
+            crate::example_name(),
+            names.join(", "),
             session.world_size(),
             session.backend_name()
         ),
@@ -315,19 +464,43 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64) {
     lines.push("#".into());
     lines.push("# Using devices".into());
     lines.extend(session.rank_lines());
-    lines.push("#".into());
-    lines.push(format!(
-        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>30}  {:>30}",
-        "", "", "", "", "", "out-of-place", "in-place"
-    ));
-    lines.push(format!(
-        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}",
-        "size", "count", "type", "redop", "root", COLUMNS, COLUMNS
-    ));
-    lines.push(format!(
-        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}",
-        "(B)", "(elements)", "", "", "", UNITS, UNITS
-    ));
+    for l in lines {
+        session.say(&l);
+    }
+}
+
+/// The columns' titles, above each sweep, named for its collective.
+fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
+    let coll = sweep.coll;
+    let factor = match (coll.bus_factor)(session.world_size()) {
+        1.0 => "busbw = algbw".to_string(),
+        f => format!("busbw = algbw × {f:.3}"),
+    };
+    let lines = [
+        "#".to_string(),
+        format!(
+            "# {} ({}), {}, {}: {factor}",
+            coll.name,
+            coll.nccl_name,
+            datatype.name(),
+            match coll.reduces {
+                true => format!("operator {}", sweep.op.name()),
+                false => "no operator".into(),
+            }
+        ),
+        format!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>30}  {:>30}",
+            "", "", "", "", "", "out-of-place", "in-place"
+        ),
+        format!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}",
+            "size", "count", "type", "redop", "root", COLUMNS, COLUMNS
+        ),
+        format!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}",
+            "(B)", "(elements)", "", "", "", UNITS, UNITS
+        ),
+    ];
     for l in lines {
         session.say(&l);
     }
@@ -370,11 +543,6 @@ fn time_text(us: f64) -> String {
     }
 }
 
-/// nccl-tests' busbw for `op` on `n` ranks, from its algbw (re-exported for the tests).
-pub fn busbw(op: Collective, algbw: f64, n: usize) -> f64 {
-    algbw * bus_factor(op.op(), n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,13 +561,25 @@ mod tests {
 
     #[test]
     fn bandwidths_are_nccl_tests_formulas() {
-        // all_reduce on 8 ranks: busbw = algbw × 2(n-1)/n = × 1.75; broadcast: busbw = algbw.
-        assert_eq!(busbw(Collective::AllReduce, 2.0, 8), 3.5);
-        assert_eq!(busbw(Collective::AllReduce, 2.0, 2), 2.0);
-        assert_eq!(busbw(Collective::Broadcast, 2.0, 8), 2.0);
-        // algbw = bytes / 1e9 / seconds: 100 MiB in 50 ms.
-        let t = Timing::new(Op::AllReduce, 100 << 20, 4, 0.05);
+        // algbw = bytes / 1e9 / seconds: 100 MiB in 50 ms; all_reduce on 4 ranks × 1.5.
+        let t = Timing::new((collective::ALL_REDUCE.bus_factor)(4), 100 << 20, 0.05);
         assert!((t.algbw - 2.097152).abs() < 1e-9 && (t.busbw - 3.145728).abs() < 1e-9);
+    }
+
+    #[test]
+    fn collectives_operators_and_types_parse_by_nccl_tests_names_or_all() {
+        assert_eq!(parse_collectives("all_gather").unwrap()[0].name, "all_gather");
+        assert_eq!(parse_collectives("all-reduce").unwrap()[0].name, "all_reduce");
+        assert_eq!(parse_collectives("alltoall").unwrap()[0].name, "alltoall");
+        assert_eq!(parse_collectives("all").unwrap().len(), collective::ALL.len());
+        assert!(
+            parse_collectives("gather")
+                .unwrap_err()
+                .contains("one of broadcast, reduce")
+        );
+        assert_eq!(parse_ops("all").unwrap().len(), 5);
+        assert_eq!(parse_types("bfloat16").unwrap().0, vec![DataType::Bfloat16]);
+        assert!(parse_types("fp8").unwrap_err().contains("unknown type 'fp8'"));
     }
 
     #[test]
@@ -409,17 +589,27 @@ mod tests {
     }
 
     #[test]
-    fn expected_values_are_exact_sums() {
-        let e = expected_values::<f32>(Collective::AllReduce, 0, 3);
-        for (i, v) in e.iter().enumerate() {
-            assert_eq!(*v, (0..3).map(|r| start_value(i, r) as f32).sum::<f32>());
+    fn expected_values_follow_each_collectives_sources() {
+        let sweep = |coll, op, root| Sweep { coll, op, root };
+        // all-reduce avg of int32 on 3 ranks: the sum divided, truncated.
+        let e = Expected::<i32>::new(&sweep(&collective::ALL_REDUCE, ReduceOp::Avg, 0), 3, 26, 1, false);
+        for i in 0..26 {
+            let sum: f64 = (0..3).map(|r| start_value(i, r, ReduceOp::Avg)).sum();
+            assert_eq!(e.at(i, 0), (sum / 3.0) as i32);
         }
-        assert_eq!(
-            expected_values::<i32>(Collective::Broadcast, 2, 5)[4],
-            start_value(4, 2)
-        );
+        // all-gather in place on 4 ranks: block j is rank j's.
+        let e = Expected::<f32>::new(&sweep(&collective::ALL_GATHER, ReduceOp::Sum, 0), 4, 5, 2, true);
+        assert_eq!(e.at(7, -1.0), start_value(2, 1, ReduceOp::Sum) as f32);
+        // reduce-scatter in place: only block `rank` is written.
+        let e = Expected::<f32>::new(&sweep(&collective::REDUCE_SCATTER, ReduceOp::Max, 0), 4, 5, 2, true);
+        assert_eq!(e.at(3, -1.0), -1.0);
+        let max = (0..4).map(|r| start_value(11, r, ReduceOp::Max)).fold(0.0, f64::max);
+        assert_eq!(e.at(11, -1.0), max as f32);
+        // reduce: off the root, nothing is written.
+        let e = Expected::<f32>::new(&sweep(&collective::REDUCE, ReduceOp::Prod, 2), 3, 4, 1, false);
+        assert_eq!(e.at(3, -1.0), -1.0);
         // The pattern repeats every 13 elements, so checking by `i % 13` is exact.
-        assert!((0..100).all(|i| start_value(i, 3) == start_value(i % 13, 3)));
+        assert!((0..100).all(|i| start_value(i, 3, ReduceOp::Sum) == start_value(i % 13, 3, ReduceOp::Sum)));
     }
 
     #[test]

@@ -1,8 +1,7 @@
 //! Reports: the result check, the timing with nccl-tests' bandwidth formulas, and the
 //! JSON document that `--format json` prints for programs and tests.
 
-use crate::backend::bus_factor;
-use crate::transport::{Op, Via};
+use crate::transport::Via;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -43,19 +42,25 @@ pub struct Report {
     /// Bus bandwidth: algbw times nccl-tests' factor for the collective.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busbw_gbps: Option<f64>,
-    /// The benchmark's sweep (03-nccl-perf), its fields at the top level.
+    /// The benchmark's sweep when there is one (its fields at the top level, as before
+    /// there were several).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub perf: Option<Perf>,
+    /// The benchmark's sweeps when there are several (`--op all`, `-o all`, `-d all`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sweeps: Vec<Perf>,
 }
 
 /// A benchmark sweep, as nccl-tests prints it: one row per size.
 #[derive(Serialize, Debug, Clone, Default)]
 pub struct Perf {
-    /// `all_reduce` or `broadcast`, nccl-tests' names.
+    /// The collective, by nccl-tests' name (`all_gather`).
     pub op: String,
-    /// `float`, `double` or `int32`.
+    /// `float`, `double`, `int32`, `half` or `bfloat16`.
     #[serde(rename = "type")]
     pub datatype: String,
+    /// The reduction operator, or `none`.
+    pub redop: String,
     /// Single-thread memcpy bandwidth of 100 MiB on rank 0, GB/s: the bound for a
     /// copy-based collective on one machine.
     pub memcpy_gbps: f64,
@@ -70,14 +75,14 @@ pub struct Perf {
 /// One size of the sweep.
 #[derive(Serialize, Debug, Clone, Default)]
 pub struct PerfRow {
-    /// Bytes per rank's buffer.
+    /// Bytes of the larger of a rank's buffers (nccl-tests' size).
     pub size: usize,
-    /// Elements per buffer.
+    /// Elements of that buffer.
     pub count: usize,
     /// The element type.
     #[serde(rename = "type")]
     pub datatype: String,
-    /// `sum`, or `none` for a broadcast.
+    /// The operator, or `none`.
     pub redop: String,
     /// The root rank, or -1 when there is none.
     pub root: i64,
@@ -142,8 +147,9 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The bandwidths of moving `bytes` with `op` on `n` ranks in `seconds`.
-    pub fn new(op: Op, bytes: usize, n: usize, seconds: f64) -> Timing {
+    /// The bandwidths of moving `bytes` in `seconds` with a collective whose bus factor
+    /// (on this many ranks) is `bus_factor`.
+    pub fn new(bus_factor: f64, bytes: usize, seconds: f64) -> Timing {
         let algbw = if seconds > 0.0 {
             bytes as f64 / 1e9 / seconds
         } else {
@@ -152,7 +158,7 @@ impl Timing {
         Timing {
             seconds,
             algbw,
-            busbw: algbw * bus_factor(op, n),
+            busbw: algbw * bus_factor,
         }
     }
 }
@@ -164,11 +170,11 @@ mod tests {
     #[test]
     fn bandwidths_follow_nccl_tests() {
         // 100 MiB all-reduce on 4 ranks in 0.1 s: algbw 1.048576 GB/s, busbw × 1.5.
-        let t = Timing::new(Op::AllReduce, 100 << 20, 4, 0.1);
+        let t = Timing::new(1.5, 100 << 20, 0.1);
         assert!((t.algbw - 1.048576).abs() < 1e-9);
         assert!((t.busbw - 1.572864).abs() < 1e-9);
-        let t = Timing::new(Op::Broadcast, 1_000_000_000, 8, 2.0);
+        let t = Timing::new(1.0, 1_000_000_000, 2.0);
         assert_eq!((t.algbw, t.busbw), (0.5, 0.5));
-        assert_eq!(Timing::new(Op::AllReduce, 4, 1, 0.001).busbw, 0.0);
+        assert_eq!(Timing::new(0.0, 4, 0.001).busbw, 0.0);
     }
 }

@@ -5,17 +5,20 @@
 //! the backend. The lesson then makes buffers, shows them, runs collectives, checks the
 //! result and times it; rank 0 gathers and prints every table.
 
+mod collectives;
 mod p2p;
 
 use crate::args::{DataArgs, Format, RunArgs};
-use crate::backend::{self, Backend, Buffer, Element};
+use crate::backend::{self, Backend, Buffer, host, host_mut};
+use crate::collective::{Collective, DeviceCall, HostCall};
 use crate::device::{self, Kind};
+use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
 use crate::launch::Identity;
 use crate::rendezvous::{Join, Store, StoreServer};
 use crate::report::{Check, RankReport, Report, Timing};
 use crate::table;
-use crate::transport::{Op, Via};
+use crate::transport::Via;
 use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
@@ -90,8 +93,9 @@ pub struct Session {
     last_rows: Option<Vec<Vec<String>>>,
     /// How many elements the tables show.
     show: Option<usize>,
-    /// The last collective run and its size in bytes, for timing.
-    last_op: Option<(Op, usize)>,
+    /// The last collective run and its size in bytes (its larger buffer, as nccl-tests
+    /// sizes it), for timing.
+    last_op: Option<(&'static Collective, usize)>,
     /// Numbers the keys of successive tables, checks and timings.
     seq: u64,
     /// Devices per node: GPUs on NCCL, ranks of the node on the CPU backend.
@@ -311,13 +315,65 @@ impl Session {
     /// Prints a table of every rank's first elements, titled `title` ("Before
     /// broadcast:"), on rank 0. Cells that changed since the previous table stand out.
     pub fn show<T: Element>(&mut self, title: &str, buf: &Buffer<T>) -> Result<()> {
-        let n = self.show.unwrap_or(buf.len().min(8));
+        let n = self.show.unwrap_or(buf.len().min(8)).min(buf.len());
         let mine = self.backend.download(buf, n)?;
+        let Some((title, labels, cells, changed)) = self.gather_rows(title, &mine)? else {
+            return Ok(());
+        };
+        self.say(&table::stage(
+            &title,
+            &labels,
+            &cells,
+            changed.as_deref(),
+            buf.len() - n,
+        ));
+        Ok(())
+    }
+
+    /// Like [`Session::show`], for a buffer of one block per rank (all-gather's receive
+    /// buffer, all-to-all's buffers): a header row names block b with `label(b)` ("from
+    /// rank 2"), and each block shows its first elements (`--show`, default 4).
+    pub fn show_blocks<T: Element>(
+        &mut self,
+        title: &str,
+        buf: &Buffer<T>,
+        label: impl Fn(usize) -> String,
+    ) -> Result<()> {
+        let world = self.world_size();
+        let block = buf.len() / world;
+        let k = self.show.unwrap_or(4).min(block);
+        let mut mine = vec![];
+        for b in 0..world {
+            mine.extend(self.backend.download_range(buf, b * block..b * block + k)?);
+        }
+        let Some((title, labels, cells, changed)) = self.gather_rows(title, &mine)? else {
+            return Ok(());
+        };
+        let names: Vec<String> = (0..world)
+            .map(|b| match block - k {
+                0 => label(b),
+                more => format!("{} (+{more})", label(b)),
+            })
+            .collect();
+        self.say(&table::blocks(&title, &labels, &names, &cells, changed.as_deref(), k));
+        Ok(())
+    }
+
+    /// Gathers every rank's shown elements on rank 0 (recorded in the JSON report under
+    /// the title's first word), with the rows' labels and which cells changed since the
+    /// last table: `None` on the other ranks.
+    #[allow(clippy::type_complexity)]
+    fn gather_rows<T: Element>(
+        &mut self,
+        title: &str,
+        mine: &[T],
+    ) -> Result<Option<(String, Vec<String>, Vec<Vec<String>>, Option<Vec<Vec<bool>>>)>> {
+        let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
         self.store
             .set(&format!("{key}/{}", self.rank()), &serde_json::to_vec(&mine)?)?;
         if self.rank() != 0 {
-            return Ok(());
+            return Ok(None);
         }
         let keys: Vec<_> = (0..self.world_size()).map(|r| (format!("{key}/{r}"), r)).collect();
         let rows: Vec<Vec<serde_json::Value>> = self
@@ -343,6 +399,7 @@ impl Session {
                 .map(|(now, was)| now.iter().zip(was).map(|(a, b)| a != b).collect())
                 .collect()
         });
+        self.last_rows = Some(cells.clone());
         let label = if self.backend.name() == "nccl" { "GPU" } else { "CPU" };
         let labels: Vec<String> = (0..self.world_size()).map(|r| format!("{label} {r}")).collect();
         let title = if title.ends_with(':') {
@@ -350,15 +407,7 @@ impl Session {
         } else {
             format!("{title}:")
         };
-        self.say(&table::stage(
-            &title,
-            &labels,
-            &cells,
-            changed.as_deref(),
-            buf.len() - n,
-        ));
-        self.last_rows = Some(cells);
-        Ok(())
+        Ok(Some((title, labels, cells, changed)))
     }
 
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
@@ -382,23 +431,6 @@ impl Session {
         Ok(())
     }
 
-    /// Broadcast: `root`'s buffer is copied into every rank's buffer.
-    pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
-        self.ensure_rank(root, "root")?;
-        self.last_op = Some((Op::Broadcast, buf.len() * size_of::<T>()));
-        let rank = self.rank();
-        self.backend
-            .broadcast(buf, root)
-            .with_context(|| format!("rank {rank}"))
-    }
-
-    /// All-reduce with sum: every rank's buffer becomes the element-wise sum of all of them.
-    pub fn all_reduce_sum<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
-        self.last_op = Some((Op::AllReduce, buf.len() * size_of::<T>()));
-        let rank = self.rank();
-        self.backend.all_reduce_sum(buf).with_context(|| format!("rank {rank}"))
-    }
-
     /// Sends the whole buffer to rank `peer`, which must `recv` as many elements.
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
@@ -413,26 +445,58 @@ impl Session {
         self.backend.recv(buf, peer).with_context(|| format!("rank {rank}"))
     }
 
-    /// Out of place: `root`'s `send` buffer is copied into every rank's `recv` buffer
-    /// (the root's too); `send` is unchanged.
-    pub fn broadcast_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
-        self.ensure_rank(root, "root")?;
-        same_len(send, recv)?;
-        self.last_op = Some((Op::Broadcast, recv.len() * size_of::<T>()));
-        let rank = self.rank();
-        self.backend
-            .broadcast_into(send, recv, root)
-            .with_context(|| format!("rank {rank}"))
-    }
-
-    /// Out of place: every rank's `recv` becomes the sum of every rank's `send`.
-    pub fn all_reduce_sum_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
-        same_len(send, recv)?;
-        self.last_op = Some((Op::AllReduce, recv.len() * size_of::<T>()));
-        let rank = self.rank();
-        self.backend
-            .all_reduce_sum_into(send, recv)
-            .with_context(|| format!("rank {rank}"))
+    /// Runs `coll` on this rank, as every rank must: out of place from `send` into
+    /// `recv`, or in place in `recv` alone (`send` is `None`, and the send region lies
+    /// in `recv` where NCCL's in-place layout puts it). `root` counts for broadcast and
+    /// reduce, `op` for the reductions. The lessons call it through the named methods
+    /// ([`Session::all_gather_into`], ...). The buffers' sizes and the root are checked
+    /// here, once, before anything moves.
+    pub fn run<T: Element>(
+        &mut self,
+        coll: &'static Collective,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        root: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (rank, world) = (self.rank(), self.world_size());
+        let root = match coll.rooted {
+            true => self.ensure_rank(root, "root")?,
+            false => 0,
+        };
+        let count = coll
+            .count_of(send.map(|s| s.len()), recv.len(), world)
+            .map_err(|why| crate::error::usage(format!("rank {rank}: {why}")))?;
+        let (send_len, recv_len) = (coll.counts)(count, world);
+        self.last_op = Some((coll, send_len.max(recv_len) * size_of::<T>()));
+        let done = match &mut self.backend {
+            Backend::Cpu(cpu) => (coll.cpu)(
+                cpu,
+                HostCall {
+                    send: send.map(|s| as_bytes(host(s))),
+                    buf: as_bytes_mut(host_mut(recv)),
+                    count,
+                    root,
+                    reduction: Reduction::of::<T>(op),
+                },
+            ),
+            Backend::Nccl(nccl) => {
+                let layout = (coll.in_place)(count, world, rank);
+                nccl.with_pointers(send, recv, layout, |send, recv| {
+                    let call = DeviceCall {
+                        send,
+                        recv,
+                        count,
+                        elem: size_of::<T>(),
+                        datatype: T::TYPE.nccl(),
+                        op,
+                        root: root as std::ffi::c_int,
+                    };
+                    (coll.nccl)(nccl, &call)
+                })
+            }
+        };
+        done.with_context(|| format!("rank {rank}"))
     }
 
     /// Waits until every rank gets here (through the store, so it costs a round trip).
@@ -489,9 +553,12 @@ impl Session {
         &self.report.transports
     }
 
-    /// Puts the benchmark's results in the JSON report.
-    pub fn set_perf(&mut self, perf: crate::report::Perf) {
-        self.report.perf = Some(perf);
+    /// Puts the benchmark's sweeps in the JSON report.
+    pub fn set_perf(&mut self, mut sweeps: Vec<crate::report::Perf>) {
+        match sweeps.len() {
+            1 => self.report.perf = sweeps.pop(),
+            _ => self.report.sweeps = sweeps,
+        }
     }
 
     /// Makes the run fail at the end with `message` (after the report is printed), as
@@ -561,21 +628,21 @@ impl Session {
     pub fn time(&mut self, iters: u32, op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
         let world = self.world_size();
         let slowest = self.time_runs(iters, op)?.into_iter().fold(0.0, f64::max);
-        let (kind, bytes) = self
+        let (coll, bytes) = self
             .last_op
             .ok_or_else(|| anyhow!("time() needs a collective to time"))?;
-        let t = Timing::new(kind, bytes, world, slowest);
+        let t = Timing::new((coll.bus_factor)(world), bytes, slowest);
         self.report.time_us = Some(t.seconds * 1e6);
         self.report.algbw_gbps = Some(t.algbw);
         self.report.busbw_gbps = Some(t.busbw);
-        let factor = match kind {
-            Op::AllReduce => format!("algbw × 2(n-1)/n = × {:.2}", backend::bus_factor(kind, world)),
-            _ => "= algbw".into(),
+        let factor = match (coll.bus_factor)(world) {
+            1.0 => "= algbw".to_string(),
+            f => format!("algbw × {f:.2}, nccl-tests' factor for {}", coll.name),
         };
         self.say(&format!(
             "Time: {:.1} us per {} of {} (slowest of {world} ranks, mean of {iters} runs): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
-            kind.name(),
+            coll.title,
             human_bytes(bytes),
             t.algbw,
             t.busbw,
@@ -631,6 +698,7 @@ impl Session {
             .store
             .watcher(Duration::from_secs(2))
             .and_then(|mut s| s.first_lost());
+        let err = crate::collective::name_mismatch(err);
         match asked {
             Ok(Some((r, how))) if r != self.rank() => err.context(format!("rank {r} failed first ({how})")),
             Ok(_) => err,
@@ -658,19 +726,8 @@ pub(crate) fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
         && r.parse() == Ok(rank)
         && let Some(v) = i.parse::<usize>().ok().and_then(|i| data.get_mut(i))
     {
-        *v = *v + *v;
+        *v = v.combine(*v, ReduceOp::Sum);
     }
-}
-
-fn same_len<T: Element>(send: &Buffer<T>, recv: &Buffer<T>) -> Result<()> {
-    if send.len() != recv.len() {
-        return Err(crate::error::usage(format!(
-            "the send buffer has {} elements and the receive buffer {}: they must match",
-            send.len(),
-            recv.len()
-        )));
-    }
-    Ok(())
 }
 
 /// A JSON number as a table shows it: `42`, not `42.0`.

@@ -57,6 +57,55 @@ pub fn stage(
     out
 }
 
+/// Renders a stage table whose buffers are cut into blocks (all-gather's `n` blocks, one
+/// from each rank): a header row names each block (`labels_of_blocks[b]`, spanning the
+/// block's columns), and `rows[r]` holds rank r's shown cells, `per_block` per block.
+pub fn blocks(
+    title: &str,
+    labels: &[String],
+    block_labels: &[String],
+    rows: &[Vec<String>],
+    changed: Option<&[Vec<bool>]>,
+    per_block: usize,
+) -> String {
+    use tabled::settings::object::Cell;
+    use tabled::settings::{Modify, Span};
+    let mut b = Builder::default();
+    let mut head = vec![String::new(); block_labels.len() * per_block];
+    for (i, l) in block_labels.iter().enumerate() {
+        head[i * per_block] = l.clone();
+    }
+    b.push_record(head);
+    for (r, row) in rows.iter().enumerate() {
+        b.push_record(row.iter().enumerate().map(
+            |(i, v)| match changed.and_then(|c| c.get(r)).and_then(|c| c.get(i)) {
+                Some(true) => v.green().bold().to_string(),
+                _ => v.clone(),
+            },
+        ));
+    }
+    let mut table = b.build();
+    table.with(Style::ascii());
+    if per_block > 1 {
+        for i in 0..block_labels.len() {
+            table.with(Modify::new(Cell::new(0, i * per_block)).with(Span::column(per_block as isize)));
+        }
+    }
+    let grid = table.to_string();
+    let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let mut out = format!("{title}\n");
+    let mut labels = std::iter::once("").chain(labels.iter().map(String::as_str));
+    for line in grid.lines() {
+        let label = if line.starts_with('+') {
+            ""
+        } else {
+            labels.next().unwrap_or("")
+        };
+        out.push_str(&format!("  {label:>width$} {line}\n"));
+    }
+    out
+}
+
 /// Renders a table with a header row (hello world's roll call).
 pub fn with_header(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut b = Builder::default();
@@ -85,5 +134,24 @@ mod tests {
         assert_eq!(lines.len(), 6);
         let t = stage("After:", &labels, &rows, None, 5);
         assert!(t.contains("| 42 | 42 | … 5 more |"), "{t}");
+    }
+
+    #[test]
+    fn a_block_table_names_each_block_above_its_cells() {
+        colored::control::set_override(false);
+        let labels = vec!["CPU 0".to_string(), "CPU 1".to_string()];
+        let blocks = vec!["from rank 0".to_string(), "from rank 1".to_string()];
+        let rows = vec![["1", "1", "2", "2"].iter().map(|s| s.to_string()).collect(); 2];
+        let t = blocks_table(&labels, &blocks, &rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "After all-gather:");
+        assert!(lines[2].trim_start().starts_with("| from rank 0"), "{t}");
+        assert!(lines[2].contains("| from rank 1"), "{t}");
+        assert!(lines[4].starts_with("  CPU 0 | 1"), "{t}");
+        assert!(lines[6].starts_with("  CPU 1 | 1"), "{t}");
+    }
+
+    fn blocks_table(labels: &[String], names: &[String], rows: &[Vec<String>]) -> String {
+        blocks("After all-gather:", labels, names, rows, None, 2)
     }
 }

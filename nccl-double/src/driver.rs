@@ -652,6 +652,33 @@ fn copy(name: &str, dst: usize, src: usize, bytes: usize, device: usize, stream:
     SUCCESS
 }
 
+/// Device to device: after the stream's work (the double copies at once, in order).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: DevicePtr,
+    src: DevicePtr,
+    bytes: usize,
+    stream: Handle,
+) -> CuResult {
+    entry("cuMemcpyDtoDAsync_v2", UNKNOWN, || {
+        require_init!();
+        if bytes > 0
+            && let Err(why) = memory::check(src as usize, bytes)
+        {
+            warn(None, &format!("cuMemcpyDtoDAsync: the source {why}"));
+            return INVALID_VALUE;
+        }
+        copy(
+            "cuMemcpyDtoDAsync",
+            dst as usize,
+            src as usize,
+            bytes,
+            dst as usize,
+            stream,
+        )
+    })
+}
+
 /// Host to device: synchronous for the host (pageable memory), after the stream's work.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(

@@ -28,8 +28,12 @@
 //! line `nccl-double WARN rank R: <reason>` on stderr, which is also what
 //! `ncclGetLastError` returns.
 //!
+//! Collectives: all-reduce, broadcast, reduce, all-gather, reduce-scatter, and grouped
+//! send/recv (all-to-all), for int8 to float64, float16 and bfloat16 (reduced in f32,
+//! rounded to nearest even), with sum, prod, max, min and avg.
+//!
 //! Limits: no kernels (work is done by host threads, through files); `cuStreamWaitEvent`
-//! is checked but does not order the double's work; no half-precision types.
+//! is checked but does not order the double's work; no fp8 types, no `PreMulSum`.
 //!
 //! Safety catch: unless `NCCL_DOUBLE=1` is set, it refuses to act (cuInit says there is
 //! no device), so it can never stand in for a real GPU by accident.

@@ -1,7 +1,9 @@
-//! The double works: real jobs of 1, 2 and 4 processes (and threads) run collectives and
-//! send/recv through cudarc and its real dynamic-loading path (the raw API polling the
-//! stream, blocking and non-blocking communicators, and the safe `Comm`), and get NCCL's
-//! results. Also: how cudarc finds the double, and the refusal without NCCL_DOUBLE=1.
+//! The double works: real jobs of 1 to 5 processes (and threads) run every NCCL
+//! collective (all-reduce, broadcast, reduce, all-gather, reduce-scatter, and all-to-all
+//! as grouped send/recv) through cudarc and its real dynamic-loading path (the raw API
+//! polling the stream, blocking and non-blocking communicators, and the safe `Comm`), in
+//! place and out of place, for every type (half precision included) and reduction, and
+//! get NCCL's results. Also: how cudarc finds the double, and the refusal without NCCL_DOUBLE=1.
 
 mod support;
 
@@ -92,6 +94,281 @@ fn every_reduction_and_type_with_ranks_as_threads() {
         assert_eq!(o.code, Some(0), "{o}");
         let expected: Vec<f64> = (0..4).map(expect).collect();
         assert_eq!(o.results(), vec![expected; world], "{dtype} {red}: {o}");
+    }
+}
+
+/// An element type as the probe names it, and how the double reduces it.
+#[derive(Clone, Copy, Debug)]
+enum Ty {
+    Int {
+        bits: u32,
+        signed: bool,
+    },
+    F32,
+    F64,
+    /// Rounded to `p` significant bits, exponents down to `emin` (then subnormal), largest
+    /// finite `max`: binary16 (11, -14, 65504) and bfloat16 (8, -126, ~3.4e38).
+    Half {
+        p: i32,
+        emin: i32,
+        max: f64,
+    },
+}
+
+impl Ty {
+    fn of(name: &str) -> Ty {
+        match name {
+            "i8" => Ty::Int { bits: 8, signed: true },
+            "u8" => Ty::Int { bits: 8, signed: false },
+            "i32" => Ty::Int { bits: 32, signed: true },
+            "u32" => Ty::Int {
+                bits: 32,
+                signed: false,
+            },
+            "i64" => Ty::Int { bits: 64, signed: true },
+            "u64" => Ty::Int {
+                bits: 64,
+                signed: false,
+            },
+            "f32" => Ty::F32,
+            "f64" => Ty::F64,
+            "f16" => Ty::Half {
+                p: 11,
+                emin: -14,
+                max: 65504.0,
+            },
+            "bf16" => Ty::Half {
+                p: 8,
+                emin: -126,
+                max: (2.0 - 2f64.powi(-7)) * 2f64.powi(127),
+            },
+            _ => panic!("no type {name}"),
+        }
+    }
+
+    /// `red` of every rank's element `xs` (rank order), as NCCL defines it: integer sums
+    /// and products wrap, integer avg is the wrapped sum / n truncated toward zero; f32 in
+    /// f32; halves in f32, rounded once to nearest even (past the largest: infinity).
+    fn fold(self, red: &str, xs: &[f64]) -> f64 {
+        let n = xs.len();
+        let f32s = |xs: &[f64]| -> f32 {
+            let v: Vec<f32> = xs.iter().map(|x| *x as f32).collect();
+            match red {
+                "sum" => v.iter().fold(0.0, |a, b| a + b),
+                "prod" => v.iter().fold(1.0, |a, b| a * b),
+                "max" => v.iter().fold(f32::MIN, |a, b| a.max(*b)),
+                "min" => v.iter().fold(f32::MAX, |a, b| a.min(*b)),
+                "avg" => v.iter().fold(0.0, |a, b| a + b) / n as f32,
+                _ => panic!("{red}"),
+            }
+        };
+        match self {
+            Ty::Int { bits, signed } => {
+                let m = 1i128 << bits;
+                let wrap = |v: i128| {
+                    let w = v.rem_euclid(m);
+                    if signed && w >= m / 2 { w - m } else { w }
+                };
+                let v: Vec<i128> = xs.iter().map(|x| *x as i128).collect();
+                let r = match red {
+                    "sum" => wrap(v.iter().sum()),
+                    "prod" => wrap(v.iter().product()),
+                    "max" => *v.iter().max().unwrap(),
+                    "min" => *v.iter().min().unwrap(),
+                    "avg" => wrap(v.iter().sum()) / n as i128,
+                    _ => panic!("{red}"),
+                };
+                r as f64
+            }
+            Ty::F64 => match red {
+                "sum" => xs.iter().sum(),
+                "prod" => xs.iter().product(),
+                "max" => xs.iter().copied().fold(f64::MIN, f64::max),
+                "min" => xs.iter().copied().fold(f64::MAX, f64::min),
+                "avg" => xs.iter().sum::<f64>() / n as f64,
+                _ => panic!("{red}"),
+            },
+            Ty::F32 => f64::from(f32s(xs)),
+            Ty::Half { p, emin, max } => {
+                let v = f64::from(f32s(xs));
+                if v == 0.0 {
+                    return v;
+                }
+                let e = (v.abs().log2().floor() as i32).max(emin);
+                let ulp = 2f64.powi(e - (p - 1));
+                let r = (v / ulp).round_ties_even() * ulp;
+                if r.abs() > max { r.signum() * f64::INFINITY } else { r }
+            }
+        }
+    }
+}
+
+/// Runs `op` (a list) on 1 to 5 processes (8 GPUs, so that 5 ranks have one each) with
+/// `args`, and checks every result line against `expect(world, rank, line's fields)`;
+/// `lines(world)` is how many result lines each rank must print.
+fn on_1_to_5_processes(
+    op: &str,
+    args: &[&str],
+    lines: impl Fn(usize) -> usize,
+    expect: impl Fn(usize, usize, &std::collections::HashMap<&str, &str>) -> Vec<f64>,
+) {
+    for world in 1..=5 {
+        let job = Job::new(op, world).args(args).env("NCCL_DOUBLE_DEVICES", "8");
+        let outs = job.run();
+        all_ok(&outs);
+        for o in &outs {
+            let lines_of = o.stdout.lines().filter(|l| fields(l).contains_key("result"));
+            assert_eq!(lines_of.clone().count(), lines(world), "world {world}:\n{o}");
+            for (line, got) in lines_of.zip(o.results()) {
+                assert_eq!(got, expect(world, o.rank, &fields(line)), "world {world}: {line}");
+            }
+        }
+        assert!(job.left_nothing_behind(), "{}", all(&outs));
+    }
+}
+
+/// The field `key` of a result line, as a number.
+fn num(f: &std::collections::HashMap<&str, &str>, key: &str) -> usize {
+    f[key].parse().unwrap()
+}
+
+/// Types and reductions the new collectives' tests run (every reduction, a type of each
+/// size and kind, and the two half types), and counts: 0, 1 (less than most worlds), 3.
+const TYPES: &str = "f32,i8,u8,i64,f16,bf16";
+const REDUCTIONS: &str = "sum,prod,max,min,avg";
+const COUNTS: &str = "0,1,3";
+
+#[test]
+fn reduce_to_every_root_in_and_out_of_place_on_1_to_5_processes() {
+    let args = ["--dtype", TYPES, "--reduce", REDUCTIONS, "--count", COUNTS];
+    // Rank r's element i is r + 1 + i. The root gets the reduction; an out-of-place
+    // non-root passes NULL (odd ranks: no result) or a buffer of 99s that stays so; in
+    // place, a non-root's buffer keeps its input.
+    on_1_to_5_processes(
+        "reduce,reduce-inplace",
+        &args,
+        |world| 2 * 6 * 5 * 3 * world,
+        |world, rank, f| {
+            let (root, count) = (num(f, "root"), num(f, "count"));
+            let ty = Ty::of(f["dtype"]);
+            (0..count)
+                .filter(|_| rank == root || f["op"] == "reduce-inplace" || rank % 2 == 0)
+                .map(|i| {
+                    let xs: Vec<f64> = (0..world).map(|q| (q + 1 + i) as f64).collect();
+                    match () {
+                        _ if rank == root => ty.fold(f["reduce"], &xs),
+                        _ if f["op"] == "reduce-inplace" => xs[rank],
+                        _ => 99.0,
+                    }
+                })
+                .collect()
+        },
+    );
+}
+
+#[test]
+fn all_gather_in_and_out_of_place_on_1_to_5_processes() {
+    // Rank r's sendcount elements are r * count + 1 ...: gathered, 1, 2, ... world * count.
+    let args = [
+        "--dtype",
+        "f32,f64,i8,u8,i32,u32,i64,u64,f16,bf16",
+        "--count",
+        "0,1,2,3",
+    ];
+    on_1_to_5_processes(
+        "allgather,allgather-inplace",
+        &args,
+        |_| 2 * 10 * 4,
+        |world, _, f| (1..=world * num(f, "count")).map(|v| v as f64).collect(),
+    );
+}
+
+#[test]
+fn reduce_scatter_in_and_out_of_place_on_1_to_5_processes() {
+    let args = ["--dtype", TYPES, "--reduce", REDUCTIONS, "--count", COUNTS];
+    // Rank q's element j (of world * count) is q + 1 + j; rank r gets block r.
+    on_1_to_5_processes(
+        "reducescatter,reducescatter-inplace",
+        &args,
+        |_| 2 * 6 * 5 * 3,
+        |world, rank, f| {
+            let count = num(f, "count");
+            let ty = Ty::of(f["dtype"]);
+            (0..count)
+                .map(|i| {
+                    let xs: Vec<f64> = (0..world).map(|q| (q + 1 + rank * count + i) as f64).collect();
+                    ty.fold(f["reduce"], &xs)
+                })
+                .collect()
+        },
+    );
+}
+
+/// nccl-tests' all-to-all: one group with a send and a recv to and from every rank,
+/// itself included, block p of each buffer for rank p.
+#[test]
+fn all_to_all_as_grouped_sends_and_recvs_to_every_rank_itself_included_on_1_to_5_processes() {
+    let args = ["--dtype", TYPES, "--count", COUNTS];
+    // Rank r's block for peer p holds (r * world + p) * count + 1 ...; rank r receives
+    // block r of every rank p, in block p.
+    on_1_to_5_processes(
+        "alltoall",
+        &args,
+        |_| 6 * 3,
+        |world, rank, f| {
+            let count = num(f, "count");
+            (0..world * count)
+                .map(|j| ((j / count * world + rank) * count + j % count + 1) as f64)
+                .collect()
+        },
+    );
+}
+
+/// The new collectives through cudarc's safe `Comm` (`reduce` with `None` on odd
+/// non-roots, `reduce_in_place`, `all_gather`, `reduce_scatter`, grouped `send`/`recv`)
+/// and through non-blocking communicators.
+#[test]
+fn the_new_collectives_through_cudarc_safe_comm_and_non_blocking_communicators() {
+    for mode in [&["--api", "safe"][..], &["--nonblocking"][..]] {
+        let outs = Job::new("reduce,reduce-inplace,allgather,reducescatter,alltoall", 3)
+            .args(mode)
+            .args(&["--count", "2", "--dtype", "f32,bf16", "--reduce", "sum"])
+            .run();
+        all_ok(&outs);
+        for o in &outs {
+            let r = o.rank;
+            let reduced = |root: usize| -> Vec<f64> {
+                match () {
+                    _ if r == root => vec![6.0, 9.0],
+                    _ if r % 2 == 1 => vec![],
+                    _ => vec![99.0, 99.0],
+                }
+            };
+            let in_place = |root: usize| -> Vec<f64> {
+                if r == root {
+                    vec![6.0, 9.0]
+                } else {
+                    vec![(r + 1) as f64, (r + 2) as f64]
+                }
+            };
+            let mut expected: Vec<Vec<f64>> = Vec::new();
+            for _ in 0..2 {
+                expected.extend((0..3).map(reduced));
+            }
+            for _ in 0..2 {
+                expected.extend((0..3).map(in_place));
+            }
+            for _ in 0..2 {
+                expected.push((1..=6).map(f64::from).collect());
+            }
+            // Block r of q + 1 + j, summed over 3 ranks: 6 + 3j.
+            for _ in 0..2 {
+                expected.push(vec![(6 + 3 * 2 * r) as f64, (9 + 3 * 2 * r) as f64]);
+            }
+            let a2a: Vec<f64> = (0..6).map(|j| ((j / 2 * 3 + r) * 2 + j % 2 + 1) as f64).collect();
+            expected.extend([a2a.clone(), a2a]);
+            assert_eq!(o.results(), expected, "{mode:?}:\n{}", all(&outs));
+        }
     }
 }
 
@@ -230,6 +507,7 @@ fn the_symbols_cudarc_calls() {
         ("allreduce-inplace", 1),
         ("broadcast", 2),
         ("ring", 2),
+        ("reduce,allgather,reducescatter", 2),
     ] {
         all_ok(&Job::new(op, world).env("NCCL_DOUBLE_TRACE", t).run());
         all_ok(
@@ -273,6 +551,7 @@ fn the_symbols_cudarc_calls() {
         "cuMemAllocAsync",
         "cuEventCreate",
         "cuMemcpyHtoDAsync_v2",
+        "cuMemcpyDtoDAsync_v2",
         "cuMemsetD8Async",
         "cuMemcpyDtoHAsync_v2",
         "cuMemFreeAsync",
@@ -286,6 +565,9 @@ fn the_symbols_cudarc_calls() {
         "ncclCommDestroy",
         "ncclAllReduce",
         "ncclBroadcast",
+        "ncclReduce",
+        "ncclAllGather",
+        "ncclReduceScatter",
         "ncclGroupStart",
         "ncclSend",
         "ncclRecv",

@@ -2,8 +2,8 @@
 //! job of real processes (one per rank), and checks the error of the rank that broke it
 //! (and that the others stop with ncclRemoteError, told by the failure marker, instead
 //! of waiting for ever: real NCCL would leave them stuck until aborted). Errors of rules
-//! 1, 2 and 5 come from the call; rules 3 and 4 are found after it, and the probe reads
-//! them from ncclCommGetAsyncError while it waits for the stream.
+//! 1, 2, 5 and 6 come from the call; rules 3 and 4 are found after it, and the probe
+//! reads them from ncclCommGetAsyncError while it waits for the stream.
 
 mod support;
 
@@ -199,6 +199,58 @@ fn rule_4_every_rank_calls_the_same_collective() {
     );
 }
 
+/// The same for the collectives added later: rank 1 is given another `--op`, `--count`,
+/// `--dtype`, `--reduce` or `--root` than the others.
+#[test]
+fn rule_4_every_rank_calls_the_same_reduce_all_gather_and_reduce_scatter() {
+    let cases: [(&str, usize, &[&str], &str); 6] = [
+        (
+            "allgather",
+            2,
+            &["--count", "5"],
+            "rank 0 called ncclAllGather(sendcount=4, ncclFloat32) but rank 1 called ncclAllGather(sendcount=5, ncclFloat32)",
+        ),
+        (
+            "allgather",
+            2,
+            &["--op", "reducescatter"],
+            "rank 0 called ncclAllGather(sendcount=4, ncclFloat32) but rank 1 called ncclReduceScatter(recvcount=4, ncclFloat32, ncclSum)",
+        ),
+        (
+            "reducescatter",
+            2,
+            &["--reduce", "max"],
+            "rank 0 called ncclReduceScatter(recvcount=4, ncclFloat32, ncclSum) but rank 1 called ncclReduceScatter(recvcount=4, ncclFloat32, ncclMax)",
+        ),
+        (
+            "reducescatter",
+            2,
+            &["--dtype", "bf16"],
+            "rank 1 called ncclReduceScatter(recvcount=4, ncclBfloat16, ncclSum)",
+        ),
+        (
+            "reduce",
+            3,
+            &["--root", "1"],
+            "rank 0 called ncclReduce(count=4, ncclFloat32, ncclSum, root=0) but rank 1 called ncclReduce(count=4, ncclFloat32, ncclSum, root=1)",
+        ),
+        (
+            "reduce",
+            2,
+            &["--dtype", "f16"],
+            "rank 1 called ncclReduce(count=4, ncclFloat16, ncclSum, root=0)",
+        ),
+    ];
+    for (op, world, other, text) in cases {
+        let outs = Job::new(op, world).rank_args(1, other).run();
+        for r in 0..world {
+            failed_with(&outs, r, "ncclInvalidUsage", text);
+            failed_with(&outs, r, "ncclInvalidUsage", "collective mismatch at call #1");
+        }
+        fast(&outs);
+    }
+}
+
 #[test]
 fn rule_4_a_matched_send_and_recv_have_one_size() {
     let outs = Job::new("pairs", 2).rank_args(1, &["--break", "recv-size"]).run();
@@ -232,6 +284,117 @@ fn rule_5_buffers_are_live_device_memory_of_the_communicators_device() {
         "other-device-buffer",
         "ncclInvalidArgument",
         "is memory of device 2, but the communicator is on device 1",
+    );
+}
+
+/// All-gather's recvbuff holds world x sendcount elements, reduce-scatter's sendbuff
+/// world x recvcount: one element short is refused. A non-root's recvbuff is not used by
+/// ncclReduce, so it is not checked (NULL on odd non-roots is covered in
+/// tests/collectives.rs; here it even overlaps the sendbuff).
+#[test]
+fn rule_5_buffers_hold_every_byte_the_collective_uses() {
+    one_breaks(
+        "allgather",
+        2,
+        "recv-too-small",
+        "ncclInvalidArgument",
+        "ncclAllGather(sendcount=4, ncclFloat32) recvbuff: 32 bytes at 0x",
+    );
+    one_breaks(
+        "allgather",
+        2,
+        "recv-too-small",
+        "ncclInvalidArgument",
+        "run past the end",
+    );
+    one_breaks(
+        "reducescatter",
+        2,
+        "send-too-small",
+        "ncclInvalidArgument",
+        "ncclReduceScatter(recvcount=4, ncclFloat32, ncclSum) sendbuff: 32 bytes at 0x",
+    );
+    let outs = Job::new("reduce", 2)
+        .args(&["--root", "0"])
+        .rank_args(1, &["--break", "overlap"])
+        .run();
+    support::all_ok(&outs);
+}
+
+#[test]
+fn rule_2_a_root_is_a_rank_of_the_communicator() {
+    one_breaks(
+        "reduce",
+        3,
+        "root-out-of-range",
+        "ncclInvalidArgument",
+        "ncclReduce: root 3 is not a rank of this communicator (0..3)",
+    );
+    one_breaks(
+        "broadcast",
+        2,
+        "root-out-of-range",
+        "ncclInvalidArgument",
+        "ncclBroadcast: root 2 is not a rank of this communicator (0..2)",
+    );
+}
+
+/// Rule 6: send and receive buffers that overlap are in place exactly as NCCL lays it
+/// out, or refused (real NCCL computes garbage); inside a group, no call touches memory
+/// another call writes (an in-place all-to-all).
+#[test]
+fn rule_6_overlapping_buffers_are_in_place_as_nccl_documents_or_refused() {
+    let layout = "overlap without being in place: ";
+    let garbage = "any other overlap is refused (real NCCL does not check this and silently computes garbage)";
+    let cases: [(&str, &[&str], &str); 5] = [
+        (
+            "allgather",
+            &[],
+            "an all-gather is in place only when sendbuff == recvbuff + rank * sendcount * size (here 0x",
+        ),
+        (
+            "reducescatter",
+            &[],
+            "a reduce-scatter is in place only when recvbuff == sendbuff + rank * recvcount * size (here 0x",
+        ),
+        (
+            "allreduce",
+            &[],
+            "an all-reduce is in place only when sendbuff == recvbuff;",
+        ),
+        // Rank 1 is the root: the one rank whose both buffers the call uses.
+        (
+            "reduce",
+            &["--root", "1"],
+            "a reduce is in place only when sendbuff == recvbuff;",
+        ),
+        (
+            "broadcast",
+            &["--root", "1"],
+            "a broadcast is in place only when sendbuff == recvbuff;",
+        ),
+    ];
+    for (op, args, text) in cases {
+        let outs = Job::new(op, 2).args(args).rank_args(1, &["--break", "overlap"]).run();
+        for t in [layout, text, garbage] {
+            failed_with(&outs, 1, "ncclInvalidArgument", t);
+            failed_with(&outs, 0, "ncclRemoteError", t);
+        }
+        fast(&outs);
+    }
+    one_breaks(
+        "alltoall",
+        2,
+        "overlap",
+        "ncclInvalidArgument",
+        "ncclRecv(count=4, ncclFloat32, peer=0): its recvbuff 0x",
+    );
+    one_breaks(
+        "alltoall",
+        2,
+        "overlap",
+        "ncclInvalidArgument",
+        "of ncclSend(count=4, ncclFloat32, peer=0), made before it in this group",
     );
 }
 

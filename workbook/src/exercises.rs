@@ -96,7 +96,7 @@ pub fn all() -> Vec<Exercise> {
                 dir: "03_average",
                 cases: average_cases,
             }),
-            hint: "After all_reduce_sum every element is the sum over the n ranks; the average is that \
+            hint: "After all_reduce every element is the sum over the n ranks; the average is that \
                    sum divided by n = session.world_size(). Read the buffer with session.to_host(buf)?, \
                    map every element x to x / n as f32, and put the result back with \
                    *buf = session.from_host(values)?.",

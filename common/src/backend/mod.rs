@@ -1,4 +1,5 @@
-//! Backends: what moves the data. Both offer the same operations on the same buffers:
+//! Backends: what moves the data. Both hold the same buffers and run the same
+//! collectives (each collective says how, in [`crate::collective`]):
 //!
 //! - [`cpu`]: ring algorithms between processes (shared memory within a host, TCP
 //!   between hosts), the Gloo of this workbook;
@@ -12,90 +13,8 @@ pub mod cpu;
 pub mod nccl;
 pub mod watchdog;
 
-use crate::transport::Op;
+use crate::element::Element;
 use anyhow::Result;
-
-/// A number type the collectives can carry and add.
-///
-/// # Safety
-/// Only for plain numbers whose every bit pattern is a valid value (the CPU backend
-/// moves them as bytes).
-pub unsafe trait Element:
-    Copy
-    + Default
-    + PartialEq
-    + PartialOrd
-    + Send
-    + Sync
-    + std::fmt::Display
-    + std::fmt::Debug
-    + std::ops::Add<Output = Self>
-    + cudarc::driver::DeviceRepr
-    + cudarc::driver::ValidAsZeroBits
-    + cudarc::nccl::NcclType
-    + serde::Serialize
-    + 'static
-{
-    /// The type's name as nccl-tests prints it (`float`, `double`, `int32`).
-    const NAME: &'static str;
-    /// Whether `self` is `expected`, allowing for rounding in floating point.
-    fn matches(self, expected: Self) -> bool;
-    /// `self + other` as a reduction computes it: integers wrap around, as in NCCL.
-    fn sum(self, other: Self) -> Self;
-    /// A small whole number in this type (test data whose sums are exact in any type).
-    fn from_small(v: i32) -> Self;
-}
-
-unsafe impl Element for f32 {
-    const NAME: &'static str = "float";
-    fn matches(self, expected: f32) -> bool {
-        self == expected || (self - expected).abs() <= 1e-5 * expected.abs().max(1.0)
-    }
-    fn sum(self, other: f32) -> f32 {
-        self + other
-    }
-    fn from_small(v: i32) -> f32 {
-        v as f32
-    }
-}
-
-unsafe impl Element for f64 {
-    const NAME: &'static str = "double";
-    fn matches(self, expected: f64) -> bool {
-        self == expected || (self - expected).abs() <= 1e-12 * expected.abs().max(1.0)
-    }
-    fn sum(self, other: f64) -> f64 {
-        self + other
-    }
-    fn from_small(v: i32) -> f64 {
-        v as f64
-    }
-}
-
-unsafe impl Element for i32 {
-    const NAME: &'static str = "int32";
-    fn matches(self, expected: i32) -> bool {
-        self == expected
-    }
-    fn sum(self, other: i32) -> i32 {
-        self.wrapping_add(other)
-    }
-    fn from_small(v: i32) -> i32 {
-        v
-    }
-}
-
-/// The bytes of a slice of elements.
-pub fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
-    // SAFETY: Element types are plain numbers with no padding.
-    unsafe { std::slice::from_raw_parts(data.as_ptr().cast(), std::mem::size_of_val(data)) }
-}
-
-/// The bytes of a slice of elements, writable: any bytes make valid elements.
-pub fn as_bytes_mut<T: Element>(data: &mut [T]) -> &mut [u8] {
-    // SAFETY: Element types are plain numbers, valid for every bit pattern.
-    unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr().cast(), std::mem::size_of_val(data)) }
-}
 
 /// A rank's buffer: host memory on the CPU backend, device memory on NCCL.
 pub struct Buffer<T: Element> {
@@ -151,43 +70,16 @@ impl Backend {
 
     /// Reads back the first `n` elements, after all queued work on the buffer is done.
     pub fn download<T: Element>(&self, buf: &Buffer<T>, n: usize) -> Result<Vec<T>> {
-        let n = n.min(buf.len());
+        self.download_range(buf, 0..n)
+    }
+
+    /// Reads back elements `range` (cut to the buffer), after all queued work is done.
+    pub fn download_range<T: Element>(&self, buf: &Buffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
+        let range = range.start.min(buf.len())..range.end.min(buf.len());
         match (&buf.storage, self) {
-            (Storage::Host(v), _) => Ok(v[..n].to_vec()),
-            (Storage::Device(_), Backend::Nccl(nc)) => nc.download(buf, n),
+            (Storage::Host(v), _) => Ok(v[range].to_vec()),
+            (Storage::Device(_), Backend::Nccl(nc)) => nc.download(buf, range),
             (Storage::Device(_), Backend::Cpu(_)) => unreachable!("device buffers only come from NCCL"),
-        }
-    }
-
-    /// Copies `root`'s buffer into every rank's buffer.
-    pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
-        match self {
-            Backend::Cpu(c) => c.broadcast(None, host_mut(buf), root),
-            Backend::Nccl(n) => n.broadcast(None, buf, root),
-        }
-    }
-
-    /// Out of place: `root`'s `send` buffer is copied into every rank's `recv` buffer.
-    pub fn broadcast_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>, root: usize) -> Result<()> {
-        match self {
-            Backend::Cpu(c) => c.broadcast(Some(host(send)), host_mut(recv), root),
-            Backend::Nccl(n) => n.broadcast(Some(send), recv, root),
-        }
-    }
-
-    /// Replaces every rank's buffer by the element-wise sum of all of them.
-    pub fn all_reduce_sum<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
-        match self {
-            Backend::Cpu(c) => c.all_reduce_sum(None, host_mut(buf)),
-            Backend::Nccl(n) => n.all_reduce_sum(None, buf),
-        }
-    }
-
-    /// Out of place: every rank's `recv` becomes the element-wise sum of every `send`.
-    pub fn all_reduce_sum_into<T: Element>(&mut self, send: &Buffer<T>, recv: &mut Buffer<T>) -> Result<()> {
-        match self {
-            Backend::Cpu(c) => c.all_reduce_sum(Some(host(send)), host_mut(recv)),
-            Backend::Nccl(n) => n.all_reduce_sum(Some(send), recv),
         }
     }
 
@@ -244,48 +136,18 @@ impl Backend {
     }
 }
 
-fn host<T: Element>(buf: &Buffer<T>) -> &[T] {
+/// A host buffer's elements (the CPU backend's buffers).
+pub(crate) fn host<T: Element>(buf: &Buffer<T>) -> &[T] {
     match &buf.storage {
         Storage::Host(v) => v,
         Storage::Device(_) => unreachable!("device buffers only come from NCCL"),
     }
 }
 
-fn host_mut<T: Element>(buf: &mut Buffer<T>) -> &mut [T] {
+/// A host buffer's elements, writable.
+pub(crate) fn host_mut<T: Element>(buf: &mut Buffer<T>) -> &mut [T] {
     match &mut buf.storage {
         Storage::Host(v) => v,
         Storage::Device(_) => unreachable!("device buffers only come from NCCL"),
-    }
-}
-
-/// nccl-tests' bus-bandwidth factor for an operation on `n` ranks: how much of the data
-/// each link must carry compared with the buffer size (see nccl-tests' PERFORMANCE.md).
-pub fn bus_factor(op: Op, n: usize) -> f64 {
-    match op {
-        Op::AllReduce if n > 0 => 2.0 * (n as f64 - 1.0) / n as f64,
-        Op::AllReduce => 0.0,
-        Op::Broadcast | Op::PointToPoint => 1.0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bus_factors_follow_nccl_tests() {
-        assert_eq!(bus_factor(Op::AllReduce, 1), 0.0);
-        assert_eq!(bus_factor(Op::AllReduce, 2), 1.0);
-        assert_eq!(bus_factor(Op::AllReduce, 4), 1.5);
-        assert_eq!(bus_factor(Op::Broadcast, 8), 1.0);
-    }
-
-    #[test]
-    fn float_matching_allows_rounding_only() {
-        assert!(3.0f32.matches(3.0));
-        assert!(0.3f32.matches(0.1 + 0.2));
-        assert!(!2.0f32.matches(3.0));
-        assert!(!f32::NAN.matches(1.0));
-        assert!(!7i32.matches(8));
     }
 }

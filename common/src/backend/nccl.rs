@@ -20,7 +20,8 @@
 //! communicator is aborted, which stops the kernels, and the error names who failed.
 
 use super::watchdog::Watchdog;
-use super::{Buffer, Element, Storage};
+use super::{Buffer, Storage};
+use crate::element::Element;
 use crate::error::SharedError;
 use crate::rendezvous::Store;
 use anyhow::{Context, Result, anyhow};
@@ -38,6 +39,7 @@ const MAX_QUEUED: u32 = 256;
 /// A rank of the NCCL backend: its GPU's context, its stream and its communicator.
 pub struct Nccl {
     rank: usize,
+    world: usize,
     /// The stream collectives are queued on (it holds the GPU's context).
     stream: Arc<CudaStream>,
     /// The communicator; null once it is left (destroyed or aborted).
@@ -48,6 +50,8 @@ pub struct Nccl {
     queued: Cell<u32>,
     watchdog: RefCell<Watchdog>,
     gpu: Gpu,
+    /// Working memory for [`Nccl::copy_aside`].
+    aside: RefCell<Option<CudaSlice<u8>>>,
 }
 
 /// A physical GPU, as NCCL tells GPUs apart: the same device number on two ranks may be
@@ -124,12 +128,14 @@ impl Nccl {
         //    until every rank has joined (or someone failed, or the deadline passed).
         let nccl = Nccl {
             rank,
+            world,
             stream,
             comm: Cell::new(std::ptr::null_mut()),
             last: RefCell::new("joining the communicator (ncclCommInitRankConfig)".into()),
             queued: Cell::new(0),
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
             gpu,
+            aside: RefCell::new(None),
         };
         let mut comm = std::ptr::null_mut();
         let mut config = non_blocking();
@@ -156,63 +162,36 @@ impl Nccl {
         })
     }
 
-    pub(super) fn download<T: Element>(&self, buf: &Buffer<T>, n: usize) -> Result<Vec<T>> {
+    pub(super) fn download<T: Element>(&self, buf: &Buffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
         // The copy would wait for the queued collectives without a deadline: wait here first.
         self.synchronize()?;
+        let n = range.len();
+        if n == 0 {
+            return Ok(vec![]);
+        }
         self.stream
-            .clone_dtoh(&device(buf).slice(..n))
+            .clone_dtoh(&device(buf).slice(range))
             .with_context(|| format!("rank {}: copying {n} elements back from the GPU", self.rank))
     }
 
-    /// Broadcast from `root`: in place (`send` is `None`) or from `send` into `recv`.
-    pub(super) fn broadcast<T: Element>(
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// Calls `f` with the device pointers of a collective's buffers: `send`'s and
+    /// `recv`'s, or in place (`send` is `None`) both into `recv`, at the element offsets
+    /// `in_place` gives (NCCL's in-place layouts). The buffers are recorded as used by the
+    /// stream.
+    pub(crate) fn with_pointers<T: Element, R>(
         &self,
         send: Option<&Buffer<T>>,
         recv: &mut Buffer<T>,
-        root: usize,
-    ) -> Result<()> {
-        self.collective(
-            "broadcast (ncclBroadcast)",
-            send,
-            recv,
-            |src, dst, count, comm, stream| unsafe {
-                sys::ncclBroadcast(src, dst, count, T::as_nccl_type(), root as c_int, comm, stream)
-            },
-        )
-    }
-
-    /// All-reduce with sum: in place (`send` is `None`) or from `send` into `recv`.
-    pub(super) fn all_reduce_sum<T: Element>(&self, send: Option<&Buffer<T>>, recv: &mut Buffer<T>) -> Result<()> {
-        self.collective(
-            "all-reduce (ncclAllReduce)",
-            send,
-            recv,
-            |src, dst, count, comm, stream| unsafe {
-                sys::ncclAllReduce(
-                    src,
-                    dst,
-                    count,
-                    T::as_nccl_type(),
-                    sys::ncclRedOp_t::ncclSum,
-                    comm,
-                    stream,
-                )
-            },
-        )
-    }
-
-    /// Queues a collective that reads `send` (or `recv` itself, in place) and writes `recv`:
-    /// `f` makes the NCCL call from its device pointers, the count, the communicator and
-    /// the stream.
-    fn collective<T: Element>(
-        &self,
-        what: &str,
-        send: Option<&Buffer<T>>,
-        recv: &mut Buffer<T>,
-        f: impl FnOnce(*const c_void, *mut c_void, usize, sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t,
-    ) -> Result<()> {
+        in_place: (usize, usize),
+        f: impl FnOnce(*const c_void, *mut c_void) -> R,
+    ) -> R {
         let stream = self.stream.as_ref();
-        let count = recv.len();
+        let elem = size_of::<T>();
         // The guards record, when dropped after the call, that the stream used the buffers.
         let (dst, _written) = device_mut(recv).device_ptr_mut(stream);
         let (src, _read) = match send {
@@ -220,61 +199,67 @@ impl Nccl {
                 let (p, guard) = device(s).device_ptr(stream);
                 (p, Some(guard))
             }
-            None => (dst, None),
+            None => (dst + (in_place.0 * elem) as u64, None),
         };
-        self.call(what, |comm| {
-            f(
-                src as *const c_void,
-                dst as *mut c_void,
-                count,
-                comm,
-                stream.cu_stream() as _,
-            )
-        })
+        let dst = match send {
+            Some(_) => dst,
+            None => dst + (in_place.1 * elem) as u64,
+        };
+        f(src as *const c_void, dst as *mut c_void)
     }
 
+    /// A copy of `bytes` at `src`, queued on the stream into working memory this rank
+    /// keeps: for a collective whose input its own output would overwrite.
+    pub(crate) fn copy_aside(&self, src: *const c_void, bytes: usize) -> Result<*const c_void> {
+        let mut aside = self.aside.borrow_mut();
+        if aside.as_ref().is_none_or(|a| a.len() < bytes) {
+            *aside = Some(
+                self.stream
+                    .alloc_zeros::<u8>(bytes.max(1))
+                    .with_context(|| format!("rank {}: allocating {bytes} bytes of GPU memory", self.rank))?,
+            );
+        }
+        let stream = self.stream.as_ref();
+        let (dst, _written) = aside.as_mut().expect("just made").device_ptr_mut(stream);
+        // SAFETY: both ranges are device memory of this context, `bytes` long, on this stream.
+        let r = unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(dst, src as u64, bytes, stream.cu_stream()) };
+        if r != cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS {
+            return Err(anyhow!(
+                "rank {}: copying {bytes} bytes on the GPU failed: {r:?}",
+                self.rank
+            ));
+        }
+        Ok(dst as *const c_void)
+    }
+
+    /// Sends the whole buffer to `peer` (`ncclSend`).
     pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
-        let stream = self.stream.as_ref();
-        let (src, _read) = device(buf).device_ptr(stream);
+        let (src, _read) = device(buf).device_ptr(self.stream.as_ref());
         let what = format!("send to rank {peer} (ncclSend)");
-        self.call(&what, |comm| unsafe {
-            sys::ncclSend(
-                src as _,
-                buf.len(),
-                T::as_nccl_type(),
-                peer as c_int,
-                comm,
-                stream.cu_stream() as _,
-            )
+        self.call(&what, |comm, stream| unsafe {
+            sys::ncclSend(src as _, buf.len(), T::as_nccl_type(), peer as c_int, comm, stream)
         })
     }
 
+    /// Receives the whole buffer from `peer` (`ncclRecv`).
     pub(super) fn recv<T: Element>(&self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
-        let stream = self.stream.as_ref();
         let count = buf.len();
-        let (dst, _written) = device_mut(buf).device_ptr_mut(stream);
+        let (dst, _written) = device_mut(buf).device_ptr_mut(self.stream.as_ref());
         let what = format!("receive from rank {peer} (ncclRecv)");
-        self.call(&what, |comm| unsafe {
-            sys::ncclRecv(
-                dst as _,
-                count,
-                T::as_nccl_type(),
-                peer as c_int,
-                comm,
-                stream.cu_stream() as _,
-            )
+        self.call(&what, |comm, stream| unsafe {
+            sys::ncclRecv(dst as _, count, T::as_nccl_type(), peer as c_int, comm, stream)
         })
     }
 
     /// Opens an NCCL group: the sends and receives until [`Nccl::group_end`] progress together.
-    pub(super) fn group_start(&self) -> Result<()> {
+    pub fn group_start(&self) -> Result<()> {
         // SAFETY: no arguments; NCCL keeps the group per thread.
         let r = unsafe { sys::ncclGroupStart() };
         self.called(r, "opening a group (ncclGroupStart)")
     }
 
     /// Closes the group: its operations are queued (and, non-blocking, may still be).
-    pub(super) fn group_end(&self) -> Result<()> {
+    pub fn group_end(&self) -> Result<()> {
         // SAFETY: no arguments; ends the group this thread opened.
         let r = unsafe { sys::ncclGroupEnd() };
         self.called(r, "closing a group (ncclGroupEnd)")
@@ -305,11 +290,12 @@ impl Nccl {
         Ok(())
     }
 
-    /// Runs one NCCL call on the communicator and deals with its result.
-    fn call(&self, what: &str, f: impl FnOnce(sys::ncclComm_t) -> ncclResult_t) -> Result<()> {
+    /// Runs one NCCL call (`f`, given the communicator and the stream) and deals with
+    /// its result; `what` names it in messages.
+    pub fn call(&self, what: &str, f: impl FnOnce(sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t) -> Result<()> {
         let comm = self.live(what)?;
         self.last.replace(what.to_string());
-        self.called(f(comm), what)?;
+        self.called(f(comm, self.stream.cu_stream() as _), what)?;
         // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
         // queue is full and the next launch would block inside NCCL, where no deadline reaches.
         self.queued.set(self.queued.get() + 1);

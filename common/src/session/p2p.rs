@@ -19,10 +19,11 @@
 use super::Session;
 use crate::args::DataArgs;
 use crate::backend::cpu::{Cpu, split_two};
-use crate::backend::{Backend, Buffer, Element, Storage};
+use crate::backend::{Backend, Buffer, Storage};
+use crate::collective::Collective;
+use crate::element::{Element, ReduceOp};
 use crate::error::{SharedError, usage};
 use crate::report::Timing;
-use crate::transport::Op;
 use anyhow::{Context, Result, anyhow};
 use std::ops::Range;
 use std::thread;
@@ -123,11 +124,11 @@ impl Session {
     }
 
     /// Times `iters` runs of `op`, a collective built by hand from point-to-point calls,
-    /// as [`Session::time`] does, counting each run as one `kind` of `bytes` for algbw and
-    /// busbw.
+    /// as [`Session::time`] does, counting each run as one `kind` (e.g.
+    /// `&collective::ALL_REDUCE`) of `bytes` for algbw and busbw.
     pub fn time_as(
         &mut self,
-        kind: Op,
+        kind: &'static Collective,
         bytes: usize,
         iters: u32,
         mut op: impl FnMut(&mut Session) -> Result<()>,
@@ -277,6 +278,6 @@ fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
 
 fn add<T: Element>(acc: &mut [T], more: &[T]) {
     for (a, b) in acc.iter_mut().zip(more) {
-        *a = a.sum(*b);
+        *a = a.combine(*b, ReduceOp::Sum);
     }
 }

@@ -4,71 +4,46 @@
 //! algorithms in [`crate::backend::cpu`] are written once over links, and the transports
 //! slot in under them, as in NCCL: [`shm`] between ranks on one host, [`tcp`] between
 //! hosts, chosen for each pair of ranks ([`choose`]). Each message is tagged with the
-//! operation that sent it, so two ranks that run different collectives, or the same one
-//! with different sizes, get an error saying so instead of mixing their data.
+//! collective that sent it (a byte, [`crate::collective::Collective::tag`]), so two ranks
+//! that run different collectives, or the same one with different sizes, get an error
+//! saying so instead of mixing their data.
 
 pub mod shm;
 pub mod tcp;
 
 use std::io;
 
-/// What a message belongs to: a mismatch between sender and receiver is a bug in the
-/// program (ranks calling different collectives), reported as such.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Op {
-    /// A broadcast.
-    Broadcast = 1,
-    /// An all-reduce.
-    AllReduce = 2,
-    /// A point-to-point send/recv.
-    PointToPoint = 3,
-}
-
-impl Op {
-    /// The operation's name, as a person would say it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Broadcast => "broadcast",
-            Op::AllReduce => "all-reduce",
-            Op::PointToPoint => "send/recv",
-        }
-    }
-
-    /// The op a tag byte stands for.
-    pub fn from_tag(tag: u8) -> Option<Op> {
-        [Op::Broadcast, Op::AllReduce, Op::PointToPoint]
-            .into_iter()
-            .find(|op| *op as u8 == tag)
-    }
-}
-
 /// A connection to one peer that carries whole messages both ways. Sending and receiving
 /// may happen at the same time from two threads (a ring step does both).
 pub trait Link: Send + Sync {
     /// Sends one message.
-    fn send(&self, op: Op, data: &[u8]) -> io::Result<()>;
+    fn send(&self, tag: u8, data: &[u8]) -> io::Result<()>;
     /// Receives one message of exactly `dst.len()` bytes into `dst`.
-    fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()>;
+    fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()>;
     /// Like [`Link::recv_into`], for data that will not be read again soon (part of a
     /// buffer larger than the caches): a transport may write it around the cache, which
     /// saves reading each destination line from memory before overwriting it.
-    fn recv_into_streaming(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
-        self.recv_into(op, dst)
+    fn recv_into_streaming(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
+        self.recv_into(tag, dst)
     }
     /// Receives one message of `len` bytes piece by piece through `scratch` (whose length
     /// is the piece size), calling `each(offset, piece)` as each piece arrives: the
     /// receiver can reduce one piece while the next is still on the wire.
-    fn recv_pieces(&self, op: Op, len: usize, scratch: &mut [u8], each: &mut dyn FnMut(usize, &[u8]))
-    -> io::Result<()>;
+    fn recv_pieces(
+        &self,
+        tag: u8,
+        len: usize,
+        scratch: &mut [u8],
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<()>;
     /// Sends one message of `len` bytes that `fill` writes straight into the transport's
     /// own buffer (a shared-memory slot), so that a reduction's result needs no copy
     /// before it leaves. `fill` may fail (it may be receiving what it writes); the message
     /// is then not sent and its error returned. The default fills a buffer and sends it.
-    fn send_with(&self, op: Op, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
+    fn send_with(&self, tag: u8, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
         let mut buf = vec![0u8; len];
         fill(&mut buf)?;
-        self.send(op, &buf)
+        self.send(tag, &buf)
     }
     /// Where the peer is, for messages.
     fn describe(&self) -> String;
@@ -79,16 +54,35 @@ pub trait Link: Send + Sync {
     fn eager_limit(&self) -> usize;
 }
 
-/// The error for a message from an operation other than the one this rank is in.
-pub fn op_mismatch(peer: usize, tag: u8, op: Op) -> io::Error {
-    let theirs = Op::from_tag(tag).map_or("something unknown", Op::name);
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!(
-            "rank {peer} is in a {theirs} while this rank is in a {}: every rank must call the same collectives in the same order",
-            op.name()
-        ),
-    )
+/// A message from another collective than the one this rank is in: a bug in the
+/// program (ranks calling different collectives). Carried inside the `io::Error`, so that
+/// the session, which knows the collectives' names, can name both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The rank the message came from.
+    pub peer: usize,
+    /// The tag it carried.
+    pub theirs: u8,
+    /// The tag this rank expected.
+    pub ours: u8,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rank {} is in another collective (tag {}) than this rank (tag {}): every rank must call the same \
+             collectives in the same order",
+            self.peer, self.theirs, self.ours
+        )
+    }
+}
+
+impl std::error::Error for Mismatch {}
+
+/// The error for a message tagged `theirs` where this rank expects `ours`.
+pub fn op_mismatch(peer: usize, theirs: u8, ours: u8) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, Mismatch { peer, theirs, ours })
 }
 
 /// The error for a message of another size than this rank expects.

@@ -12,7 +12,7 @@
 //! milliseconds, that the peer process is still alive and that the whole `--timeout`
 //! has not passed, so a crashed peer ends the wait at once instead of hanging it.
 
-use super::{Link, Op, len_mismatch, op_mismatch};
+use super::{Link, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
 use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::CString;
@@ -222,7 +222,7 @@ impl ShmLink {
 
     /// Waits for the next piece of a message `len` bytes long whose first `offset`
     /// bytes have arrived, and returns its slot and length.
-    fn next_piece(&self, op: Op, len: usize, offset: usize) -> io::Result<(usize, usize)> {
+    fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(usize, usize)> {
         let h = self.inbox.header();
         let tail = h.tail.load(Relaxed);
         self.wait(
@@ -236,8 +236,8 @@ impl ShmLink {
         // SAFETY: the sender wrote this slot's metadata before advancing `head` (Release),
         // which we have seen (Acquire); it will not touch the slot until `tail` moves.
         let meta = unsafe { self.inbox.meta(slot).read() };
-        if meta.op != op as u32 {
-            return Err(op_mismatch(self.peer, meta.op as u8, op));
+        if meta.op != tag as u32 {
+            return Err(op_mismatch(self.peer, meta.op as u8, tag));
         }
         if meta.message_len != len as u64 {
             return Err(len_mismatch(self.peer, meta.message_len, len));
@@ -267,10 +267,10 @@ impl ShmLink {
     }
 
     /// Publishes the filled `slot`: `len` bytes at `offset` of a `message_len`-byte message.
-    fn publish(&self, slot: usize, op: Op, len: usize, message_len: usize, offset: usize) {
+    fn publish(&self, slot: usize, tag: u8, len: usize, message_len: usize, offset: usize) {
         let h = self.out.header();
         let meta = SlotMeta {
-            op: op as u32,
+            op: tag as u32,
             len: len as u32,
             message_len: message_len as u64,
             offset: offset as u64,
@@ -301,14 +301,14 @@ impl ShmLink {
 }
 
 impl Link for ShmLink {
-    fn send(&self, op: Op, data: &[u8]) -> io::Result<()> {
+    fn send(&self, tag: u8, data: &[u8]) -> io::Result<()> {
         let mut offset = 0;
         loop {
             let slot = self.free_slot()?;
             let n = SLOT_BYTES.min(data.len() - offset);
             // SAFETY: the slot is free (see `free_slot`) and holds SLOT_BYTES.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.data(slot), n) };
-            self.publish(slot, op, n, data.len(), offset);
+            self.publish(slot, tag, n, data.len(), offset);
             offset += n;
             if offset >= data.len() {
                 return Ok(());
@@ -317,23 +317,23 @@ impl Link for ShmLink {
     }
 
     /// A message that fits a slot is written in place: `fill` gets the free slot itself.
-    fn send_with(&self, op: Op, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
+    fn send_with(&self, tag: u8, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
         if len > SLOT_BYTES {
             let mut buf = vec![0u8; len];
             fill(&mut buf)?;
-            return self.send(op, &buf);
+            return self.send(tag, &buf);
         }
         let slot = self.free_slot()?;
         // SAFETY: the slot is free (see `free_slot`) and holds SLOT_BYTES >= len; the
         // receiver will not read it before `publish`.
         fill(unsafe { std::slice::from_raw_parts_mut(self.out.data(slot), len) })?;
-        self.publish(slot, op, len, len, 0);
+        self.publish(slot, tag, len, len, 0);
         Ok(())
     }
 
-    fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
+    fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
         let len = dst.len();
-        self.recv_pieces(op, len, &mut [], &mut |off, piece| {
+        self.recv_pieces(tag, len, &mut [], &mut |off, piece| {
             dst[off..off + piece.len()].copy_from_slice(piece)
         })
     }
@@ -341,18 +341,18 @@ impl Link for ShmLink {
     /// Copies each piece out with non-temporal stores, which go to memory without first
     /// reading the destination into the cache: on a large buffer, a third less memory
     /// traffic than a plain copy.
-    fn recv_into_streaming(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
+    fn recv_into_streaming(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
         let len = dst.len();
-        self.recv_pieces(op, len, &mut [], &mut |off, piece| {
+        self.recv_pieces(tag, len, &mut [], &mut |off, piece| {
             copy_around_cache(&mut dst[off..off + piece.len()], piece)
         })
     }
 
     /// Zero-copy: `each` reads each piece in its slot (`scratch` is not needed).
-    fn recv_pieces(&self, op: Op, len: usize, _: &mut [u8], each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+    fn recv_pieces(&self, tag: u8, len: usize, _: &mut [u8], each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         let mut offset = 0;
         loop {
-            let (slot, n) = self.next_piece(op, len, offset)?;
+            let (slot, n) = self.next_piece(tag, len, offset)?;
             // SAFETY: the slot holds `n` bytes the sender published; it stays ours until `release`.
             let piece = unsafe { std::slice::from_raw_parts(self.inbox.data(slot), n) };
             each(offset, piece);
@@ -556,12 +556,12 @@ mod tests {
             s.spawn(|| {
                 for (i, n) in sizes.iter().enumerate() {
                     let msg: Vec<u8> = (0..*n).map(|k| (k * 31 + i) as u8).collect();
-                    a.send(Op::AllReduce, &msg).unwrap();
+                    a.send(2, &msg).unwrap();
                 }
             });
             for (i, n) in sizes.iter().enumerate() {
                 let mut got = vec![0u8; *n];
-                b.recv_into(Op::AllReduce, &mut got).unwrap();
+                b.recv_into(2, &mut got).unwrap();
                 assert!(
                     got.iter().enumerate().all(|(k, v)| *v == (k * 31 + i) as u8),
                     "message {i}"
@@ -573,15 +573,19 @@ mod tests {
     #[test]
     fn a_mismatch_is_named_and_a_closed_peer_ends_the_wait() {
         let (a, b) = pair("mismatch");
-        a.send(Op::Broadcast, &[1, 2, 3]).unwrap();
-        let err = b.recv_into(Op::AllReduce, &mut [0; 3]).unwrap_err();
-        assert!(err.to_string().contains("is in a broadcast"), "{err}");
-        a.send(Op::Broadcast, &[1, 2, 3]).unwrap();
-        let err = b.recv_into(Op::Broadcast, &mut [0; 4]).unwrap_err();
+        a.send(1, &[1, 2, 3]).unwrap();
+        let err = b.recv_into(2, &mut [0; 3]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("another collective (tag 1) than this rank (tag 2)"),
+            "{err}"
+        );
+        a.send(1, &[1, 2, 3]).unwrap();
+        let err = b.recv_into(1, &mut [0; 4]).unwrap_err();
         assert!(err.to_string().contains("sent 3 bytes where 4"), "{err}");
         let (a, b) = pair("closed");
         drop(a);
-        let err = b.recv_into(Op::Broadcast, &mut [0; 1]).unwrap_err();
+        let err = b.recv_into(1, &mut [0; 1]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
     }
 

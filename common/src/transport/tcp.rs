@@ -6,7 +6,7 @@
 //! rank and accepts every higher one. Each new connection starts with a greeting naming
 //! the job and the rank; one that does not (a port scanner, another job) is closed.
 
-use super::{Link, Op, len_mismatch, op_mismatch};
+use super::{Link, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
 use crate::wire::{self, Decoder, Encoder};
 use anyhow::{Context, Result, anyhow, bail};
@@ -26,10 +26,10 @@ pub struct TcpLink {
 }
 
 impl TcpLink {
-    fn check_header(&self, op: Op, len: usize) -> io::Result<()> {
-        let (tag, got) = wire::read_header(&mut &self.stream, u64::MAX)?;
-        if tag != op as u8 {
-            return Err(op_mismatch(self.peer, tag, op));
+    fn check_header(&self, tag: u8, len: usize) -> io::Result<()> {
+        let (theirs, got) = wire::read_header(&mut &self.stream, u64::MAX)?;
+        if theirs != tag {
+            return Err(op_mismatch(self.peer, theirs, tag));
         }
         if got != len as u64 {
             return Err(len_mismatch(self.peer, got, len));
@@ -39,25 +39,25 @@ impl TcpLink {
 }
 
 impl Link for TcpLink {
-    fn send(&self, op: Op, data: &[u8]) -> io::Result<()> {
+    fn send(&self, tag: u8, data: &[u8]) -> io::Result<()> {
         let mut s = &self.stream;
-        s.write_all(&wire::header(op as u8, data.len() as u64))?;
+        s.write_all(&wire::header(tag, data.len() as u64))?;
         s.write_all(data)
     }
 
-    fn recv_into(&self, op: Op, dst: &mut [u8]) -> io::Result<()> {
-        self.check_header(op, dst.len())?;
+    fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
+        self.check_header(tag, dst.len())?;
         (&self.stream).read_exact(dst)
     }
 
     fn recv_pieces(
         &self,
-        op: Op,
+        tag: u8,
         len: usize,
         scratch: &mut [u8],
         each: &mut dyn FnMut(usize, &[u8]),
     ) -> io::Result<()> {
-        self.check_header(op, len)?;
+        self.check_header(tag, len)?;
         let mut off = 0;
         while off < len {
             let n = scratch.len().min(len - off);

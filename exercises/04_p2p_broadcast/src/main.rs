@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
-use common::transport::Op;
+use common::collective;
 use common::{Buffer, Session};
 
 /// Broadcast built from send and recv: every rank ends up with the root's buffer.
@@ -102,7 +102,7 @@ fn main() -> std::process::ExitCode {
         let expected: Vec<f32> = (0..buf.len()).map(root_value).collect();
         s.check_each(&buf, &expected)?;
         let bytes = buf.len() * size_of::<f32>();
-        s.time_as(Op::Broadcast, bytes, args.data.iters, |s| {
+        s.time_as(&collective::BROADCAST, bytes, args.data.iters, |s| {
             broadcast(s, &mut buf, root, &args)
         })?;
         Ok(())

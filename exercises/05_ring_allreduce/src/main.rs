@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 use clap::Parser;
-use common::transport::Op;
+use common::collective;
 use common::{Buffer, Session};
 use std::ops::Range;
 
@@ -73,7 +73,9 @@ fn main() -> std::process::ExitCode {
         let expected: Vec<f32> = (0..buf.len()).map(|i| (0..n).map(|r| start(r, i)).sum()).collect();
         s.check_each(&buf, &expected)?;
         let bytes = buf.len() * size_of::<f32>();
-        s.time_as(Op::AllReduce, bytes, args.data.iters, |s| ring_all_reduce(s, &mut buf))?;
+        s.time_as(&collective::ALL_REDUCE, bytes, args.data.iters, |s| {
+            ring_all_reduce(s, &mut buf)
+        })?;
         Ok(())
     })
 }

@@ -6,21 +6,38 @@
 //! and that it catches each rule when one rank breaks it on purpose (`--break`).
 //!
 //! ```text
-//! nccl-double-probe --op OP [--rank R --world N --id-file PATH] [--device D]
-//!     [--count C] [--dtype f32|f64|i32|i64|u32|u64|u8|i8] [--reduce sum|prod|max|min|avg]
+//! nccl-double-probe --op OP[,OP...] [--rank R --world N --id-file PATH] [--device D]
+//!     [--count C[,C...]] [--dtype T[,T...]] [--reduce R[,R...]]
 //!     [--root R] [--repeat K] [--threads] [--api raw|safe] [--nonblocking]
 //!     [--delay-ms MS] [--op-delay-ms MS] [--watch-ms MS] [--abort-after-ms MS]
 //!     [--ready-file PATH] [--break RULE]
 //! ```
 //!
+//! Types: `f32`, `f64`, `i32`, `i64`, `u32`, `u64`, `u8`, `i8`, and `f16`, `bf16` (2-byte
+//! types the probe defines itself, with its own conversions: cudarc has them only with
+//! its `f16` feature). Reductions: `sum`, `prod`, `max`, `min`, `avg`.
+//!
 //! Ops: `info`, `devices`, `present`, `driver` (one process, no job); `allreduce`,
-//! `allreduce-inplace`, `broadcast`, `broadcast-inplace` (every root in turn unless
-//! `--root`), `ring` and `pairs` (send/recv inside a group); `raw` (finalize, then
-//! destroy); `watch` (a collective whose peer may never come: watch the stream, then
-//! abort); `init-abort` (abort a non-blocking init that cannot finish). Rank 0 writes the
+//! `allreduce-inplace`, `broadcast`, `broadcast-inplace`, `reduce`, `reduce-inplace`
+//! (the rooted ones: every root in turn unless `--root`), `allgather`,
+//! `allgather-inplace`, `reducescatter`, `reducescatter-inplace` (count: NCCL's
+//! sendcount, recvcount), `alltoall` (as nccl-tests: one group with a send and a recv
+//! of `count` elements to and from every rank, itself included), `ring` and `pairs`
+//! (send/recv inside a group); `raw` (finalize, then destroy); `watch` (a collective
+//! whose peer may never come: watch the stream, then abort); `init-abort` (abort a
+//! non-blocking init that cannot finish). A job op, type, reduction and count may each be
+//! a comma-separated list: the probe runs every combination in turn, in the order given
+//! (reductions only for the ops that reduce), on one communicator. Rank 0 writes the
 //! unique id to `--id-file` (temporary name, then rename); the other ranks wait for it
 //! (at most `--id-timeout` s). With `--threads`, this one process runs all `--world`
 //! ranks, one thread each, as cudarc's own tests do.
+//!
+//! `--break` for the new collectives' rules: `root-out-of-range` (broadcast, reduce: root
+//! = world), `overlap` (all-reduce, a broadcast's root, reduce: sendbuff one element past
+//! recvbuff; all-gather, reduce-scatter: the in-place call with the other buffer at
+//! offset 0, in place on rank 0 only; all-to-all: receiving into the blocks sent),
+//! `recv-too-small` (all-gather), `send-too-small` (reduce-scatter): a buffer one element
+//! short of the `world * count` the call uses.
 //!
 //! The communicator: by default through cudarc's raw API, as a program that polls NCCL
 //! does: after queuing work it waits until `cuStreamQuery` says the stream is idle,
@@ -30,10 +47,18 @@
 //! `--api safe`, through cudarc's safe `Comm` instead (`Comm::from_rank`, dropped with
 //! `ncclCommAbort`), waiting with `stream.synchronize()`.
 //!
-//! Rank r's input element i is `r + 1 + i` (`100 * root + i` from a broadcast root, and
-//! `1000 * (r + 1) + i` for send/recv). Prints one line per result
-//! (`rank=R ... result=v,v,v`) on stdout; on failure, `error: rank R: ...` on stderr
-//! (with NCCL's error string and `ncclGetLastError`) and exit code 1.
+//! Rank r's input element i is `r + 1 + i` (all-reduce, reduce, and reduce-scatter's
+//! `world * count` elements), `100 * root + i` from a broadcast root, `r * count + i + 1`
+//! for all-gather (so the gathered result is 1, 2, ... `world * count`), `(r * world + p)
+//! * count + i + 1` in the block for peer p of an all-to-all, and `1000 * (r + 1) + i`
+//! for ring and pairs. Receive buffers start as 99s ([`UNTOUCHED`]). An out-of-place
+//! reduce's non-roots pass a NULL recvbuff on odd ranks (as cudarc's safe `reduce` with
+//! `None`: `result=` is then empty) and a buffer of 99s on even ones, which must stay so;
+//! in place, a non-root's buffer must keep its input. Buffers of count 0 are one element
+//! long (the driver refuses 0-byte allocations), given as empty views. Prints one line
+//! per result (`rank=R ... result=v,v,v`; the new collectives' lines also say `reduce=`,
+//! `count=` and `root=` where they apply) on stdout; on failure, `error: rank R: ...` on
+//! stderr (with NCCL's error string and `ncclGetLastError`) and exit code 1.
 
 use cudarc::driver::sys as cu;
 use cudarc::driver::{
@@ -58,6 +83,8 @@ struct Args {
     id_timeout: u64,
     device: Option<usize>,
     count: usize,
+    /// Every count of `--count` (`count` is the one being run).
+    counts: Vec<usize>,
     dtype: String,
     reduce: String,
     root: Option<usize>,
@@ -88,6 +115,7 @@ fn parse_args() -> Result<Args, String> {
         id_timeout: 20,
         device: None,
         count: 4,
+        counts: vec![4],
         dtype: "f32".into(),
         reduce: "sum".into(),
         root: None,
@@ -124,7 +152,10 @@ fn parse_args() -> Result<Args, String> {
             "--id-file" => a.id_file = Some(value.into()),
             "--id-timeout" => a.id_timeout = num(&value)? as u64,
             "--device" => a.device = Some(num(&value)?),
-            "--count" => a.count = num(&value)?,
+            "--count" => {
+                a.counts = value.split(',').map(num).collect::<Result<_, _>>()?;
+                a.count = a.counts[0];
+            }
             "--dtype" => a.dtype = value,
             "--reduce" => a.reduce = value,
             "--root" => a.root = Some(num(&value)?),
@@ -208,6 +239,115 @@ macro_rules! value {
     )*};
 }
 value!(f32, f64, i32, i64, u32, u64, u8, i8);
+
+/// `ncclFloat16` (IEEE binary16), as its bits: cudarc knows `half::f16` only with its
+/// `f16` feature, which the workspace does not enable. The conversions are the probe's
+/// own, in f64 arithmetic, independent of the double's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(transparent)]
+struct F16(u16);
+
+/// `ncclBfloat16` (the top half of a float32), as its bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(transparent)]
+struct Bf16(u16);
+
+// SAFETY: plain 2-byte values, valid for every bit pattern (zero included).
+unsafe impl DeviceRepr for F16 {}
+unsafe impl ValidAsZeroBits for F16 {}
+unsafe impl DeviceRepr for Bf16 {}
+unsafe impl ValidAsZeroBits for Bf16 {}
+
+impl NcclType for F16 {
+    fn as_nccl_type() -> sys::ncclDataType_t {
+        sys::ncclDataType_t::ncclFloat16
+    }
+}
+
+impl NcclType for Bf16 {
+    /// NCCL's `ncclBfloat16` is 9. cudarc's nccl-02024 bindings name it; its nccl-02022
+    /// ones do not (NCCL's header declares it only where CUDA's bf16 type exists), where 9
+    /// is `ncclNumTypes`. The number works with both.
+    fn as_nccl_type() -> sys::ncclDataType_t {
+        // SAFETY: 9 is a variant of the enum in each of cudarc 0.19's NCCL bindings
+        // (ncclBfloat16, or ncclNumTypes where bfloat16 is missing).
+        unsafe { std::mem::transmute::<u32, sys::ncclDataType_t>(9) }
+    }
+}
+
+impl Value for F16 {
+    fn from_f64(v: f64) -> Self {
+        F16(encode_float(v, 10, 5))
+    }
+    fn to_f64(self) -> f64 {
+        decode_float(self.0, 10, 5)
+    }
+}
+
+impl Value for Bf16 {
+    fn from_f64(v: f64) -> Self {
+        Bf16(encode_float(v, 7, 8))
+    }
+    fn to_f64(self) -> f64 {
+        decode_float(self.0, 7, 8)
+    }
+}
+
+/// `v` as the bits of a 16-bit IEEE-style float with `m` mantissa bits and `e` exponent
+/// bits, rounded to nearest, ties to even (too large: infinity).
+fn encode_float(v: f64, m: u32, e: u32) -> u16 {
+    let bias = (1i32 << (e - 1)) - 1;
+    let inf = ((1u32 << e) - 1) << m;
+    let sign = if v.is_sign_negative() { 1u32 << (m + e) } else { 0 };
+    if v.is_nan() {
+        return (inf | 1 << (m - 1)) as u16;
+    }
+    let a = v.abs();
+    let min_normal = 2f64.powi(1 - bias);
+    let bits = if a < min_normal {
+        // Subnormal: units of the smallest one (rounding up to min_normal gives its bits).
+        (a / 2f64.powi(1 - bias - m as i32)).round_ties_even() as u32
+    } else if a.is_infinite() {
+        inf
+    } else {
+        let mut x = a.log2().floor() as i32;
+        while 2f64.powi(x) > a {
+            x -= 1;
+        }
+        while 2f64.powi(x + 1) <= a {
+            x += 1;
+        }
+        let mut sig = (a / 2f64.powi(x) * 2f64.powi(m as i32)).round_ties_even() as u32;
+        if sig == 2 << m {
+            (x, sig) = (x + 1, 1 << m);
+        }
+        if x > bias {
+            inf
+        } else {
+            (((x + bias) as u32) << m) | (sig - (1 << m))
+        }
+    };
+    (sign | bits) as u16
+}
+
+/// The value of the bits [`encode_float`] makes.
+fn decode_float(b: u16, m: u32, e: u32) -> f64 {
+    let bias = (1i32 << (e - 1)) - 1;
+    let sign = if (b >> (m + e)) & 1 == 1 { -1.0 } else { 1.0 };
+    let ex = (u32::from(b) >> m) & ((1 << e) - 1);
+    let man = u32::from(b) & ((1 << m) - 1);
+    let magnitude = if ex == 0 {
+        f64::from(man) * 2f64.powi(1 - bias - m as i32)
+    } else if ex == (1 << e) - 1 {
+        if man == 0 { f64::INFINITY } else { f64::NAN }
+    } else {
+        f64::from(man + (1 << m)) * 2f64.powi(ex as i32 - bias - m as i32)
+    };
+    sign * magnitude
+}
+
+/// What receive buffers hold before a collective: a result never written keeps it.
+const UNTOUCHED: f64 = 99.0;
 
 /// The values as `a,b,c`; past 10 000 of them, only the first 16 and `...`.
 fn show<T: Value>(v: &[T]) -> String {
@@ -470,8 +610,43 @@ trait Collectives {
     fn all_reduce_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, op: &ReduceOp) -> Result<(), Fail>;
     fn broadcast<T: Value>(&self, send: Option<&CudaSlice<T>>, recv: &mut CudaSlice<T>, root: i32) -> Result<(), Fail>;
     fn broadcast_in_place<T: Value>(&self, buf: &mut CudaSlice<T>, root: i32) -> Result<(), Fail>;
-    fn send<T: Value>(&self, buf: &CudaSlice<T>, peer: i32) -> Result<(), Fail>;
-    fn recv<T: Value>(&self, buf: &mut CudaSlice<T>, peer: i32) -> Result<(), Fail>;
+    /// `ncclReduce`; `recv` `None` passes a NULL recvbuff (fine on a non-root).
+    fn reduce<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: &S,
+        recv: Option<&mut R>,
+        op: &ReduceOp,
+        root: i32,
+    ) -> Result<(), Fail>;
+    fn reduce_in_place<T: Value, R: DevicePtrMut<T>>(&self, buf: &mut R, op: &ReduceOp, root: i32) -> Result<(), Fail>;
+    /// `ncclAllGather` with sendcount `send.len()`.
+    fn all_gather<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(&self, send: &S, recv: &mut R) -> Result<(), Fail>;
+    /// `ncclAllGather` of `count` elements from `buf + at` into `buf` (in place when `at`
+    /// is `rank * count`).
+    fn all_gather_in_place<T: Value, R: DevicePtrMut<T>>(
+        &self,
+        buf: &mut R,
+        at: usize,
+        count: usize,
+    ) -> Result<(), Fail>;
+    /// `ncclReduceScatter` with recvcount `recv.len()`.
+    fn reduce_scatter<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: &ReduceOp,
+    ) -> Result<(), Fail>;
+    /// `ncclReduceScatter` of `buf` into `count` elements at `buf + at` (in place when
+    /// `at` is `rank * count`).
+    fn reduce_scatter_in_place<T: Value, R: DevicePtrMut<T>>(
+        &self,
+        buf: &mut R,
+        at: usize,
+        count: usize,
+        op: &ReduceOp,
+    ) -> Result<(), Fail>;
+    fn send<T: Value, S: DevicePtr<T>>(&self, buf: &S, peer: i32) -> Result<(), Fail>;
+    fn recv<T: Value, R: DevicePtrMut<T>>(&self, buf: &mut R, peer: i32) -> Result<(), Fail>;
     fn group_start(&self) -> Result<(), Fail> {
         result::group_start().map(drop).map_err(nccl("ncclGroupStart"))
     }
@@ -694,7 +869,141 @@ impl Collectives for Raw {
         self.called("broadcast_in_place", res)
     }
 
-    fn send<T: Value>(&self, buf: &CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+    fn reduce<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: &S,
+        recv: Option<&mut R>,
+        op: &ReduceOp,
+        root: i32,
+    ) -> Result<(), Fail> {
+        let n = send.len();
+        let (s, _read) = send.device_ptr(&self.stream);
+        let (r, _written) = recv.map(|b| b.device_ptr_mut(&self.stream)).unzip();
+        // SAFETY: live device buffers of n elements (or not, on purpose, for --break);
+        // recvbuff is only written on the root.
+        let res = unsafe {
+            result::reduce(
+                s as _,
+                r.map_or(std::ptr::null_mut(), |p| p as _),
+                n,
+                T::as_nccl_type(),
+                raw_op(op),
+                root,
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("reduce", res)
+    }
+
+    fn reduce_in_place<T: Value, R: DevicePtrMut<T>>(&self, buf: &mut R, op: &ReduceOp, root: i32) -> Result<(), Fail> {
+        let n = buf.len();
+        let (p, _written) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::reduce(
+                p as _,
+                p as _,
+                n,
+                T::as_nccl_type(),
+                raw_op(op),
+                root,
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("reduce_in_place", res)
+    }
+
+    fn all_gather<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(&self, send: &S, recv: &mut R) -> Result<(), Fail> {
+        let n = send.len();
+        let (s, _read) = send.device_ptr(&self.stream);
+        let (r, _written) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::all_gather(
+                s as _,
+                r as _,
+                n,
+                T::as_nccl_type(),
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("all_gather", res)
+    }
+
+    fn all_gather_in_place<T: Value, R: DevicePtrMut<T>>(
+        &self,
+        buf: &mut R,
+        at: usize,
+        count: usize,
+    ) -> Result<(), Fail> {
+        let (p, _written) = buf.device_ptr_mut(&self.stream);
+        let s = p + (at * std::mem::size_of::<T>()) as u64;
+        // SAFETY: as above.
+        let res = unsafe {
+            result::all_gather(
+                s as _,
+                p as _,
+                count,
+                T::as_nccl_type(),
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("all_gather_in_place", res)
+    }
+
+    fn reduce_scatter<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: &ReduceOp,
+    ) -> Result<(), Fail> {
+        let n = recv.len();
+        let (s, _read) = send.device_ptr(&self.stream);
+        let (r, _written) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: as above.
+        let res = unsafe {
+            result::reduce_scatter(
+                s as _,
+                r as _,
+                n,
+                T::as_nccl_type(),
+                raw_op(op),
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("reduce_scatter", res)
+    }
+
+    fn reduce_scatter_in_place<T: Value, R: DevicePtrMut<T>>(
+        &self,
+        buf: &mut R,
+        at: usize,
+        count: usize,
+        op: &ReduceOp,
+    ) -> Result<(), Fail> {
+        let (p, _written) = buf.device_ptr_mut(&self.stream);
+        let r = p + (at * std::mem::size_of::<T>()) as u64;
+        // SAFETY: as above.
+        let res = unsafe {
+            result::reduce_scatter(
+                p as _,
+                r as _,
+                count,
+                T::as_nccl_type(),
+                raw_op(op),
+                self.comm(),
+                self.stream.cu_stream() as _,
+            )
+        };
+        self.called("reduce_scatter_in_place", res)
+    }
+
+    fn send<T: Value, S: DevicePtr<T>>(&self, buf: &S, peer: i32) -> Result<(), Fail> {
         let (p, _read) = buf.device_ptr(&self.stream);
         // SAFETY: as above.
         let res = unsafe {
@@ -710,7 +1019,7 @@ impl Collectives for Raw {
         self.called("send", res)
     }
 
-    fn recv<T: Value>(&self, buf: &mut CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+    fn recv<T: Value, R: DevicePtrMut<T>>(&self, buf: &mut R, peer: i32) -> Result<(), Fail> {
         let n = buf.len();
         let (p, _written) = buf.device_ptr_mut(&self.stream);
         // SAFETY: as above.
@@ -780,11 +1089,69 @@ impl Collectives for Safe {
             .map_err(nccl("broadcast_in_place"))
     }
 
-    fn send<T: Value>(&self, buf: &CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+    fn reduce<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: &S,
+        recv: Option<&mut R>,
+        op: &ReduceOp,
+        root: i32,
+    ) -> Result<(), Fail> {
+        self.comm.reduce(send, recv, op, root).map(drop).map_err(nccl("reduce"))
+    }
+
+    fn reduce_in_place<T: Value, R: DevicePtrMut<T>>(&self, buf: &mut R, op: &ReduceOp, root: i32) -> Result<(), Fail> {
+        self.comm
+            .reduce_in_place(buf, op, root)
+            .map(drop)
+            .map_err(nccl("reduce_in_place"))
+    }
+
+    fn all_gather<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(&self, send: &S, recv: &mut R) -> Result<(), Fail> {
+        self.comm.all_gather(send, recv).map(drop).map_err(nccl("all_gather"))
+    }
+
+    fn all_gather_in_place<T: Value, R: DevicePtrMut<T>>(
+        &self,
+        _buf: &mut R,
+        _at: usize,
+        _count: usize,
+    ) -> Result<(), Fail> {
+        Err(Fail(
+            "cudarc's safe Comm has no in-place all-gather (its sendbuff would borrow the recvbuff it is part of)"
+                .into(),
+        ))
+    }
+
+    fn reduce_scatter<T: Value, S: DevicePtr<T>, R: DevicePtrMut<T>>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: &ReduceOp,
+    ) -> Result<(), Fail> {
+        self.comm
+            .reduce_scatter(send, recv, op)
+            .map(drop)
+            .map_err(nccl("reduce_scatter"))
+    }
+
+    fn reduce_scatter_in_place<T: Value, R: DevicePtrMut<T>>(
+        &self,
+        _buf: &mut R,
+        _at: usize,
+        _count: usize,
+        _op: &ReduceOp,
+    ) -> Result<(), Fail> {
+        Err(Fail(
+            "cudarc's safe Comm has no in-place reduce-scatter (its recvbuff would borrow the sendbuff it is part of)"
+                .into(),
+        ))
+    }
+
+    fn send<T: Value, S: DevicePtr<T>>(&self, buf: &S, peer: i32) -> Result<(), Fail> {
         self.comm.send(buf, peer).map_err(nccl("send"))
     }
 
-    fn recv<T: Value>(&self, buf: &mut CudaSlice<T>, peer: i32) -> Result<(), Fail> {
+    fn recv<T: Value, R: DevicePtrMut<T>>(&self, buf: &mut R, peer: i32) -> Result<(), Fail> {
         self.comm.recv(buf, peer).map(drop).map_err(nccl("recv"))
     }
 
@@ -880,24 +1247,101 @@ fn session<C: Collectives>(
 ) -> Result<(), Fail> {
     std::thread::sleep(Duration::from_millis(a.op_delay_ms));
     for _ in 0..a.repeat {
-        macro_rules! typed {
-            ($t:ty) => {
-                op::<$t, C>(a, rank, device, ctx, comm, stream, lines)
+        for op_name in a.op.split(',') {
+            let reduces = matches!(
+                op_name,
+                "allreduce"
+                    | "allreduce-inplace"
+                    | "reduce"
+                    | "reduce-inplace"
+                    | "reducescatter"
+                    | "reducescatter-inplace"
+            );
+            let reductions: Vec<&str> = if reduces {
+                a.reduce.split(',').collect()
+            } else {
+                vec![a.reduce.split(',').next().unwrap_or_default()]
             };
+            for dtype in a.dtype.split(',') {
+                for red in &reductions {
+                    for count in &a.counts {
+                        let one = Args {
+                            op: op_name.into(),
+                            dtype: dtype.into(),
+                            reduce: red.to_string(),
+                            count: *count,
+                            ..a.clone()
+                        };
+                        typed_op(&one, rank, device, ctx, comm, stream, lines)?;
+                    }
+                }
+            }
         }
-        match a.dtype.as_str() {
-            "f32" => typed!(f32),
-            "f64" => typed!(f64),
-            "i32" => typed!(i32),
-            "i64" => typed!(i64),
-            "u32" => typed!(u32),
-            "u64" => typed!(u64),
-            "u8" => typed!(u8),
-            "i8" => typed!(i8),
-            t => Err(Fail(format!("unknown dtype {t}"))),
-        }?;
     }
     Ok(())
+}
+
+/// [`op`] for the element type `--dtype`.
+fn typed_op<C: Collectives>(
+    a: &Args,
+    rank: usize,
+    device: usize,
+    ctx: &Arc<CudaContext>,
+    comm: &C,
+    stream: &Arc<CudaStream>,
+    lines: &mut Vec<String>,
+) -> Result<(), Fail> {
+    macro_rules! typed {
+        ($t:ty) => {
+            op::<$t, C>(a, rank, device, ctx, comm, stream, lines)
+        };
+    }
+    match a.dtype.as_str() {
+        "f32" => typed!(f32),
+        "f64" => typed!(f64),
+        "i32" => typed!(i32),
+        "i64" => typed!(i64),
+        "u32" => typed!(u32),
+        "u64" => typed!(u64),
+        "u8" => typed!(u8),
+        "i8" => typed!(i8),
+        "f16" => typed!(F16),
+        "bf16" => typed!(Bf16),
+        t => Err(Fail(format!("unknown dtype {t}"))),
+    }
+}
+
+/// `data` on the device: a buffer of at least one element (the driver refuses 0-byte
+/// allocations), of which the call uses `data.len()`.
+fn upload<T: Value>(stream: &Arc<CudaStream>, data: &[T]) -> Result<CudaSlice<T>, Fail> {
+    if data.is_empty() {
+        return Ok(stream.alloc_zeros::<T>(1)?);
+    }
+    Ok(stream.clone_htod(data)?)
+}
+
+/// The first `n` elements of `buf`, read back.
+fn download<T: Value>(stream: &Arc<CudaStream>, buf: &CudaSlice<T>, n: usize) -> Result<Vec<T>, Fail> {
+    let mut v = stream.clone_dtoh(buf)?;
+    v.truncate(n);
+    Ok(v)
+}
+
+/// A second handle on `n` elements of `buf` from element `at` on (`--break overlap`):
+/// leaked on purpose with [`CudaSlice::leak`] once used, as `buf` owns the memory.
+fn alias<T: Value>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, at: usize, n: usize) -> CudaSlice<T> {
+    let (p, rec) = buf.device_ptr_mut(stream);
+    drop(rec);
+    // SAFETY: on purpose: memory `buf` owns, seen twice; never freed through this handle.
+    unsafe { stream.upgrade_device_ptr::<T>(p + (at * std::mem::size_of::<T>()) as u64, n) }
+}
+
+/// A buffer that claims `n` elements over an allocation of `n - 1` (`--break
+/// *-too-small`): leaked on purpose with [`CudaSlice::leak`] once used.
+fn one_short<T: Value>(stream: &Arc<CudaStream>, data: &[T]) -> Result<CudaSlice<T>, Fail> {
+    let short = upload(stream, &data[..data.len().saturating_sub(1)])?;
+    // SAFETY: on purpose: one element more than was allocated.
+    Ok(unsafe { stream.upgrade_device_ptr::<T>(short.leak(), data.len()) })
 }
 
 /// Right before a collective (cudarc binds the context again for every copy): leaves no
@@ -948,6 +1392,15 @@ fn op<T: Value, C: Collectives>(
                     let send = stream.clone_htod(&vec![1f64; count])?;
                     let mut recv = stream.alloc_zeros::<f64>(count)?;
                     comm.all_reduce(&send, &mut recv, &reduce_op(red)?)?;
+                    return comm.settle("all_reduce");
+                }
+                "overlap" => {
+                    // sendbuff one element past recvbuff, in one buffer.
+                    let mut buf = stream.clone_htod(&values(&|i| (rank + i) as f64, count + 1))?;
+                    let send = alias(stream, &mut buf, 1, count);
+                    let r = comm.all_reduce(&send, &mut buf, &reduce_op(red)?);
+                    send.leak();
+                    r?;
                     return comm.settle("all_reduce");
                 }
                 _ => {}
@@ -1009,10 +1462,22 @@ fn op<T: Value, C: Collectives>(
                 match brk {
                     "mismatch-root" => root_arg = ((root + 1) % world) as i32,
                     "mismatch-count" => count += 1,
+                    "root-out-of-range" => root_arg = world as i32,
                     _ => {}
                 }
                 let data = values(&|i| (100 * root + i) as f64, count);
-                let out = if a.op == "broadcast-inplace" {
+                let out = if brk == "overlap" && rank == root {
+                    // sendbuff one element past recvbuff, in one buffer.
+                    let mut buf = stream.clone_htod(&values(&|i| (100 * root + i) as f64, count + 1))?;
+                    let send = alias(stream, &mut buf, 1, count);
+                    let mut recv = alias(stream, &mut buf, 0, count);
+                    let r = comm.broadcast(Some(&send), &mut recv, root_arg);
+                    send.leak();
+                    recv.leak();
+                    r?;
+                    comm.settle("broadcast")?;
+                    stream.clone_dtoh(&buf)?
+                } else if a.op == "broadcast-inplace" {
                     let mut buf = if rank == root {
                         stream.clone_htod(&data)?
                     } else {
@@ -1036,6 +1501,137 @@ fn op<T: Value, C: Collectives>(
                 };
                 lines.push(format!("{head} root={root} result={}", show(&out)));
             }
+        }
+        "reduce" | "reduce-inplace" => {
+            let roots: Vec<usize> = a.root.map_or_else(|| (0..world).collect(), |r| vec![r]);
+            let (count, red) = (a.count, a.reduce.as_str());
+            let op = reduce_op(red)?;
+            for root in roots {
+                let root_arg = if brk == "root-out-of-range" {
+                    world as i32
+                } else {
+                    root as i32
+                };
+                let input = values(&|i| (rank + 1 + i) as f64, count);
+                let out = if a.op == "reduce-inplace" {
+                    let mut buf = upload(stream, &input)?;
+                    comm.reduce_in_place(&mut buf.slice_mut(..count), &op, root_arg)?;
+                    comm.settle("reduce_in_place")?;
+                    Some(download(stream, &buf, count)?)
+                } else if brk == "overlap" {
+                    // sendbuff one element past recvbuff, in one buffer.
+                    let mut buf = upload(stream, &values(&|i| (rank + i) as f64, count + 1))?;
+                    let send = alias(stream, &mut buf, 1, count);
+                    let r = comm.reduce(&send, Some(&mut buf.slice_mut(..count)), &op, root_arg);
+                    send.leak();
+                    r?;
+                    comm.settle("reduce")?;
+                    Some(download(stream, &buf, count)?)
+                } else if rank != root && rank % 2 == 1 {
+                    // A non-root's recvbuff is not used: NULL, as cudarc's reduce(.., None, ..).
+                    let send = upload(stream, &input)?;
+                    comm.reduce(&send.slice(..count), None::<&mut CudaSlice<T>>, &op, root_arg)?;
+                    comm.settle("reduce")?;
+                    None
+                } else {
+                    let send = upload(stream, &input)?;
+                    let mut recv = upload(stream, &values(&|_| UNTOUCHED, count))?;
+                    comm.reduce(&send.slice(..count), Some(&mut recv.slice_mut(..count)), &op, root_arg)?;
+                    comm.settle("reduce")?;
+                    Some(download(stream, &recv, count)?)
+                };
+                let out = out.map(|v| show(&v)).unwrap_or_default();
+                lines.push(format!("{head} reduce={red} count={count} root={root} result={out}"));
+            }
+        }
+        "allgather" | "allgather-inplace" => {
+            let count = a.count;
+            let total = world * count;
+            let input = values(&|i| (rank * count + i + 1) as f64, count);
+            let out = if a.op == "allgather-inplace" || brk == "overlap" {
+                // This rank's block of recvbuff holds its input; sendbuff points at it (or,
+                // for --break overlap, at the start of recvbuff: not in place on rank > 0).
+                let at = if brk == "overlap" { 0 } else { rank * count };
+                let mut all = values(&|_| UNTOUCHED, total);
+                all[rank * count..(rank + 1) * count].copy_from_slice(&input);
+                let mut buf = upload(stream, &all)?;
+                comm.all_gather_in_place(&mut buf.slice_mut(..total), at, count)?;
+                comm.settle("all_gather_in_place")?;
+                download(stream, &buf, total)?
+            } else {
+                let send = upload(stream, &input)?;
+                let untouched = values(&|_| UNTOUCHED, total);
+                let mut recv = if brk == "recv-too-small" {
+                    one_short(stream, &untouched)?
+                } else {
+                    upload(stream, &untouched)?
+                };
+                let r = comm.all_gather(&send.slice(..count), &mut recv.slice_mut(..total));
+                if brk == "recv-too-small" {
+                    recv.leak();
+                    return r.and(Err(Fail(
+                        "all_gather into a recvbuff one element short was accepted".into(),
+                    )));
+                }
+                r?;
+                comm.settle("all_gather")?;
+                download(stream, &recv, total)?
+            };
+            lines.push(format!("{head} count={count} result={}", show(&out)));
+        }
+        "reducescatter" | "reducescatter-inplace" => {
+            let (count, red) = (a.count, a.reduce.as_str());
+            let op = reduce_op(red)?;
+            let total = world * count;
+            let input = values(&|i| (rank + 1 + i) as f64, total);
+            let out = if a.op == "reducescatter-inplace" || brk == "overlap" {
+                // recvbuff is this rank's block of sendbuff (or, for --break overlap, its
+                // start: not in place on rank > 0).
+                let at = if brk == "overlap" { 0 } else { rank * count };
+                let mut buf = upload(stream, &input)?;
+                comm.reduce_scatter_in_place(&mut buf.slice_mut(..total), at, count, &op)?;
+                comm.settle("reduce_scatter_in_place")?;
+                download(stream, &buf, total)?[at..at + count].to_vec()
+            } else {
+                let send = if brk == "send-too-small" {
+                    one_short(stream, &input)?
+                } else {
+                    upload(stream, &input)?
+                };
+                let mut recv = upload(stream, &values(&|_| UNTOUCHED, count))?;
+                let r = comm.reduce_scatter(&send.slice(..total), &mut recv.slice_mut(..count), &op);
+                if brk == "send-too-small" {
+                    send.leak();
+                }
+                r?;
+                comm.settle("reduce_scatter")?;
+                download(stream, &recv, count)?
+            };
+            lines.push(format!("{head} reduce={red} count={count} result={}", show(&out)));
+        }
+        "alltoall" => {
+            // nccl-tests' all-to-all: block p of sendbuff goes to rank p, block p of
+            // recvbuff comes from rank p, every rank (itself included) in one group.
+            let count = a.count;
+            let total = world * count;
+            let input = values(&|j| ((rank * world + j / count) * count + j % count + 1) as f64, total);
+            let mut send = upload(stream, &input)?;
+            let mut recv = upload(stream, &values(&|_| UNTOUCHED, total))?;
+            comm.group_start()?;
+            for p in 0..world {
+                let block = p * count..(p + 1) * count;
+                comm.send(&send.slice(block.clone()), p as i32)?;
+                if brk == "overlap" {
+                    // In place: receiving into the block just sent.
+                    comm.recv(&mut send.slice_mut(block), p as i32)?;
+                } else {
+                    comm.recv(&mut recv.slice_mut(block), p as i32)?;
+                }
+            }
+            comm.group_end()?;
+            comm.settle("ncclGroupEnd")?;
+            let out = download(stream, &recv, total)?;
+            lines.push(format!("{head} count={count} result={}", show(&out)));
         }
         "ring" | "pairs" => {
             let (to, from) = if a.op == "ring" {

@@ -1,14 +1,27 @@
-//! The collective, point-to-point and group entry points. Each call checks its
-//! arguments at once (rules 1 and 5; an error is returned by the call, as NCCL's argument
-//! checks are), then queues its work on its stream and returns: `ncclSuccess` for a
-//! blocking communicator, `ncclInProgress` for a non-blocking one (the caller then polls
+//! The collective, point-to-point and group entry points: `ncclAllReduce`,
+//! `ncclBroadcast`, `ncclReduce`, `ncclAllGather`, `ncclReduceScatter`, `ncclSend`,
+//! `ncclRecv`, `ncclGroupStart`, `ncclGroupEnd`. Each call checks its arguments at once
+//! (rules 1, 2, 5 and 6; an error is returned by the call, as NCCL's argument checks
+//! are), then queues its work on its stream and returns: `ncclSuccess` for a blocking
+//! communicator, `ncclInProgress` for a non-blocking one (the caller then polls
 //! `ncclCommGetAsyncError`, which for the double is over at once). Inside
 //! `ncclGroupStart`/`ncclGroupEnd` the checked calls wait for the outermost end, where
 //! each communicator's calls are queued as one unit.
+//!
+//! The buffers each collective uses, for `b` = count x the type's size, on rank `r` of
+//! `n` (a buffer of 0 bytes is neither checked nor touched, so a NULL one is fine):
+//!
+//! | call | sendbuff | recvbuff | in place when |
+//! |---|---|---|---|
+//! | `ncclAllReduce` | b | b | `sendbuff == recvbuff` |
+//! | `ncclBroadcast` | b on the root, else unused | b | `sendbuff == recvbuff` |
+//! | `ncclReduce` | b | b on the root, else unused | `sendbuff == recvbuff` |
+//! | `ncclAllGather` (count = sendcount) | b | n·b | `sendbuff == recvbuff + r·b` |
+//! | `ncclReduceScatter` (count = recvcount) | n·b | b | `recvbuff == sendbuff + r·b` |
 
 use super::comm::{Comm, live, usable};
 use super::group::{self, Grouped};
-use super::work::{Call, Kind, Unit};
+use super::work::{Call, Kind, Region, Unit};
 use super::{IN_PROGRESS, INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE, NcclResult, SUCCESS, fail};
 use crate::driver::{current_device, stream_key};
 use crate::entry;
@@ -75,8 +88,39 @@ fn check_buffer(c: &Comm, call: &str, which: &str, ptr: usize, bytes: usize) -> 
     }
 }
 
+/// Rule 6 inside a group: the calls of a group have no order between them (real NCCL
+/// runs them at once), so memory one of them writes must not be read or written by
+/// another. Checked against the calls of this thread's open group made before.
+fn check_group(call: &Call) -> Result<(), Failure> {
+    let (reads, writes) = (call.reads(), call.writes());
+    let clash = group::find(|g| {
+        let (their_reads, their_writes) = (g.call.reads(), g.call.writes());
+        let pairs = [(writes, their_reads), (writes, their_writes), (reads, their_writes)];
+        pairs.into_iter().find_map(|(mine, theirs)| match (mine, theirs) {
+            (Some(m), Some(t)) if m.overlaps(&t) => Some((m, t, g.call.describe())),
+            _ => None,
+        })
+    });
+    match clash {
+        None => Ok(()),
+        Some((mine, theirs, other)) => Err(Failure::new(
+            INVALID_ARGUMENT,
+            format!(
+                "{}: its {mine} overlaps the {theirs} of {other}, made before it in this group: the calls of a \
+                 group run with no order between them, so memory that one call writes must be neither read nor \
+                 written by another call of the group (an in-place all-to-all, sendbuff == recvbuff, is such a \
+                 group: NCCL does not support it; real NCCL does not check this and silently computes garbage)",
+                call.describe()
+            ),
+        )),
+    }
+}
+
 /// A checked call: queued now, or kept for the end of the open group.
 fn submit(comm: *mut Comm, c: &Comm, call: Call, stream: Key) -> NcclResult {
+    if let Err(f) = check_group(&call) {
+        return c.fail(f);
+    }
     let kept = group::add(Grouped {
         comm: comm as usize,
         call,
@@ -87,6 +131,61 @@ fn submit(comm: *mut Comm, c: &Comm, call: Call, stream: Key) -> NcclResult {
         Ok(()) => IN_PROGRESS,
         Err(g) => c.enqueue(Unit::new(vec![g.call], &[g.stream])),
     }
+}
+
+/// Rule 6 for one collective: sendbuff and recvbuff either do not overlap or are laid
+/// out in place as NCCL documents it (see the table above).
+fn check_in_place(call: &str, kind: Kind, rank: usize, send: Region, recv: Region) -> Result<(), Failure> {
+    let block = match kind {
+        Kind::AllGather => send.bytes,
+        Kind::ReduceScatter(_) => recv.bytes,
+        _ => 0,
+    };
+    let (in_place, layout) = match kind {
+        Kind::AllGather => {
+            let at = recv.at.wrapping_add(rank * block);
+            (
+                send.at == at,
+                format!(
+                    "an all-gather is in place only when sendbuff == recvbuff + rank * sendcount * size \
+                     (here {:#x} + {rank} * {block} = {at:#x})",
+                    recv.at
+                ),
+            )
+        }
+        Kind::ReduceScatter(_) => {
+            let at = send.at.wrapping_add(rank * block);
+            (
+                recv.at == at,
+                format!(
+                    "a reduce-scatter is in place only when recvbuff == sendbuff + rank * recvcount * size \
+                     (here {:#x} + {rank} * {block} = {at:#x})",
+                    send.at
+                ),
+            )
+        }
+        Kind::AllReduce(_) | Kind::Broadcast(_) | Kind::Reduce(..) => {
+            let name = match kind {
+                Kind::AllReduce(_) => "an all-reduce",
+                Kind::Broadcast(_) => "a broadcast",
+                _ => "a reduce",
+            };
+            (
+                send.at == recv.at,
+                format!("{name} is in place only when sendbuff == recvbuff"),
+            )
+        }
+    };
+    if in_place || !send.overlaps(&recv) {
+        return Ok(());
+    }
+    Err(Failure::new(
+        INVALID_ARGUMENT,
+        format!(
+            "{call}: {send} and {recv} overlap without being in place: {layout}; any other overlap is \
+             refused (real NCCL does not check this and silently computes garbage)"
+        ),
+    ))
 }
 
 /// The checks every collective makes before it is queued.
@@ -107,36 +206,35 @@ fn collective(
     };
     let checked = (|| -> Result<(Call, Key), Failure> {
         let dtype = DataType::from_nccl(dtype).map_err(|e| Failure::new(INVALID_ARGUMENT, format!("{name}: {e}")))?;
-        let call = match kind {
-            Kind::AllReduce(op) => format!("ncclAllReduce(count={count}, {dtype}, {op})"),
-            Kind::Broadcast(root) => format!("ncclBroadcast(count={count}, {dtype}, root={root})"),
-        };
+        let call = kind.describe(count, dtype);
         let key = check_thread(c, &call, stream)?;
-        let bytes = count
+        let (send_bytes, recv_bytes) = count
             .checked_mul(dtype.size())
+            .and_then(|b| kind.sizes(c.rank(), c.nranks(), b))
             .ok_or_else(|| Failure::new(INVALID_ARGUMENT, format!("{call}: count too large")))?;
-        if bytes > 0 {
-            check_buffer(c, &call, "recvbuff", recv, bytes)?;
-            let reads_send = match kind {
-                Kind::AllReduce(_) => true,
-                Kind::Broadcast(root) => root == c.rank(),
-            };
-            if reads_send {
-                check_buffer(c, &call, "sendbuff", send, bytes)?;
-                if send != recv && send < recv + bytes && recv < send + bytes {
-                    return Err(Failure::new(
-                        INVALID_ARGUMENT,
-                        format!("{call}: sendbuff and recvbuff overlap without being the same (in place) buffer"),
-                    ));
-                }
-            }
+        if recv_bytes > 0 {
+            check_buffer(c, &call, "recvbuff", recv, recv_bytes)?;
+        }
+        if send_bytes > 0 {
+            check_buffer(c, &call, "sendbuff", send, send_bytes)?;
+        }
+        if send_bytes > 0 && recv_bytes > 0 {
+            let region = |name, at, bytes| Region { name, at, bytes };
+            check_in_place(
+                &call,
+                kind,
+                c.rank(),
+                region("sendbuff", send, send_bytes),
+                region("recvbuff", recv, recv_bytes),
+            )?;
         }
         let call = Call::Collective {
             kind,
             dtype,
-            count,
             send,
+            send_bytes,
             recv,
+            recv_bytes,
             call,
         };
         Ok((call, key))
@@ -145,6 +243,31 @@ fn collective(
         Ok((call, key)) => submit(comm, c, call, key),
         Err(f) => c.fail(f),
     }
+}
+
+/// The operation for NCCL's number, then `then` with it; an unknown one is refused with
+/// `ncclInvalidArgument` (if the communicator can be used at all).
+fn with_op(name: &str, comm: *mut Comm, op: c_uint, then: impl FnOnce(Op) -> NcclResult) -> NcclResult {
+    match Op::from_nccl(op) {
+        Ok(op) => then(op),
+        Err(e) => match usable(comm, name) {
+            Ok(c) => c.fail(Failure::new(INVALID_ARGUMENT, format!("{name}: {e}"))),
+            Err(code) => code,
+        },
+    }
+}
+
+/// `root` if it is a rank of the communicator; else it is refused with
+/// `ncclInvalidArgument` (if the communicator can be used at all).
+fn check_root(name: &str, comm: *mut Comm, root: c_int) -> Result<usize, NcclResult> {
+    let c = usable(comm, name)?;
+    usize::try_from(root).ok().filter(|&r| r < c.nranks()).ok_or_else(|| {
+        let why = format!(
+            "{name}: root {root} is not a rank of this communicator (0..{})",
+            c.nranks()
+        );
+        c.fail(Failure::new(INVALID_ARGUMENT, why))
+    })
 }
 
 /// Sums (or another reduction of) every rank's `sendbuff` into every rank's `recvbuff`.
@@ -159,30 +282,24 @@ pub unsafe extern "C" fn ncclAllReduce(
     stream: usize,
 ) -> NcclResult {
     entry("ncclAllReduce", INTERNAL_ERROR, || {
-        let op = match Op::from_nccl(op) {
-            Ok(op) => op,
-            Err(e) => {
-                return match usable(comm, "ncclAllReduce") {
-                    Ok(c) => c.fail(Failure::new(INVALID_ARGUMENT, format!("ncclAllReduce: {e}"))),
-                    Err(code) => code,
-                };
-            }
-        };
-        let (s, r) = (sendbuff as usize, recvbuff as usize);
-        collective(
-            "ncclAllReduce",
-            comm,
-            Kind::AllReduce(op),
-            s,
-            r,
-            count,
-            datatype,
-            stream,
-        )
+        with_op("ncclAllReduce", comm, op, |op| {
+            let (s, r) = (sendbuff as usize, recvbuff as usize);
+            collective(
+                "ncclAllReduce",
+                comm,
+                Kind::AllReduce(op),
+                s,
+                r,
+                count,
+                datatype,
+                stream,
+            )
+        })
     })
 }
 
-/// Copies `root`'s `sendbuff` into every rank's `recvbuff`.
+/// Copies `root`'s `sendbuff` into every rank's `recvbuff` (`sendbuff` is used on the
+/// root only).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclBroadcast(
     sendbuff: *const c_void,
@@ -194,16 +311,9 @@ pub unsafe extern "C" fn ncclBroadcast(
     stream: usize,
 ) -> NcclResult {
     entry("ncclBroadcast", INTERNAL_ERROR, || {
-        let c = match usable(comm, "ncclBroadcast") {
-            Ok(c) => c,
+        let root = match check_root("ncclBroadcast", comm, root) {
+            Ok(r) => r,
             Err(code) => return code,
-        };
-        let Some(root) = usize::try_from(root).ok().filter(|&r| r < c.nranks()) else {
-            let why = format!(
-                "ncclBroadcast: root {root} is not a rank of this communicator (0..{})",
-                c.nranks()
-            );
-            return c.fail(Failure::new(INVALID_ARGUMENT, why));
         };
         let (s, r) = (sendbuff as usize, recvbuff as usize);
         collective(
@@ -216,6 +326,96 @@ pub unsafe extern "C" fn ncclBroadcast(
             datatype,
             stream,
         )
+    })
+}
+
+/// Reduces every rank's `sendbuff` (`count` elements) into `root`'s `recvbuff`. A
+/// non-root's `recvbuff` is neither checked nor written (it may be NULL), as with NCCL.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ncclReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_uint,
+    op: c_uint,
+    root: c_int,
+    comm: *mut Comm,
+    stream: usize,
+) -> NcclResult {
+    entry("ncclReduce", INTERNAL_ERROR, || {
+        let root = match check_root("ncclReduce", comm, root) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        with_op("ncclReduce", comm, op, |op| {
+            let (s, r) = (sendbuff as usize, recvbuff as usize);
+            collective(
+                "ncclReduce",
+                comm,
+                Kind::Reduce(op, root),
+                s,
+                r,
+                count,
+                datatype,
+                stream,
+            )
+        })
+    })
+}
+
+/// Gathers every rank's `sendcount` elements into every rank's `recvbuff`, rank i's at
+/// offset `i * sendcount`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: c_uint,
+    comm: *mut Comm,
+    stream: usize,
+) -> NcclResult {
+    entry("ncclAllGather", INTERNAL_ERROR, || {
+        let (s, r) = (sendbuff as usize, recvbuff as usize);
+        collective(
+            "ncclAllGather",
+            comm,
+            Kind::AllGather,
+            s,
+            r,
+            sendcount,
+            datatype,
+            stream,
+        )
+    })
+}
+
+/// Reduces every rank's `sendbuff` (`nranks * recvcount` elements) element by element;
+/// rank i's `recvbuff` gets block i (`recvcount` elements) of the result.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: c_uint,
+    op: c_uint,
+    comm: *mut Comm,
+    stream: usize,
+) -> NcclResult {
+    entry("ncclReduceScatter", INTERNAL_ERROR, || {
+        with_op("ncclReduceScatter", comm, op, |op| {
+            let (s, r) = (sendbuff as usize, recvbuff as usize);
+            collective(
+                "ncclReduceScatter",
+                comm,
+                Kind::ReduceScatter(op),
+                s,
+                r,
+                recvcount,
+                datatype,
+                stream,
+            )
+        })
     })
 }
 

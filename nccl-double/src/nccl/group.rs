@@ -25,6 +25,12 @@ pub fn open() -> bool {
     GROUP.with(|g| g.borrow().0 > 0)
 }
 
+/// The first answer `f` gives for the calls waiting in this thread's open group, in
+/// issue order (`None` if no group is open).
+pub fn find<R>(mut f: impl FnMut(&Grouped) -> Option<R>) -> Option<R> {
+    GROUP.with(|g| g.borrow().1.iter().find_map(&mut f))
+}
+
 /// `ncclGroupStart`: one level deeper.
 pub fn start() {
     GROUP.with(|g| g.borrow_mut().0 += 1);

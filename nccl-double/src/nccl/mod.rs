@@ -1,8 +1,10 @@
-//! The NCCL half: unique ids, communicators, all-reduce, broadcast and grouped
-//! send/recv across processes (and threads), meeting through [`crate::exchange`].
+//! The NCCL half: unique ids, communicators, every collective (`ncclAllReduce`,
+//! `ncclBroadcast`, `ncclReduce`, `ncclAllGather`, `ncclReduceScatter`) and grouped
+//! send/recv (all-to-all among them) across processes (and threads), meeting through
+//! [`crate::exchange`]. Types: int8 to float64, float16 and bfloat16 ([`crate::reduce`]).
 //!
 //! As with real NCCL on one node, work is asynchronous:
-//! - a call checks its arguments at once (the errors of rules 1, 2 and 5 below are
+//! - a call checks its arguments at once (the errors of rules 1, 2, 5 and 6 below are
 //!   returned by the call), then queues the work on its CUDA stream and returns: the
 //!   stream is busy ([`crate::stream`]) until the work is done;
 //! - each communicator has a worker thread, started at init, that does its queued work
@@ -19,17 +21,28 @@
 //! 1. a CUDA context is current on the thread that makes a communicator (its device is the
 //!    communicator's) and on every thread that uses it -> `ncclInvalidUsage`;
 //! 2. `0 <= rank < nranks`, every rank of an id agreeing on `nranks`, no rank claimed
-//!    twice -> `ncclInvalidArgument`;
+//!    twice, and every root (`ncclBroadcast`, `ncclReduce`) and peer a rank of the
+//!    communicator -> `ncclInvalidArgument` ("ncclReduce: root 3 is not a rank of this
+//!    communicator (0..3)");
 //! 3. NCCL's own checks when all ranks have joined: no two ranks of one host on one GPU
 //!    (the same PCI bus id) -> `ncclInvalidUsage`, "Duplicate GPU detected"; every rank on
 //!    the same NCCL version -> `ncclInvalidUsage`, "Mismatched NCCL version detected";
 //! 4. every rank calls the same collectives (kind, count, type, op, root) in the same
 //!    order, and a matched send and recv have the same count and type -> `ncclInvalidUsage`
 //!    on all of them;
-//! 5. buffers are live device allocations of the communicator's device, whole count in
-//!    range -> `ncclInvalidArgument`.
+//! 5. buffers are live device allocations of the communicator's device, holding every
+//!    byte the call uses (recvbuff `nranks * sendcount` elements for all-gather, sendbuff
+//!    `nranks * recvcount` for reduce-scatter; a buffer the rank does not use, a
+//!    non-root's recvbuff of `ncclReduce` or sendbuff of `ncclBroadcast`, is not checked
+//!    and may be NULL) -> `ncclInvalidArgument`;
+//! 6. send and receive buffers that overlap are in place as NCCL documents it: all-reduce,
+//!    broadcast and reduce when `sendbuff == recvbuff`; all-gather when `sendbuff ==
+//!    recvbuff + rank * sendcount * size`; reduce-scatter when `recvbuff == sendbuff +
+//!    rank * recvcount * size`. Any other overlap, and inside a group any memory one call
+//!    writes that another call of the group reads or writes (an in-place all-to-all), ->
+//!    `ncclInvalidArgument`. Real NCCL does not check this: it silently computes garbage.
 //!
-//! Rules 1, 2 and 5 are checked by the call (synchronous errors). Rules 3 and 4, and a
+//! Rules 1, 2, 5 and 6 are checked by the call (synchronous errors). Rules 3 and 4, and a
 //! failure published by another rank (`ncclRemoteError`), are found by the worker: they
 //! become the communicator's *asynchronous* error, read with `ncclCommGetAsyncError`.
 //! A rank that fails either way publishes a failure marker, so the others stop waiting

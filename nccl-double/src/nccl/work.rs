@@ -4,7 +4,16 @@
 //! A unit runs in three steps: publish every share and message; complete every collective
 //! and receive; wait until every send was received (a send completes when the peer has
 //! taken it, as NCCL's does). Buffers are read and written when the unit runs, not when
-//! it was queued, as a kernel does.
+//! it was queued, as a kernel does: every sendbuff of a unit is read before any recvbuff
+//! is written (which is why an in-place collective works; overlaps NCCL would get wrong
+//! are refused by the call, rule 6).
+//!
+//! A collective's share is its description line, then the bytes of sendbuff this rank
+//! uses (none for a broadcast's non-root). Each rank computes its own result from every
+//! rank's share: all-reduce, the reduction; broadcast, the root's share; reduce, the
+//! reduction on the root only (a non-root's recvbuff is not written); all-gather, the
+//! shares one after another in rank order; reduce-scatter, the reduction of block `rank`
+//! of every share.
 
 use super::{INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE};
 use crate::exchange::{Failure, Halt, Room, Wanted};
@@ -14,11 +23,51 @@ use crate::stream::{self, Key, Ticket};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 
-/// Which collective.
+/// Which collective (with its op and root).
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
     AllReduce(Op),
     Broadcast(usize),
+    /// The op, and the root.
+    Reduce(Op, usize),
+    AllGather,
+    ReduceScatter(Op),
+}
+
+impl Kind {
+    /// How a call is described to the other ranks (and in messages). `count` is the
+    /// call's own: NCCL's `sendcount` for all-gather, `recvcount` for reduce-scatter.
+    pub fn describe(self, count: usize, dtype: DataType) -> String {
+        match self {
+            Kind::AllReduce(op) => format!("ncclAllReduce(count={count}, {dtype}, {op})"),
+            Kind::Broadcast(root) => format!("ncclBroadcast(count={count}, {dtype}, root={root})"),
+            Kind::Reduce(op, root) => format!("ncclReduce(count={count}, {dtype}, {op}, root={root})"),
+            Kind::AllGather => format!("ncclAllGather(sendcount={count}, {dtype})"),
+            Kind::ReduceScatter(op) => format!("ncclReduceScatter(recvcount={count}, {dtype}, {op})"),
+        }
+    }
+
+    /// Whether rank `rank` shares data: every rank but a broadcast's non-roots.
+    pub fn shares_data(self, rank: usize) -> bool {
+        match self {
+            Kind::Broadcast(root) => rank == root,
+            _ => true,
+        }
+    }
+
+    /// Bytes of sendbuff and of recvbuff that rank `rank` of `nranks` uses, for `bytes`
+    /// = count x size: 0 for a buffer the rank does not use (a broadcast's sendbuff and a
+    /// reduce's recvbuff, but on the root). `None` if a size overflows.
+    pub fn sizes(self, rank: usize, nranks: usize, bytes: usize) -> Option<(usize, usize)> {
+        let all = bytes.checked_mul(nranks)?;
+        Some(match self {
+            Kind::AllReduce(_) => (bytes, bytes),
+            Kind::Broadcast(root) => (if rank == root { bytes } else { 0 }, bytes),
+            Kind::Reduce(_, root) => (bytes, if rank == root { bytes } else { 0 }),
+            Kind::AllGather => (bytes, all),
+            Kind::ReduceScatter(_) => (all, bytes),
+        })
+    }
 }
 
 /// One checked call, to run later.
@@ -27,9 +76,12 @@ pub enum Call {
     Collective {
         kind: Kind,
         dtype: DataType,
-        count: usize,
         send: usize,
+        /// Bytes of sendbuff this rank reads (0: none, see [`Kind::sizes`]).
+        send_bytes: usize,
         recv: usize,
+        /// Bytes of recvbuff this rank writes (0: none).
+        recv_bytes: usize,
         /// How the call is described to the other ranks (and in messages).
         call: String,
     },
@@ -45,6 +97,67 @@ pub enum Call {
         count: usize,
         buf: usize,
     },
+}
+
+impl Call {
+    /// How the call is named in messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Call::Collective { call, .. } => call.clone(),
+            Call::Send { peer, dtype, count, .. } => format!("ncclSend(count={count}, {dtype}, peer={peer})"),
+            Call::Recv { peer, dtype, count, .. } => format!("ncclRecv(count={count}, {dtype}, peer={peer})"),
+        }
+    }
+
+    /// The device memory the call reads, as (name, address, bytes); none if empty.
+    pub fn reads(&self) -> Option<Region> {
+        let (at, bytes) = match self {
+            Call::Collective { send, send_bytes, .. } => (*send, *send_bytes),
+            Call::Send { dtype, count, buf, .. } => (*buf, count * dtype.size()),
+            Call::Recv { .. } => return None,
+        };
+        (bytes > 0).then_some(Region {
+            name: "sendbuff",
+            at,
+            bytes,
+        })
+    }
+
+    /// The device memory the call writes; none if empty.
+    pub fn writes(&self) -> Option<Region> {
+        let (at, bytes) = match self {
+            Call::Collective { recv, recv_bytes, .. } => (*recv, *recv_bytes),
+            Call::Recv { dtype, count, buf, .. } => (*buf, count * dtype.size()),
+            Call::Send { .. } => return None,
+        };
+        (bytes > 0).then_some(Region {
+            name: "recvbuff",
+            at,
+            bytes,
+        })
+    }
+}
+
+/// A range of device memory a call uses.
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    /// `sendbuff` or `recvbuff`.
+    pub name: &'static str,
+    pub at: usize,
+    pub bytes: usize,
+}
+
+impl Region {
+    /// Whether the two ranges share a byte.
+    pub fn overlaps(&self, o: &Region) -> bool {
+        self.at < o.at + o.bytes && o.at < self.at + self.bytes
+    }
+}
+
+impl std::fmt::Display for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:#x} ({} bytes)", self.name, self.at, self.bytes)
+    }
 }
 
 /// A unit of queued work: its calls, and one ticket per stream they were given, which
@@ -153,22 +266,13 @@ pub fn run(unit: &Unit, p: &mut Progress, room: &Room, abort: &AtomicBool) -> Re
 fn publish(call: &Call, p: &mut Progress, room: &Room) -> Result<u64, Failure> {
     Ok(match call {
         Call::Collective {
-            kind,
-            dtype,
-            count,
-            send,
-            call,
-            ..
+            send, send_bytes, call, ..
         } => {
             p.sweep(room);
             p.seq += 1;
             let mut share = format!("{call}\n").into_bytes();
-            let has_data = match kind {
-                Kind::AllReduce(_) => true,
-                Kind::Broadcast(root) => *root == p.rank,
-            };
-            if has_data && *count > 0 {
-                let data = memory::read_checked(*send, *count * dtype.size()).map_err(|e| gone(call, "sendbuff", e))?;
+            if *send_bytes > 0 {
+                let data = memory::read_checked(*send, *send_bytes).map_err(|e| gone(call, "sendbuff", e))?;
                 share.extend(data);
             }
             room.publish(&format!("op-{}-{}", p.seq, p.rank), &share)?;
@@ -214,8 +318,9 @@ fn complete(call: &Call, n: u64, p: &Progress, room: &Room, abort: &AtomicBool) 
         Call::Collective {
             kind,
             dtype,
-            count,
+            send_bytes,
             recv,
+            recv_bytes,
             call,
             ..
         } => {
@@ -242,22 +347,45 @@ fn complete(call: &Call, n: u64, p: &Progress, room: &Room, abort: &AtomicBool) 
                 )
                 .into());
             }
-            let bytes = *count * dtype.size();
-            let result = match kind {
-                Kind::AllReduce(o) => {
-                    let parts: Vec<&[u8]> = shares.iter().map(|(_, d)| *d).collect();
-                    reduce(&parts, *dtype, *o)
-                }
-                Kind::Broadcast(root) => shares[*root].1.to_vec(),
+            // Every rank made this call: what each shared is known. A broadcast's root
+            // shares what every other rank receives; the others, what this rank sends.
+            let shared = match kind {
+                Kind::Broadcast(_) => *recv_bytes,
+                _ => *send_bytes,
             };
-            if result.len() != bytes {
+            for (r, (_, data)) in shares.iter().enumerate() {
+                let expected = if kind.shares_data(r) { shared } else { 0 };
+                if data.len() != expected {
+                    return Err(Failure::new(
+                        INTERNAL_ERROR,
+                        format!("collective #{n}: rank {r} shared {} bytes for {expected}", data.len()),
+                    )
+                    .into());
+                }
+            }
+            let data: Vec<&[u8]> = shares.iter().map(|(_, d)| *d).collect();
+            // What this rank receives (`None`: nothing, a reduce's non-root).
+            let result = match kind {
+                Kind::AllReduce(o) => Some(reduce(&data, *dtype, *o)),
+                Kind::Broadcast(root) => Some(data[*root].to_vec()),
+                Kind::Reduce(o, root) => (p.rank == *root).then(|| reduce(&data, *dtype, *o)),
+                Kind::AllGather => Some(data.concat()),
+                Kind::ReduceScatter(o) => {
+                    // Block `rank` of every rank's sendbuff.
+                    let at = p.rank * recv_bytes;
+                    let blocks: Vec<&[u8]> = data.iter().map(|d| &d[at..at + recv_bytes]).collect();
+                    Some(reduce(&blocks, *dtype, *o))
+                }
+            };
+            let result = result.unwrap_or_default();
+            if result.len() != *recv_bytes {
                 return Err(Failure::new(
                     INTERNAL_ERROR,
-                    format!("collective #{n}: {} bytes of data for {bytes}", result.len()),
+                    format!("collective #{n}: {} bytes of data for {recv_bytes}", result.len()),
                 )
                 .into());
             }
-            if bytes > 0 {
+            if !result.is_empty() {
                 memory::write_checked(*recv, &result).map_err(|e| gone(call, "recvbuff", e))?;
             }
             room.publish(&format!("done-{}", p.rank), n.to_string().as_bytes())?;

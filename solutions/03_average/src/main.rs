@@ -3,13 +3,14 @@
 //! Data-parallel training runs the same model on every rank, each on its own slice of
 //! the batch. Before the weights are updated, the gradients are all-reduced and divided
 //! by the number of ranks: every rank then applies the *average* gradient, the same
-//! update everywhere. `all_reduce_sum` gives the sum; finish `average` below.
+//! update everywhere. `all_reduce` with `ReduceOp::Sum` gives the sum; finish `average` below.
 //!
 //! Run it:   `cargo run --release --bin sol03-average -- --nproc-per-node 4 --init rank`
 //! Check it: `cargo workbook check 3 --solution`
 
 use anyhow::Result;
 use clap::Parser;
+use common::ReduceOp;
 use common::{Buffer, Init, Session};
 
 /// All-reduce, then average: every rank ends with the mean of all buffers.
@@ -40,7 +41,7 @@ fn main() -> std::process::ExitCode {
         };
         let mut buf = session.buffer(&args.data, start(session.rank()))?;
         session.show("Before all-reduce", &buf)?;
-        session.all_reduce_sum(&mut buf)?;
+        session.all_reduce(&mut buf, ReduceOp::Sum)?;
         session.show("After all-reduce", &buf)?;
 
         average(session, &mut buf)?;

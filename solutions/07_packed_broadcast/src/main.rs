@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
-use common::transport::Op;
+use common::collective;
 use common::{Buffer, Session};
 
 /// Weight sync: the root's model, broadcast tensor by tensor or packed in one buffer.
@@ -136,7 +136,7 @@ fn main() -> std::process::ExitCode {
             .flat_map(|(k, len)| vec![(k + 1) as f32; *len])
             .collect();
         s.check_each(&all, &expected)?;
-        s.time_as(Op::Broadcast, total * size_of::<f32>(), args.iters, |s| {
+        s.time_as(&collective::BROADCAST, total * size_of::<f32>(), args.iters, |s| {
             sync(s, &mut model, root, args.method)
         })?;
         Ok(())

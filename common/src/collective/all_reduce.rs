@@ -1,0 +1,191 @@
+//! All-reduce (`ncclAllReduce`): every rank's buffer becomes the element-wise reduction
+//! (sum, product, max, min or average) of every rank's buffer.
+
+use super::ring::all_gather_steps;
+use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
+use crate::backend::cpu::{Cpu, REDUCE_PIECE, STREAM_ABOVE, chunk_range, keep, split_two};
+use crate::backend::nccl::Nccl;
+use crate::transport::shm::SLOT_BYTES;
+use anyhow::{Context, Result};
+use cudarc::nccl::sys;
+
+/// All-reduce.
+pub const ALL_REDUCE: Collective = Collective {
+    name: "all_reduce",
+    title: "all-reduce",
+    nccl_name: "ncclAllReduce",
+    tag: 2,
+    rooted: false,
+    reduces: true,
+    counts: same,
+    in_place: whole,
+    bus_factor,
+    source,
+    cpu,
+    nccl,
+};
+
+/// Each rank sends (and receives) 2(n-1)/n of the buffer: nccl-tests' factor.
+fn bus_factor(ranks: usize) -> f64 {
+    match ranks {
+        0 => 0.0,
+        n => 2.0 * (n - 1) as f64 / n as f64,
+    }
+}
+
+fn source(_: &Shape, _rank: usize, i: usize) -> Source {
+    Source::Reduced { index: i }
+}
+
+fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
+    n.call("all-reduce (ncclAllReduce)", |comm, stream| unsafe {
+        sys::ncclAllReduce(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream)
+    })
+}
+
+/// Ring all-reduce: reduce-scatter, then all-gather.
+///
+/// The buffer is cut into `n` chunks. In the reduce-scatter, each of `n - 1` steps sends
+/// one chunk right and reduces the chunk arriving from the left into ours; after it, rank
+/// r holds the full result of chunk r+1. The all-gather then passes the finished chunks
+/// around the ring, `n - 1` steps again, until every rank has every chunk. Each rank
+/// sends 2(n-1)/n of the buffer in all: nccl-tests' busbw factor.
+///
+/// This is the ring step by step, as the lesson draws it. When every link of the ring
+/// shares memory and there are three ranks or more, the same ring runs piece by piece
+/// instead ([`pipelined`]), which saves the buffer's partial results.
+fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
+    let HostCall {
+        send,
+        buf: data,
+        reduction: red,
+        ..
+    } = call;
+    let (n, r) = (cpu.world(), cpu.rank());
+    if let (Some(src), 1) = (send, n) {
+        data.copy_from_slice(src);
+    }
+    if n == 1 {
+        red.finish(data, n);
+        return Ok(());
+    }
+    // Two ranks have no partial result to pass on, and the step-by-step ring, with its
+    // larger messages, measured faster for them.
+    if cpu.pipelined() && n > 2 {
+        return pipelined(cpu, send, data, red);
+    }
+    let (tag, e) = (ALL_REDUCE.tag, red.elem);
+    let (left, right) = cpu.neighbours();
+    let count = data.len() / e;
+    let chunk = |i: usize| {
+        let c = chunk_range(count, n, i);
+        c.start * e..c.end * e
+    };
+    let streaming = data.len() >= STREAM_ABOVE;
+    let mut scratch = vec![0u8; REDUCE_PIECE];
+    for step in 0..n - 1 {
+        let (sent, got) = ((r + n - step) % n, (r + 2 * n - step - 1) % n);
+        let (partial, acc) = split_two(data, chunk(sent), chunk(got));
+        // Out of place, the first chunk sent and every chunk reduced come from `send`.
+        let out = match send {
+            Some(src) if step == 0 => &src[chunk(sent)],
+            _ => partial,
+        };
+        let mine = send.map(|src| &src[chunk(got)]);
+        cpu.exchange(tag, (out, right), (acc.len(), left), |link, slice| {
+            link.recv_pieces(tag, slice.len(), &mut scratch, &mut |off, piece| {
+                let at = slice.start + off;
+                let dst = &mut acc[at..at + piece.len()];
+                match mine {
+                    Some(mine) => (red.combine)(dst, &mine[at..], piece),
+                    None => (red.accumulate)(dst, piece),
+                }
+            })
+        })
+        .with_context(|| format!("all-reduce, reduce-scatter step {} of {}", step + 1, n - 1))?;
+    }
+    // Rank r now holds chunk r + 1 finished: average it before it travels.
+    let own = chunk((r + 1) % n);
+    red.finish(&mut data[own], n);
+    all_gather_steps(cpu, tag, data, &chunk, 1, streaming, "all-reduce, all-gather")
+}
+
+/// The same ring all-reduce, run piece by piece as NCCL runs it: each chunk is cut into
+/// pieces, and piece k of every chunk goes all the way round the ring (all `2(n-1)`
+/// steps) before piece k + 1 starts. A piece arriving from the left is reduced straight
+/// into the message to the right, so partial results never touch the buffer: only the
+/// finished ones are written to it, once. NCCL's names for the steps of one piece:
+///
+/// - `send`: the first step sends this rank's own piece;
+/// - `recvReduceSend` (n - 2 times): partial result in, ours reduced in, out to the right;
+/// - `recvReduceCopySend`: the last reduction: the full result, kept and passed on;
+/// - `recvCopySend` (n - 2 times): a finished result, kept and passed on;
+/// - `recv`: the last finished result, kept.
+///
+/// Only for rings whose every link buffers a few pieces (shared memory): a rank sends
+/// before it receives, so each link must hold a piece while its receiver is busy. (A TCP
+/// socket promises to hold only a little; NCCL gives its network links a helper thread
+/// for that, which this backend does not have.)
+fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element::Reduction) -> Result<()> {
+    let (n, r, e, tag) = (cpu.world(), cpu.rank(), red.elem, ALL_REDUCE.tag);
+    let (left, right) = cpu.neighbours();
+    let count = data.len() / e;
+    let per = (SLOT_BYTES / e).max(1);
+    let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
+    let streaming = data.len() >= STREAM_ABOVE;
+    let mut scratch = vec![0u8; REDUCE_PIECE];
+    for k in 0..longest.div_ceil(per).max(1) {
+        // Piece k of chunk c, in bytes (chunks differ by one element at most: a last
+        // piece may be empty).
+        let piece = |c: usize| {
+            let chunk = chunk_range(count, n, c % n);
+            let start = (chunk.start + k * per).min(chunk.end);
+            start * e..(start + per).min(chunk.end) * e
+        };
+        let step = |what: &str| format!("all-reduce, piece {k}: {what}");
+        // Reduce-scatter: our own piece of chunk r goes right...
+        let own = piece(r);
+        let first = src.map_or(&data[own.clone()], |src| &src[own]);
+        cpu.link(right)
+            .send(tag, first)
+            .map_err(|e| cpu.lost(e, right))
+            .with_context(|| step("send"))?;
+        // ...then each partial result arriving from the left gets ours reduced in and goes on.
+        for s in 0..n - 2 {
+            let p = piece(r + 2 * n - s - 1);
+            let mine = src.map_or(&data[p.clone()], |src| &src[p]);
+            cpu.recv_then_send(tag, (left, right), mine.len(), &mut scratch, |out, off, inp| {
+                (red.combine)(out, &mine[off..], inp)
+            })
+            .with_context(|| step("recvReduceSend"))?;
+        }
+        // The last reduction makes the full result of chunk r + 1: passed on, and kept.
+        let p = piece(r + 1);
+        cpu.recv_then_send(tag, (left, right), p.len(), &mut scratch, |out, off, inp| {
+            let at = p.start + off..p.end;
+            let mine = src.map_or(&data[at.clone()], |src| &src[at.clone()]);
+            (red.combine)(out, mine, inp);
+            red.finish(out, n);
+            keep(&mut data[at], out, streaming);
+        })
+        .with_context(|| step("recvReduceCopySend"))?;
+        // All-gather: each finished result arriving from the left is kept and passed on...
+        for s in 0..n - 2 {
+            let dst = &mut data[piece(r + n - s)];
+            cpu.recv_then_send(tag, (left, right), dst.len(), &mut scratch, |out, off, inp| {
+                out.copy_from_slice(inp);
+                keep(&mut dst[off..], inp, streaming);
+            })
+            .with_context(|| step("recvCopySend"))?;
+        }
+        // ...and the last one only kept.
+        let dst = &mut data[piece(r + 2)];
+        match streaming {
+            true => cpu.link(left).recv_into_streaming(tag, dst),
+            false => cpu.link(left).recv_into(tag, dst),
+        }
+        .map_err(|e| cpu.lost(e, left))
+        .with_context(|| step("recv"))?;
+    }
+    Ok(())
+}

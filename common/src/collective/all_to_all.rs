@@ -1,0 +1,100 @@
+//! All-to-all: every rank's buffer is `n` blocks of `count` elements; block j of rank i
+//! goes to rank j, where it lands as block i. NCCL has no call for it: programs (and
+//! nccl-tests' `alltoall`) group one `ncclSend` and one `ncclRecv` per peer.
+
+use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole};
+use crate::backend::cpu::Cpu;
+use crate::backend::nccl::Nccl;
+use anyhow::{Context, Result};
+use cudarc::nccl::sys;
+use std::ffi::{c_int, c_void};
+
+/// All-to-all.
+pub const ALL_TO_ALL: Collective = Collective {
+    name: "alltoall",
+    title: "all-to-all",
+    nccl_name: "ncclSend/ncclRecv",
+    tag: 6,
+    rooted: false,
+    reduces: false,
+    counts: |count, ranks| (ranks * count, ranks * count),
+    in_place: whole,
+    bus_factor: all_but_own,
+    source,
+    cpu,
+    nccl,
+};
+
+fn source(shape: &Shape, rank: usize, i: usize) -> Source {
+    let count = shape.count.max(1);
+    Source::From {
+        rank: i / count,
+        index: rank * count + i % count,
+    }
+}
+
+/// One group: a send of block j to every rank j and a receive of block i from every rank
+/// i, this rank included. In place, the blocks to send are copied aside first, since the
+/// receives overwrite them.
+fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
+    let bytes = c.count * c.elem;
+    let send = match c.send == c.recv.cast_const() {
+        true => n.copy_aside(c.send, bytes * n.world())?,
+        false => c.send,
+    };
+    n.group_start()?;
+    for peer in 0..n.world() {
+        let what = format!("all-to-all: send to rank {peer} (ncclSend)");
+        let block = |base: *const c_void| base.wrapping_byte_add(peer * bytes);
+        let sent = n.call(&what, |comm, stream| unsafe {
+            sys::ncclSend(block(send), c.count, c.datatype, peer as c_int, comm, stream)
+        });
+        let what = format!("all-to-all: receive from rank {peer} (ncclRecv)");
+        let got = sent.and_then(|()| {
+            n.call(&what, |comm, stream| unsafe {
+                sys::ncclRecv(
+                    block(c.recv).cast_mut(),
+                    c.count,
+                    c.datatype,
+                    peer as c_int,
+                    comm,
+                    stream,
+                )
+            })
+        });
+        if got.is_err() {
+            let _ = n.group_end();
+            return got;
+        }
+    }
+    n.group_end()
+}
+
+/// `n - 1` steps: at step s, this rank sends its block for rank r + s and receives the
+/// block rank r - s has for it, so that every step pairs every rank with two others
+/// and every link is busy once. Its own block is a copy.
+fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
+    let block = call.count * call.elem();
+    let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
+    let HostCall { send, buf, .. } = call;
+    let mut aside = None;
+    let src: &[u8] = match send {
+        Some(s) => s,
+        None => {
+            let mut guard = cpu.scratch(buf.len());
+            guard.0[..buf.len()].copy_from_slice(buf);
+            &aside.insert(guard).0[..buf.len()]
+        }
+    };
+    let blk = |i: usize| i * block..(i + 1) * block;
+    buf[blk(r)].copy_from_slice(&src[blk(r)]);
+    for s in 1..n {
+        let (to, from) = ((r + s) % n, (r + n - s) % n);
+        let dst = &mut buf[blk(from)];
+        cpu.exchange(tag, (&src[blk(to)], to), (block, from), |link, slice| {
+            link.recv_into(tag, &mut dst[slice])
+        })
+        .with_context(|| format!("all-to-all step {s} of {}: to rank {to}, from rank {from}", n - 1))?;
+    }
+    Ok(())
+}

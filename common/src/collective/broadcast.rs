@@ -1,0 +1,80 @@
+//! Broadcast (`ncclBroadcast`): the root's buffer is copied into every rank's buffer.
+
+use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
+use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
+use crate::backend::nccl::Nccl;
+use anyhow::{Context, Result};
+use cudarc::nccl::sys;
+
+/// Broadcast.
+pub const BROADCAST: Collective = Collective {
+    name: "broadcast",
+    title: "broadcast",
+    nccl_name: "ncclBroadcast",
+    tag: 1,
+    rooted: true,
+    reduces: false,
+    counts: same,
+    in_place: whole,
+    bus_factor: once,
+    source,
+    cpu,
+    nccl,
+};
+
+/// A broadcast moves in pieces of this size, so that each rank forwards one piece while
+/// the next one is still arriving (a pipeline).
+const PIECE: usize = 512 << 10;
+
+fn source(shape: &Shape, _rank: usize, i: usize) -> Source {
+    Source::From {
+        rank: shape.root,
+        index: i,
+    }
+}
+
+fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
+    n.call("broadcast (ncclBroadcast)", |comm, stream| unsafe {
+        sys::ncclBroadcast(c.send, c.recv, c.count, c.datatype, c.root, comm, stream)
+    })
+}
+
+/// Pipelined ring broadcast: the root sends its buffer piece by piece to its right
+/// neighbour; every rank forwards each piece to the next as soon as it has it, so the
+/// pieces flow round the ring like water down a pipe. Out of place, the root sends from
+/// `send` and copies each piece into its own buffer after sending it, while the piece
+/// travels.
+fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
+    let HostCall { send, buf, root, .. } = call;
+    let (n, r) = (cpu.world(), cpu.rank());
+    let pos = (r + n - root) % n; // this rank's distance from the root along the ring
+    let root_src = send.filter(|_| pos == 0);
+    let (left, right) = cpu.neighbours();
+    let streaming = buf.len() >= STREAM_ABOVE;
+    let tag = BROADCAST.tag;
+    for (i, piece) in buf.chunks_mut(PIECE).enumerate() {
+        let at =
+            |what: &str, peer: usize| format!("broadcast from rank {root}: {what} piece {i} {}", cpu.peer_name(peer));
+        if pos > 0 {
+            let link = cpu.link(left);
+            match streaming && pos == n - 1 {
+                // The last rank of the chain only stores what it receives.
+                true => link.recv_into_streaming(tag, piece),
+                false => link.recv_into(tag, piece),
+            }
+            .map_err(|e| cpu.lost(e, left))
+            .with_context(|| at("receiving", left))?;
+        }
+        let mine = root_src.map(|s| &s[i * PIECE..][..piece.len()]);
+        if pos < n - 1 {
+            cpu.link(right)
+                .send(tag, mine.unwrap_or(piece))
+                .map_err(|e| cpu.lost(e, right))
+                .with_context(|| at("sending", right))?;
+        }
+        if let Some(mine) = mine {
+            keep(piece, mine, streaming);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! The collectives, one module each, as nccl-tests has one file per collective
+//! (`all_gather.cu`) filling a struct of functions (`testColl`).
+//!
+//! A [`Collective`] holds everything that is that collective's own: its names, its
+//! buffer sizes for NCCL's `count` argument, its in-place layout, its bus-bandwidth
+//! factor, where each element of the result comes from (for the check), and how it runs
+//! on each backend: the ring algorithm on the CPU backend, the NCCL call on GPUs. The
+//! session, the benchmark, the check and the reports read from it.
+//!
+//! Adding a collective: one module here, one line in [`ALL`], and its lesson (README's
+//! "Adding a collective" lists the rest).
+
+pub mod all_gather;
+pub mod all_reduce;
+pub mod all_to_all;
+pub mod broadcast;
+pub mod reduce;
+pub mod reduce_scatter;
+mod ring;
+
+pub use all_gather::ALL_GATHER;
+pub use all_reduce::ALL_REDUCE;
+pub use all_to_all::ALL_TO_ALL;
+pub use broadcast::BROADCAST;
+pub use reduce::REDUCE;
+pub use reduce_scatter::REDUCE_SCATTER;
+
+use crate::backend::cpu::Cpu;
+use crate::backend::nccl::Nccl;
+use crate::element::{ReduceOp, Reduction};
+use anyhow::Result;
+use std::ffi::{c_int, c_void};
+
+/// Every collective, in the order the lessons teach them and the benchmark lists them.
+pub const ALL: [&Collective; 6] = [
+    &BROADCAST,
+    &REDUCE,
+    &ALL_REDUCE,
+    &ALL_GATHER,
+    &REDUCE_SCATTER,
+    &ALL_TO_ALL,
+];
+
+/// The tag of point-to-point messages (`send`/`recv`), which belong to no collective.
+pub const SEND_RECV_TAG: u8 = 100;
+
+/// One collective: what nccl-tests' `testColl` holds, and how it runs here.
+#[derive(Debug)]
+pub struct Collective {
+    /// nccl-tests' name: `all_gather` (`--op all_gather`, the JSON report).
+    pub name: &'static str,
+    /// As a person says it: `all-gather`.
+    pub title: &'static str,
+    /// NCCL's function: `ncclAllGather` (all-to-all: grouped `ncclSend`/`ncclRecv`).
+    pub nccl_name: &'static str,
+    /// What its messages are tagged with on the CPU backend's links: two ranks in two
+    /// different collectives get an error instead of mixing their data.
+    pub tag: u8,
+    /// Whether it has a root (broadcast, reduce).
+    pub rooted: bool,
+    /// Whether it takes a reduction operator (reduce, all-reduce, reduce-scatter).
+    pub reduces: bool,
+    /// The send and receive buffers' elements for NCCL's `count` argument on `ranks`
+    /// ranks (all-gather: `count` and `ranks × count`).
+    pub counts: fn(count: usize, ranks: usize) -> (usize, usize),
+    /// In place, where the send and the receive regions start in the one buffer, in
+    /// elements, on `rank` (all-gather: `sendbuff == recvbuff + rank × count`).
+    pub in_place: fn(count: usize, ranks: usize, rank: usize) -> (usize, usize),
+    /// nccl-tests' bus-bandwidth factor on `ranks` ranks: busbw = algbw × factor.
+    pub bus_factor: fn(ranks: usize) -> f64,
+    /// Where element `i` of `rank`'s receive buffer comes from, afterwards.
+    pub source: fn(shape: &Shape, rank: usize, i: usize) -> Source,
+    /// How it runs on the CPU backend.
+    pub cpu: fn(cpu: &Cpu, call: HostCall) -> Result<()>,
+    /// How it runs on NCCL.
+    pub nccl: fn(nccl: &Nccl, call: &DeviceCall) -> Result<()>,
+}
+
+impl Collective {
+    /// The `count` argument NCCL takes for buffers whose larger one has `elements`
+    /// (nccl-tests sizes a collective by its larger buffer): `None` if no count fits.
+    pub fn count_for(&self, elements: usize, ranks: usize) -> Option<usize> {
+        let (s, r) = (self.counts)(1, ranks);
+        let per = s.max(r).max(1);
+        elements.is_multiple_of(per).then_some(elements / per)
+    }
+
+    /// NCCL's `count` argument for a call with a send buffer of `send` elements (`None`:
+    /// in place) and a receive buffer of `recv` (in place, the one buffer), or why these
+    /// buffers do not fit this collective, in one line.
+    pub fn count_of(&self, send: Option<usize>, recv: usize, ranks: usize) -> Result<usize, String> {
+        let (s1, r1) = (self.counts)(1, ranks);
+        let per = |k: usize| match k {
+            1 => "count".to_string(),
+            k => format!("{k} × count"),
+        };
+        match send {
+            Some(send) => self
+                .count_for(send.max(recv), ranks)
+                .filter(|c| (self.counts)(*c, ranks) == (send, recv))
+                .ok_or_else(|| {
+                    format!(
+                        "{} on {ranks} ranks needs a send buffer of {} and a receive buffer of {} elements; these \
+                         have {send} and {recv}",
+                        self.title,
+                        per(s1),
+                        per(r1)
+                    )
+                }),
+            None => self.count_for(recv, ranks).ok_or_else(|| {
+                format!(
+                    "{} in place on {ranks} ranks needs a buffer of {} elements; this one has {recv}, not a multiple \
+                     of {}",
+                    self.title,
+                    per(s1.max(r1)),
+                    s1.max(r1)
+                )
+            }),
+        }
+    }
+}
+
+/// Names the collectives in a mismatch error from the CPU backend's links (the links
+/// know only the tags): every other error is returned as it was.
+pub fn name_mismatch(err: anyhow::Error) -> anyhow::Error {
+    let found = err.chain().find_map(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(|e| e.get_ref())
+            .and_then(|e| e.downcast_ref::<crate::transport::Mismatch>())
+            .copied()
+    });
+    let Some(m) = found else {
+        return err;
+    };
+    let contexts: Vec<String> = err
+        .chain()
+        .map(|c| c.to_string())
+        .take_while(|c| *c != m.to_string())
+        .collect();
+    let named = format!(
+        "rank {} is in a {} while this rank is in a {}: every rank must call the same collectives in the same order",
+        m.peer,
+        named(m.theirs),
+        named(m.ours)
+    );
+    anyhow::anyhow!("{}", contexts.into_iter().chain([named]).collect::<Vec<_>>().join(": "))
+}
+
+/// The shape of one call, for [`Collective::source`].
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// NCCL's `count` argument.
+    pub count: usize,
+    /// The number of ranks.
+    pub ranks: usize,
+    /// The root (0 when there is none).
+    pub root: usize,
+}
+
+/// Where an element of a result comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A copy of element `index` of `rank`'s send buffer.
+    From { rank: usize, index: usize },
+    /// The reduction over every rank of element `index` of their send buffers.
+    Reduced { index: usize },
+    /// Not written: it keeps what it held before (reduce's receive buffer off the root).
+    Unchanged,
+}
+
+/// A collective on the CPU backend: host buffers as bytes, and NCCL's arguments.
+pub struct HostCall<'a> {
+    /// Out of place, the send buffer; in place `None`: the send region lies in `buf`, where
+    /// [`Collective::in_place`] says.
+    pub send: Option<&'a [u8]>,
+    /// The receive buffer; in place, the one buffer.
+    pub buf: &'a mut [u8],
+    /// NCCL's `count` argument.
+    pub count: usize,
+    /// The root (rooted collectives).
+    pub root: usize,
+    /// The element type's size and the operator's loops.
+    pub reduction: Reduction,
+}
+
+impl HostCall<'_> {
+    /// Bytes per element.
+    pub fn elem(&self) -> usize {
+        self.reduction.elem
+    }
+}
+
+/// A collective on NCCL: device pointers (in place, both into the one buffer) and the
+/// arguments of NCCL's call.
+pub struct DeviceCall {
+    /// `sendbuff`.
+    pub send: *const c_void,
+    /// `recvbuff`.
+    pub recv: *mut c_void,
+    /// NCCL's `count` argument.
+    pub count: usize,
+    /// Bytes per element.
+    pub elem: usize,
+    /// `datatype`.
+    pub datatype: cudarc::nccl::sys::ncclDataType_t,
+    /// `op`.
+    pub op: ReduceOp,
+    /// `root`.
+    pub root: c_int,
+}
+
+/// The name of the collective whose messages carry `tag` (for mismatch errors).
+pub fn named(tag: u8) -> &'static str {
+    match ALL.iter().find(|c| c.tag == tag) {
+        Some(c) => c.title,
+        None if tag == SEND_RECV_TAG => "send/recv",
+        None => "something unknown",
+    }
+}
+
+/// The same count for every rank's buffers (broadcast, reduce, all-reduce).
+fn same(count: usize, _ranks: usize) -> (usize, usize) {
+    (count, count)
+}
+
+/// In place, the send and receive regions are the whole buffer.
+fn whole(_count: usize, _ranks: usize, _rank: usize) -> (usize, usize) {
+    (0, 0)
+}
+
+/// The factor of collectives in which each rank's link carries the data once: 1.
+fn once(_ranks: usize) -> f64 {
+    1.0
+}
+
+/// The factor of all-gather, reduce-scatter and all-to-all: (n-1)/n of the data crosses
+/// each rank's link.
+fn all_but_own(ranks: usize) -> f64 {
+    match ranks {
+        0 => 0.0,
+        n => (n - 1) as f64 / n as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_unique_and_named() {
+        for (i, a) in ALL.iter().enumerate() {
+            assert_ne!(a.tag, SEND_RECV_TAG);
+            assert_eq!(named(a.tag), a.title);
+            for b in &ALL[i + 1..] {
+                assert_ne!(a.tag, b.tag, "{} and {}", a.name, b.name);
+                assert_ne!(a.name, b.name);
+            }
+        }
+        assert_eq!(named(SEND_RECV_TAG), "send/recv");
+    }
+
+    #[test]
+    fn bus_factors_follow_nccl_tests() {
+        assert_eq!((ALL_REDUCE.bus_factor)(1), 0.0);
+        assert_eq!((ALL_REDUCE.bus_factor)(4), 1.5);
+        assert_eq!((BROADCAST.bus_factor)(8), 1.0);
+        assert_eq!((REDUCE.bus_factor)(8), 1.0);
+        for c in [&ALL_GATHER, &REDUCE_SCATTER, &ALL_TO_ALL] {
+            assert_eq!((c.bus_factor)(4), 0.75, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn counts_and_misfits_follow_nccls_arguments() {
+        assert_eq!((ALL_GATHER.counts)(3, 4), (3, 12));
+        assert_eq!((REDUCE_SCATTER.counts)(3, 4), (12, 3));
+        assert_eq!((ALL_TO_ALL.counts)(3, 4), (12, 12));
+        assert_eq!(ALL_GATHER.count_for(12, 4), Some(3));
+        assert_eq!(ALL_GATHER.count_for(10, 4), None);
+        assert_eq!(ALL_REDUCE.count_for(10, 4), Some(10));
+        assert_eq!(ALL_GATHER.count_of(Some(3), 12, 4), Ok(3));
+        let m = ALL_GATHER.count_of(Some(3), 10, 4).unwrap_err();
+        assert!(
+            m.contains("all-gather on 4 ranks needs a send buffer of count and a receive buffer of 4 × count"),
+            "{m}"
+        );
+        assert_eq!(REDUCE_SCATTER.count_of(Some(8), 2, 4), Ok(2));
+        assert!(ALL_REDUCE.count_of(Some(8), 7, 4).is_err());
+        assert_eq!(ALL_GATHER.count_of(None, 12, 4), Ok(3));
+        let m = ALL_TO_ALL.count_of(None, 10, 4).unwrap_err();
+        assert!(m.contains("not a multiple of 4"), "{m}");
+    }
+
+    #[test]
+    fn in_place_layouts_are_nccls() {
+        assert_eq!((ALL_GATHER.in_place)(3, 4, 2), (6, 0)); // sendbuff = recvbuff + rank·count
+        assert_eq!((REDUCE_SCATTER.in_place)(3, 4, 2), (0, 6)); // recvbuff = sendbuff + rank·count
+        assert_eq!((ALL_REDUCE.in_place)(3, 4, 2), (0, 0));
+    }
+}

@@ -1,0 +1,126 @@
+//! Reduce-scatter (`ncclReduceScatter`): every rank contributes `n × count` elements;
+//! rank i receives block i of their element-wise reduction (`count` elements).
+
+use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
+use crate::backend::cpu::{Cpu, REDUCE_PIECE, split_two};
+use crate::backend::nccl::Nccl;
+use crate::element::Reduction;
+use anyhow::{Context, Result};
+use cudarc::nccl::sys;
+
+/// Reduce-scatter.
+pub const REDUCE_SCATTER: Collective = Collective {
+    name: "reduce_scatter",
+    title: "reduce-scatter",
+    nccl_name: "ncclReduceScatter",
+    tag: 5,
+    rooted: false,
+    reduces: true,
+    counts: |count, ranks| (ranks * count, count),
+    // NCCL's in-place reduce-scatter: recvbuff == sendbuff + rank × count.
+    in_place: |count, _ranks, rank| (0, rank * count),
+    bus_factor: all_but_own,
+    source,
+    cpu,
+    nccl,
+};
+
+fn source(shape: &Shape, rank: usize, i: usize) -> Source {
+    Source::Reduced {
+        index: rank * shape.count + i,
+    }
+}
+
+fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
+    n.call("reduce-scatter (ncclReduceScatter)", |comm, stream| unsafe {
+        sys::ncclReduceScatter(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream)
+    })
+}
+
+/// The ring reduce-scatter, the first half of the ring all-reduce: in each of `n - 1`
+/// steps a rank sends a partial result to the right and reduces its own block into the
+/// partial result arriving from the left. Block `r - 1` leaves rank r first; the partial
+/// results go round the ring, each gaining one rank's block per step, and the one that
+/// reaches rank r last is block r, reduced over every rank: rank r's result.
+///
+/// The partial results travel through two working buffers of one block, never through
+/// the send buffer: in place, the other blocks of the buffer keep their values, as with
+/// NCCL.
+fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
+    let block = call.count * call.elem();
+    let (n, r) = (cpu.world(), cpu.rank());
+    let HostCall {
+        send,
+        buf,
+        reduction: red,
+        ..
+    } = call;
+    let blk = |i: usize| i * block..(i + 1) * block;
+    if n == 1 {
+        if let Some(src) = send {
+            buf.copy_from_slice(&src[blk(0)]);
+        }
+        red.finish(buf, n);
+        return Ok(());
+    }
+    let mut working = cpu.scratch(block);
+    let (a, b) = &mut *working;
+    let (mut out, mut into) = (&mut a[..block], &mut b[..block]);
+    let mut pieces = vec![0u8; REDUCE_PIECE];
+    for s in 0..n - 1 {
+        let (sent, got) = ((r + 2 * n - s - 1) % n, (r + 2 * n - s - 2) % n);
+        let what = || format!("reduce-scatter step {} of {}", s + 1, n - 1);
+        if s < n - 2 {
+            // Our block `got` is reduced into the partial result arriving from the left.
+            let src: &[u8] = send.unwrap_or(&*buf);
+            let first = &src[blk(sent)];
+            let partial = if s == 0 { first } else { &*out };
+            step(cpu, &mut pieces, partial, into, Some(&src[blk(got)]), red).with_context(what)?;
+            std::mem::swap(&mut out, &mut into);
+            continue;
+        }
+        // The last step: the partial result of block r arrives and becomes ours.
+        let result = match send {
+            Some(src) => {
+                let partial = if s == 0 { &src[blk(sent)] } else { &*out };
+                step(cpu, &mut pieces, partial, &mut buf[..], Some(&src[blk(r)]), red).with_context(what)?;
+                &mut buf[..]
+            }
+            None if s == 0 => {
+                let (partial, dst) = split_two(buf, blk(sent), blk(r));
+                step(cpu, &mut pieces, partial, dst, None, red).with_context(what)?;
+                &mut buf[blk(r)]
+            }
+            None => {
+                step(cpu, &mut pieces, out, &mut buf[blk(r)], None, red).with_context(what)?;
+                &mut buf[blk(r)]
+            }
+        };
+        red.finish(result, n);
+    }
+    Ok(())
+}
+
+/// One ring step: `partial` goes right while the partial result arriving from the left
+/// is reduced with `mine` (or, with `None`, into what `dst` holds: in place) into `dst`.
+fn step(
+    cpu: &Cpu,
+    pieces: &mut [u8],
+    partial: &[u8],
+    dst: &mut [u8],
+    mine: Option<&[u8]>,
+    red: Reduction,
+) -> Result<()> {
+    let tag = REDUCE_SCATTER.tag;
+    let (left, right) = cpu.neighbours();
+    cpu.exchange(tag, (partial, right), (partial.len(), left), |link, slice| {
+        link.recv_pieces(tag, slice.len(), pieces, &mut |off, piece| {
+            let at = slice.start + off;
+            let out = &mut dst[at..at + piece.len()];
+            match mine {
+                Some(mine) => (red.combine)(out, &mine[at..], piece),
+                None => (red.accumulate)(out, piece),
+            }
+        })
+    })
+}
