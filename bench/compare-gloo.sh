@@ -67,8 +67,8 @@ if $build; then
     # Always ask cargo: it does nothing when the binaries are up to date, and rebuilds them
     # when a source changed, so the comparison never measures a stale binary. (nice: the
     # build runs before any timing, but need not slow whatever else the machine is doing.)
-    echo "compare-gloo: cargo build --release --bin 03-nccl-perf --bin 00-nccl-hello-world" >&2
-    if ! nice -n 19 cargo build --quiet --release --bin 03-nccl-perf --bin 00-nccl-hello-world; then
+    echo "compare-gloo: cargo build --release --bin 07-nccl-perf --bin 00-nccl-hello-world" >&2
+    if ! nice -n 19 cargo build --quiet --release --bin 07-nccl-perf --bin 00-nccl-hello-world; then
         echo "compare-gloo: the build failed (above); --gloo-only measures Gloo alone" >&2
         exit 1
     fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side comparison: torch.distributed's Gloo against this project's 03-nccl-perf.
+"""Side-by-side comparison: torch.distributed's Gloo against this project's 07-nccl-perf.
 
 Run it through bench/compare-gloo.sh, which builds our binaries, picks bench/.venv and sets
 GLOO_SOCKET_IFNAME=lo and OMP_NUM_THREADS=1. For every operation, world size and buffer size,
@@ -8,7 +8,7 @@ both sides run the same measurement, alternately, R times; the median run of eac
   Gloo: N local ranks, float32, a fresh buffer per size, one checked operation, 5 warm-up
         operations, a barrier, then 20 timed back-to-back operations on every rank;
         time/op = mean over ranks of (loop time / 20).
-  ours: target/release/03-nccl-perf --op OP -b SIZE -e SIZE -w 5 -n 20 --format json.
+  ours: target/release/07-nccl-perf --op OP -b SIZE -e SIZE -w 5 -n 20 --format json.
 
 Bandwidths follow nccl-tests (GB/s = 1e9 B/s): algbw = bytes / time; busbw = algbw x 2(n-1)/n
 for all-reduce, = algbw for broadcast. Gloo works in place, so it is compared with our
@@ -221,7 +221,7 @@ def run_gloo(op: str, n: int, sizes: list[int], args) -> dict[int, dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Ours: 03-nccl-perf and its JSON
+# Ours: 07-nccl-perf and its JSON
 
 
 def field(doc, *path):
@@ -232,7 +232,7 @@ def field(doc, *path):
         try:
             value = value[key]
         except (KeyError, IndexError, TypeError):
-            raise BenchError(f"03-nccl-perf JSON: missing field '{name}'") from None
+            raise BenchError(f"07-nccl-perf JSON: missing field '{name}'") from None
     return value
 
 
@@ -240,7 +240,7 @@ def number(doc, *path) -> float:
     value = field(doc, *path)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         name = ".".join(str(p) for p in path)
-        raise BenchError(f"03-nccl-perf JSON: field '{name}' is {value!r}, not a number")
+        raise BenchError(f"07-nccl-perf JSON: field '{name}' is {value!r}, not a number")
     return float(value)
 
 
@@ -250,29 +250,29 @@ def parse_perf_json(text: str, op: str, n: int, size: int) -> dict:
     try:
         doc, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
     except json.JSONDecodeError as e:
-        raise BenchError(f"03-nccl-perf printed no valid JSON ({e}); its output began with:\n"
+        raise BenchError(f"07-nccl-perf printed no valid JSON ({e}); its output began with:\n"
                          f"{tail(text[:800], 10)}") from None
     if not isinstance(doc, dict):
-        raise BenchError("03-nccl-perf printed no JSON document on stdout; it printed:\n"
+        raise BenchError("07-nccl-perf printed no JSON document on stdout; it printed:\n"
                          f"{tail(text[:800], 10) or '    (nothing)'}")
     got_op = str(field(doc, "op")).replace("-", "_")
     if got_op != op:
-        raise BenchError(f"03-nccl-perf JSON: op is {got_op!r}, expected {op!r}")
+        raise BenchError(f"07-nccl-perf JSON: op is {got_op!r}, expected {op!r}")
     if int(number(doc, "world_size")) != n:
-        raise BenchError(f"03-nccl-perf JSON: world_size is {doc['world_size']}, expected {n}")
+        raise BenchError(f"07-nccl-perf JSON: world_size is {doc['world_size']}, expected {n}")
     rows = field(doc, "rows")
     if not isinstance(rows, list) or not rows:
-        raise BenchError("03-nccl-perf JSON: field 'rows' is empty or not a list")
+        raise BenchError("07-nccl-perf JSON: field 'rows' is empty or not a list")
     matches = [i for i, row in enumerate(rows) if isinstance(row, dict) and row.get("size") == size]
     if not matches:
-        raise BenchError(f"03-nccl-perf JSON: no row with size {size} "
+        raise BenchError(f"07-nccl-perf JSON: no row with size {size} "
                          f"(sizes: {[r.get('size') for r in rows if isinstance(r, dict)]})")
     i = matches[0]
     result = {"memcpy_gbps": number(doc, "memcpy_gbps"), "root": field(doc, "rows", i, "root")}
     for place in ("in_place", "out_of_place"):
         time_s = number(doc, "rows", i, place, "time_us") / 1e6
         if time_s <= 0:
-            raise BenchError(f"03-nccl-perf JSON: rows[{i}].{place}.time_us is not positive")
+            raise BenchError(f"07-nccl-perf JSON: rows[{i}].{place}.time_us is not positive")
         result[place] = {"time_s": time_s, "wrong": int(number(doc, "rows", i, place, "wrong")),
                          "busbw_reported": number(doc, "rows", i, place, "busbw")}
     number(doc, "wrong")  # present, as documented; the per-row counts are what we keep
@@ -303,7 +303,7 @@ def check_reported_busbw(op: str, n: int, size: int, ours: dict) -> None:
         _, busbw = bandwidths(op, n, size, ours[place]["time_s"])
         reported = ours[place]["busbw_reported"]
         if reported > 0.01 and abs(reported - busbw) > 0.02 * busbw:
-            log(f"warning: 03-nccl-perf reports {place} busbw {reported:.3f} GB/s for {op} "
+            log(f"warning: 07-nccl-perf reports {place} busbw {reported:.3f} GB/s for {op} "
                 f"{fmt_size(size)} N={n}, its time_us gives {busbw:.3f}; the tables use the latter")
 
 
@@ -652,7 +652,7 @@ def header(args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(
         prog="bench/compare-gloo.sh",
-        description="Compare torch.distributed Gloo with this project's 03-nccl-perf, side by "
+        description="Compare torch.distributed Gloo with this project's 07-nccl-perf, side by "
                     "side, and print the ratios against the targets.",
         epilog="compare-gloo.sh itself also takes --setup (create bench/.venv with torch and "
                "numpy, then stop) and --no-build (skip cargo build).")
@@ -675,7 +675,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
     p.add_argument("--timeout", type=float, default=600, help="seconds any one launch may take")
     p.add_argument("--repo", type=Path, default=BENCH_DIR.parent, help=argparse.SUPPRESS)
-    p.add_argument("--perf-bin", type=Path, help="our benchmark (default target/release/03-nccl-perf)")
+    p.add_argument("--perf-bin", type=Path, help="our benchmark (default target/release/07-nccl-perf)")
     p.add_argument("--hello-bin", type=Path,
                    help="our hello world (default target/release/00-nccl-hello-world)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -691,7 +691,7 @@ def main() -> int:
             p.error(f"--ops: {op!r} is not one of {', '.join(OPS)}")
     if args.runs < 1 or args.iters < 1 or args.warmup < 0 or args.hello_runs < 0:
         p.error("--runs and --iters must be at least 1, --warmup and --hello-runs at least 0")
-    args.perf_bin = args.perf_bin or args.repo / "target/release/03-nccl-perf"
+    args.perf_bin = args.perf_bin or args.repo / "target/release/07-nccl-perf"
     args.hello_bin = args.hello_bin or args.repo / "target/release/00-nccl-hello-world"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -16,10 +16,10 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
   - finds the GPUs (nvidia-smi -L, else the program's own probe), the driver's version,
     NCCL's version and the library file loaded;
   - runs every lesson (00-nccl-hello-world, 01-nccl-broadcast, 02-nccl-allreduce,
-    03-nccl-perf) with --backend nccl, one rank per GPU;
+    07-nccl-perf) with --backend nccl, one rank per GPU;
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
     --backend nccl; needs cargo and 2 GPUs);
-  - a 03-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
+  - a 07-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
     lines go into the report;
   - two ranks given the same GPU (CUDA_VISIBLE_DEVICES) must be refused: exit 2 and a
     one-line error naming the GPU;
@@ -253,7 +253,7 @@ elif ! $have_cargo; then
 else
   build_note="--no-build: binaries already built"
 fi
-examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-perf)
+examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 07-nccl-perf)
 need=("${examples[@]}")
 [ "$on_double" = 1 ] && need+=(libnccl_double.so)
 # shellcheck source=slurm/find-bins.sh
@@ -330,7 +330,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
       00-nccl-hello-world) want="^Hello from $gpus ranks:" ;;
       01-nccl-broadcast) want="^Check: OK, all $gpus ranks hold 42 " ;;
       02-nccl-allreduce) want="^Check: OK, all $gpus ranks hold $gpus " ;;
-      03-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
+      07-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
     esac
     if $timed_out; then
       record "$ex" FAIL "did not end within 600 s" "$secs" "$cmd" "$log"
@@ -379,7 +379,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   ) &
   sampler=$!
   [ "$on_double" = 1 ] && [ "$perf_max" = 256M ] && perf_max=1M # the double copies through files: slow
-  run_step "03-nccl-perf sweep" 1800 "$log" env NCCL_DEBUG=INFO "$bins/03-nccl-perf" --backend nccl \
+  run_step "07-nccl-perf sweep" 1800 "$log" env NCCL_DEBUG=INFO "$bins/07-nccl-perf" --backend nccl \
     --nproc-per-node "$gpus" -b 8 -e "$perf_max" -f 2 --timeout 60
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
@@ -388,13 +388,13 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   nccl_info=$(grep -E 'NCCL (INFO|WARN)' "$log" | head -n 200)
   nccl_version_info=$(grep -m 1 -o 'NCCL version .*' "$log")
   if $timed_out; then
-    record "03-nccl-perf sweep" FAIL "did not end within 1800 s" "$secs" "$cmd" "$log"
+    record "07-nccl-perf sweep" FAIL "did not end within 1800 s" "$secs" "$cmd" "$log"
   elif [ "$rc" != 0 ]; then
-    record "03-nccl-perf sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd"
+    record "07-nccl-perf sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd"
   elif ! grep -q '^# Out of bounds values : 0 OK' "$log"; then
-    record "03-nccl-perf sweep" FAIL "wrong values in the sweep (see the table)" "$secs" "$cmd"
+    record "07-nccl-perf sweep" FAIL "wrong values in the sweep (see the table)" "$secs" "$cmd"
   else
-    record "03-nccl-perf sweep" PASS "$(grep -m 1 '^# Avg bus bandwidth' "$log")" "$secs" "$cmd"
+    record "07-nccl-perf sweep" PASS "$(grep -m 1 '^# Avg bus bandwidth' "$log")" "$secs" "$cmd"
   fi
   left=$(reap_leftovers) || record "perf: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
 
@@ -616,7 +616,7 @@ total=${#names[@]}
   done
   echo
   if [ -n "$perf_table" ]; then
-    echo "## 03-nccl-perf (-b 8 -e $perf_max -f 2, $gpus ranks)"
+    echo "## 07-nccl-perf (-b 8 -e $perf_max -f 2, $gpus ranks)"
     echo
     echo '```'
     echo "$perf_table"

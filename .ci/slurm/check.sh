@@ -13,7 +13,7 @@ out=$(mktemp -d)
 trap 'bash .ci/slurm/stop-slurm.sh >/dev/null 2>&1; rm -rf "$out"' EXIT
 fail() { echo "slurm check FAILED: $*" >&2; exit 1; }
 
-examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-perf)
+examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 07-nccl-perf)
 cargo build --release --quiet --bins
 cargo build --release --quiet -p nccl-double --lib
 # The binaries, where cargo put them: found as the jobs find them (slurm/find-bins.sh).
@@ -40,19 +40,19 @@ expect() {
     00-nccl-hello-world) grep -q "^Hello from $ranks ranks:" "$file" || fail "$file: no roll call of $ranks ranks" ;;
     01-nccl-broadcast) grep -q "^Check: OK, all $ranks ranks hold 42 " "$file" || fail "$file: broadcast check missing" ;;
     02-nccl-allreduce) grep -q "^Check: OK, all $ranks ranks hold $ranks " "$file" || fail "$file: all-reduce check missing" ;;
-    03-nccl-perf)
+    07-nccl-perf)
       grep -q "^# Out of bounds values : 0 OK" "$file" || fail "$file: the sweep's check is missing or failed"
       grep -Eq "^ +1048576 +262144 +float +sum +-1 " "$file" || fail "$file: no 1 MiB row"
       grep -q "^#  Rank  $((ranks - 1)) " "$file" || fail "$file: rank $((ranks - 1)) is not listed"
       ;;
   esac
-  if [ "$example" = 03-nccl-perf ] && [ "$backend" = cpu ]; then
+  if [ "$example" = 07-nccl-perf ] && [ "$backend" = cpu ]; then
     # Shared memory within a node, TCP between nodes: per pair of ranks.
     local pairs=$((ranks * (ranks - 1) / 2)) shm=$((ranks * (per_node - 1) / 2))
     grep -q "^# transports: $shm pair(s) over shared memory, $((pairs - shm)) over TCP" "$file" \
       || fail "$file: expected $shm shared-memory and $((pairs - shm)) TCP pairs"
   fi
-  if [ "$example" != 00-nccl-hello-world ] && [ "$example" != 03-nccl-perf ]; then
+  if [ "$example" != 00-nccl-hello-world ] && [ "$example" != 07-nccl-perf ]; then
     grep -q "^  [CG]PU $((ranks - 1)) | " "$file" || fail "$file: no table row for rank $((ranks - 1))"
   fi
   grep -q "^backend: $backend" "$file" || fail "$file: the backend line does not say $backend"
@@ -81,7 +81,7 @@ submit() {
   local sbatch=(--nodes="$nodes")
   if [ "$nodes" != 1 ]; then sbatch+=(--ntasks-per-node="$per_node" --gres=gpu:"$per_node"); fi
   local args=(--backend "$backend" --timeout 60)
-  if [ "$example" = 03-nccl-perf ]; then args+=(-b 4 -e 1M -f 4 -n 5); fi
+  if [ "$example" = 07-nccl-perf ]; then args+=(-b 4 -e 1M -f 4 -n 5); fi
   if ! job "$file" ${env[@]+"${env[@]}"} -- "${sbatch[@]}" "slurm/$example.sbatch" "${args[@]}"; then
     cat "$file" >&2 || true
     fail "$example on $nodes node(s), $backend backend: the job failed"

@@ -278,7 +278,7 @@ fn chapter_8_two_launchers_rehearse_two_nodes() {
 /// grows with the size at large ones.
 #[test]
 fn chapter_6_the_benchmark_columns_and_the_turn_from_latency_to_bandwidth() {
-    let perf = built("03-nccl-perf");
+    let perf = built("07-nccl-perf");
     let args = [
         "--op",
         "all-reduce",

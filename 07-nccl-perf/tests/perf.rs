@@ -6,7 +6,7 @@
 use serde_json::Value;
 use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_03-nccl-perf");
+const BIN: &str = env!("CARGO_BIN_EXE_07-nccl-perf");
 
 /// Runs the benchmark with `line`'s words as its arguments, and `env` set.
 fn perf(line: &str, env: &[(&str, &str)]) -> Run {
@@ -22,7 +22,7 @@ fn words(line: &str) -> Vec<&str> {
 /// Checks one sweep's JSON: the sizes asked for, nccl-tests' algbw and busbw from each
 /// time, and no wrong element.
 fn check_sweep(j: &Value, op: &str, world: usize, sizes: &[u64], r: &Run) {
-    assert_eq!(j["example"], "03-nccl-perf", "{r}");
+    assert_eq!(j["example"], "07-nccl-perf", "{r}");
     assert_eq!(j["op"], op, "{r}");
     assert_eq!(j["world_size"], world, "{r}");
     let rows = j["rows"].as_array().unwrap_or_else(|| panic!("no rows:\n{r}"));
