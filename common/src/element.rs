@@ -95,6 +95,19 @@ impl ReduceOp {
         }
     }
 
+    /// What NCCL computes for one element from every rank's value (in rank order), in
+    /// exact arithmetic: the expected result a check compares with.
+    pub fn over(self, values: impl IntoIterator<Item = f64>) -> f64 {
+        let values: Vec<f64> = values.into_iter().collect();
+        match self {
+            ReduceOp::Sum => values.iter().sum(),
+            ReduceOp::Prod => values.iter().product(),
+            ReduceOp::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ReduceOp::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
+            ReduceOp::Avg => values.iter().sum::<f64>() / values.len().max(1) as f64,
+        }
+    }
+
     const fn code(self) -> u8 {
         self as u8
     }

@@ -369,15 +369,8 @@ impl<T: Element> Expected<T> {
             .collect();
         let reduced = (0..13)
             .map(|i| {
-                let vals = (0..world).map(|r| start_value(i, r, op));
-                let v = match op {
-                    ReduceOp::Sum => vals.sum(),
-                    ReduceOp::Avg => vals.sum::<f64>() / world as f64,
-                    ReduceOp::Prod => vals.product(),
-                    ReduceOp::Max => vals.fold(f64::MIN, f64::max),
-                    ReduceOp::Min => vals.fold(f64::MAX, f64::min),
-                };
-                T::from_f64(v)
+                // Integers' average truncates: from_f64 does (`as i32`).
+                T::from_f64(op.over((0..world).map(|r| start_value(i, r, op))))
             })
             .collect();
         let recv_at = if in_place {
