@@ -19,25 +19,57 @@ fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// nccl-tests' bus-bandwidth factor of a collective on `n` ranks.
+fn factor(op: &str, n: usize) -> f64 {
+    let n = n as f64;
+    match op {
+        "all_reduce" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "reduce_scatter" | "alltoall" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// The sizes a sweep of `asked` bytes measures for `op` on `n` ranks: whole elements,
+/// and for all-gather, reduce-scatter and all-to-all a multiple of `n` of them.
+fn sizes_of(op: &str, n: usize, elem: u64, asked: &[u64]) -> Vec<u64> {
+    let per = match op {
+        "all_gather" | "reduce_scatter" | "alltoall" => n as u64,
+        _ => 1,
+    };
+    asked.iter().map(|b| (b / elem / per).max(1) * per * elem).collect()
+}
+
+/// Bytes per element of nccl-tests' type names.
+fn elem(datatype: &str) -> u64 {
+    match datatype {
+        "double" => 8,
+        "half" | "bfloat16" => 2,
+        _ => 4,
+    }
+}
+
 /// Checks one sweep's JSON: the sizes asked for, nccl-tests' algbw and busbw from each
-/// time, and no wrong element.
-fn check_sweep(j: &Value, op: &str, world: usize, sizes: &[u64], r: &Run) {
-    assert_eq!(j["example"], "07-nccl-perf", "{r}");
+/// time, the columns, and no wrong element.
+fn check_sweep(j: &Value, op: &str, world: usize, asked: &[u64], r: &Run) {
     assert_eq!(j["op"], op, "{r}");
-    assert_eq!(j["world_size"], world, "{r}");
+    let datatype = j["type"].as_str().unwrap();
     let rows = j["rows"].as_array().unwrap_or_else(|| panic!("no rows:\n{r}"));
     let got: Vec<u64> = rows.iter().map(|row| row["size"].as_u64().unwrap()).collect();
-    assert_eq!(got, sizes, "{r}");
-    let factor = if op == "all_reduce" {
-        2.0 * (world as f64 - 1.0) / world as f64
-    } else {
-        1.0
-    };
+    assert_eq!(got, sizes_of(op, world, elem(datatype), asked), "{op} {datatype}:\n{r}");
+    let reduces = ["reduce", "all_reduce", "reduce_scatter"].contains(&op);
     let mut busbws = vec![];
     for row in rows {
-        assert_eq!(row["count"].as_u64().unwrap() * 4, row["size"].as_u64().unwrap(), "{r}");
-        assert_eq!(row["type"], "float");
-        assert_eq!(row["root"], if op == "all_reduce" { -1 } else { 0 });
+        let what = format!("{op} {datatype} {} at {}", row["redop"], row["size"]);
+        assert_eq!(
+            row["count"].as_u64().unwrap() * elem(datatype),
+            row["size"].as_u64().unwrap(),
+            "{r}"
+        );
+        assert_eq!(row["type"], datatype);
+        assert_eq!(row["redop"] == "none", !reduces, "{what}");
+        assert_eq!(row["redop"], j["redop"], "{what}");
+        let rooted = op == "broadcast" || op == "reduce";
+        assert_eq!(row["root"].as_i64().unwrap() >= 0, rooted, "{what}");
         for place in ["out_of_place", "in_place"] {
             let p = &row[place];
             let (t, algbw, busbw) = (
@@ -51,11 +83,12 @@ fn check_sweep(j: &Value, op: &str, world: usize, sizes: &[u64], r: &Run) {
                 (algbw - want).abs() <= 1e-9 * want.max(1.0),
                 "algbw {algbw} != size/time {want}"
             );
+            let f = factor(op, world);
             assert!(
-                (busbw - algbw * factor).abs() <= 1e-9 * busbw.max(1.0),
-                "busbw {busbw} != {algbw} × {factor}"
+                (busbw - algbw * f).abs() <= 1e-9 * busbw.max(1.0),
+                "busbw {busbw} != {algbw} × {f}"
             );
-            assert_eq!(p["wrong"], 0, "{place} at {}:\n{r}", row["size"]);
+            assert_eq!(p["wrong"], 0, "{place} of {what}:\n{r}");
             busbws.push(busbw);
         }
     }
@@ -65,29 +98,120 @@ fn check_sweep(j: &Value, op: &str, world: usize, sizes: &[u64], r: &Run) {
     assert!(j["memcpy_gbps"].as_f64().unwrap() > 0.0, "{r}");
 }
 
+/// Checks a run of every collective, operator and type (`--op all -o all -d all`).
+fn check_every_sweep(r: &Run, world: usize, asked: &[u64]) {
+    let j = r.json();
+    assert_eq!(j["world_size"], world, "{r}");
+    let sweeps = j["sweeps"].as_array().unwrap_or_else(|| panic!("no sweeps:\n{r}"));
+    // 6 collectives, 5 types; the 3 reductions with 5 operators each: (3 + 3 × 5) × 5.
+    assert_eq!(sweeps.len(), 90, "{r}");
+    for sweep in sweeps {
+        check_sweep(sweep, sweep["op"].as_str().unwrap(), world, asked, r);
+    }
+    let seen = |key: &str| {
+        let mut v: Vec<&str> = sweeps.iter().map(|s| s[key].as_str().unwrap()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    assert_eq!(
+        seen("op"),
+        [
+            "all_gather",
+            "all_reduce",
+            "alltoall",
+            "broadcast",
+            "reduce",
+            "reduce_scatter"
+        ],
+        "{r}"
+    );
+    assert_eq!(seen("type"), ["bfloat16", "double", "float", "half", "int32"], "{r}");
+    assert_eq!(seen("redop"), ["avg", "max", "min", "none", "prod", "sum"], "{r}");
+}
+
+#[test]
+fn every_collective_operator_and_type_is_exact_on_every_world_from_1_to_5() {
+    // Counts of 1 element, smaller than the world, odd, and spanning many pieces; out of
+    // place and in place; NCCL's in-place layouts; every operator and type.
+    let asked = [4, 116, 3364, 97556];
+    for world in 1..=5 {
+        let r = perf(
+            &format!("--nproc-per-node {world} --op all -o all -d all -b 4 -e 100K -f 29 -w 0 -n 1 --format json"),
+            &[],
+        )
+        .ok();
+        check_every_sweep(&r, world, &asked);
+    }
+}
+
+#[test]
+fn every_collective_operator_and_type_is_exact_on_the_nccl_double() {
+    // The same through cudarc and the test double's ncclReduce, ncclAllGather,
+    // ncclReduceScatter and grouped ncclSend/ncclRecv (the in-place all-to-all copies
+    // its blocks aside first: NCCL has no in-place all-to-all).
+    for world in [1, 2, 3, 5] {
+        let cmd = nccl_command(
+            BIN,
+            &words(&format!(
+                "--backend nccl --nproc-per-node {world} --op all -o all -d all -b 4 -e 4K -f 29 -w 0 -n 1 --format json"
+            )),
+            world,
+        );
+        let r = finish(spawn(cmd), LIMIT).ok();
+        assert_eq!(r.json()["backend"], "nccl", "{r}");
+        check_every_sweep(&r, world, &[4, 116, 3364]);
+    }
+}
+
+#[test]
+fn ranks_in_different_collectives_are_told_which() {
+    // Two ranks started by hand that disagree on the collective: an error naming both,
+    // not mixed data or a hang.
+    let port = free_port().to_string();
+    let ranks: Vec<_> = ["all_gather", "reduce_scatter"]
+        .iter()
+        .enumerate()
+        .map(|(rank, op)| {
+            let args =
+                format!("--world-size 2 --rank {rank} --master-port {port} --op {op} -b 1K -e 1K -n 1 --timeout 20");
+            spawn(command(BIN, &words(&args)))
+        })
+        .collect();
+    let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT)).collect();
+    let said = format!("{}{}", runs[0].stderr, runs[1].stderr);
+    assert!(runs.iter().all(|r| r.code == Some(1)), "{said}");
+    assert!(
+        said.contains("is in a reduce-scatter while this rank is in a all-gather")
+            || said.contains("is in a all-gather while this rank is in a reduce-scatter"),
+        "{said}"
+    );
+}
+
 #[test]
 fn sweeps_are_right_on_shared_memory_and_tcp() {
     // Sizes that are not multiples of the world, of the ring's chunks or of the shared
-    // ring's slots: 4 B to 4 MiB + 4 B, three ranks.
+    // ring's slots: 4 B to 4 MiB + 4 B, three ranks, every collective.
     for transport in ["shm", "tcp"] {
-        for op in ["all-reduce", "broadcast"] {
-            let r = perf(
-                &format!(
-                    "--nproc-per-node 3 --op {op} -b 4 -e 8M -f 37 -w 1 -n 2 -c 2 --transport {transport} --format json"
-                ),
-                &[],
-            )
-            .ok();
-            let j = r.json();
-            check_sweep(&j, &op.replace('-', "_"), 3, &[4, 148, 5476, 202612, 7496644], &r);
-            let via: Vec<&str> = j["transports"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|v| v.as_str().unwrap())
-                .collect();
-            assert_eq!(via, vec![transport; 3], "{r}");
+        let r = perf(
+            &format!("--nproc-per-node 3 --op all -b 4 -e 8M -f 37 -w 0 -n 1 --transport {transport} --format json"),
+            &[],
+        )
+        .ok();
+        let j = r.json();
+        let sweeps = j["sweeps"].as_array().unwrap();
+        assert_eq!(sweeps.len(), 6, "{r}");
+        for sweep in sweeps {
+            let op = sweep["op"].as_str().unwrap();
+            check_sweep(sweep, op, 3, &[4, 148, 5476, 202612, 7496644], &r);
         }
+        let via: Vec<&str> = j["transports"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(via, vec![transport; 3], "{r}");
     }
 }
 
@@ -205,8 +329,14 @@ fn bad_sweeps_are_refused_in_one_line() {
         ("-b 1M -e 4K", "-b 1M is larger than -e 4K"),
         ("-f 1", "stepfactor"),
         ("-f 2 -i 4K", "cannot be used with"),
-        ("-d half", "half"),
+        (
+            "-d fp8",
+            "unknown type 'fp8': one of float, double, int32, half, bfloat16, or all",
+        ),
+        ("--op gather", "unknown collective 'gather'"),
         ("--op broadcast --root 5", "--root 5 is not a rank"),
+        ("--op all_gather --root 1", "all_gather has no root"),
+        ("--op alltoall -o max", "alltoall reduces nothing"),
     ] {
         let r = perf(args, &[]);
         assert_eq!(r.code, Some(2), "{args:?}:\n{r}");
@@ -234,7 +364,12 @@ fn on_the_nccl_double_with_double_precision() {
 fn buffers_larger_than_the_caches_are_right_too() {
     // From 16 MiB the results are written around the cache (non-temporal stores); an odd
     // size puts the slices' edges off the 16-byte boundaries those stores need.
-    for (op, world) in [("all-reduce", 2), ("all-reduce", 3), ("broadcast", 3)] {
+    for (op, world) in [
+        ("all-reduce", 2),
+        ("all-reduce", 3),
+        ("broadcast", 3),
+        ("all_gather", 3),
+    ] {
         let r = perf(
             &format!("--nproc-per-node {world} --op {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
             &[],
