@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Compare this project's collectives with torch.distributed's Gloo, side by side, in one run.
+# Compare this project's collectives with torch.distributed's Gloo, side by side, in one run:
+# every collective Gloo has (broadcast, reduce, all_reduce, all_gather, reduce_scatter,
+# alltoall; --ops picks some). bench/compare-mpi.sh does the same against Open MPI.
 #
 #   bench/compare-gloo.sh --setup        # once: create bench/.venv and pip install torch numpy
 #   bench/compare-gloo.sh                # the comparison (several minutes; --scaling adds more)

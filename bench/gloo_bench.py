@@ -5,14 +5,24 @@ Run it through bench/compare-gloo.sh, which builds our binaries, picks bench/.ve
 GLOO_SOCKET_IFNAME=lo and OMP_NUM_THREADS=1. For every operation, world size and buffer size,
 both sides run the same measurement, alternately, R times; the median run of each is kept:
 
-  Gloo: N local ranks, float32, a fresh buffer per size, one checked operation, 5 warm-up
-        operations, a barrier, then 20 timed back-to-back operations on every rank;
+  Gloo: N local ranks, float32, sum, root 0, fresh buffers per size, one checked operation,
+        5 warm-up operations, a barrier, then 20 timed back-to-back operations on every rank;
         time/op = mean over ranks of (loop time / 20).
   ours: target/release/07-nccl-perf --op OP -b SIZE -e SIZE -w 5 -n 20 --format json.
 
+The operations, every collective Gloo has: all_reduce (dist.all_reduce), broadcast
+(dist.broadcast), reduce (dist.reduce), all_gather (dist.all_gather_into_tensor, or
+dist.all_gather into a list where this torch's Gloo lacks it), reduce_scatter
+(dist.reduce_scatter_tensor; "not in Gloo" where this torch's Gloo lacks it) and alltoall
+(dist.all_to_all_single). A size is nccl-tests' size on both sides: the bytes of the larger
+buffer (all_gather's output, reduce_scatter's input), rounded as 07-nccl-perf rounds it (a
+whole number of floats per rank where the buffer is split among the ranks, at least one).
+
 Bandwidths follow nccl-tests (GB/s = 1e9 B/s): algbw = bytes / time; busbw = algbw x 2(n-1)/n
-for all-reduce, = algbw for broadcast. Gloo works in place, so it is compared with our
-in-place column; our out-of-place column is shown beside it.
+for all_reduce, x (n-1)/n for all_gather, reduce_scatter and alltoall, x 1 for broadcast and
+reduce. Gloo's all_reduce, broadcast and reduce work in one tensor, so they are compared with
+our in-place column; its all_gather, reduce_scatter and alltoall take an input and an output
+tensor, so they are compared with our out-of-place column. Both of our columns are shown.
 
 The orchestrating process imports only the standard library and numpy (for the memcpy
 reference); torch is imported by the Gloo ranks, which are this same file run with --worker.
@@ -39,7 +49,13 @@ from pathlib import Path
 MiB = 1024 * 1024
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = 0  # broadcast root, on both sides
-OPS = ("all_reduce", "broadcast")
+# Every collective Gloo has, in the order 07-nccl-perf lists them (--ops' default).
+OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "alltoall")
+# The collectives whose buffer is split among the ranks: count per rank = elements / N.
+SPLIT = ("all_gather", "reduce_scatter", "alltoall")
+# Gloo's calls for these take one tensor (in place); the others an input and an output.
+GLOO_IN_PLACE = ("all_reduce", "broadcast", "reduce")
+NOT_IN_GLOO = "not in Gloo"
 
 # The targets: (operation, bytes, what is compared, how many times better ours must be).
 TARGETS = [
@@ -104,7 +120,22 @@ def fmt_size(size: int) -> str:
 
 def bus_factor(op: str, n: int) -> float:
     """nccl-tests' busbw factor: what each rank's link carries, relative to the buffer."""
-    return 2 * (n - 1) / n if op == "all_reduce" else 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    return (n - 1) / n if op in SPLIT else 1.0
+
+
+def op_size(op: str, n: int, size: int) -> int:
+    """The size both sides measure for a requested one: nccl-tests' size (the larger buffer),
+    rounded as 07-nccl-perf rounds it: a whole number of floats per rank where the buffer is
+    split among the ranks, at least one (4 bytes of all_gather on 4 ranks measure 16)."""
+    per = n if op in SPLIT else 1
+    return max(1, size // 4 // per) * per * 4
+
+
+def placement(op: str) -> str:
+    """Which of our columns Gloo's call is compared with."""
+    return "in_place" if op in GLOO_IN_PLACE else "out_of_place"
 
 
 def bandwidths(op: str, n: int, size: int, time_s: float) -> tuple[float, float]:
@@ -139,29 +170,96 @@ def tail(text: str, lines: int = 15) -> str:
 # Gloo: one rank (run as `gloo_bench.py --worker`), and the launch of N of them
 
 
+def gloo_api(op: str, dist) -> tuple[str | None, str | None]:
+    """The torch.distributed call that runs `op` on this torch's Gloo: (name, None), or
+    (None, why) where Gloo has none. Every rank probes the same calls in the same order on
+    a tiny tensor, so a probe that Gloo refuses (it refuses before any data moves) fails on
+    every rank alike and nothing is left half done."""
+    import torch
+
+    world = dist.get_world_size()
+
+    def works(call) -> str | None:
+        try:
+            call()
+            return None
+        except (RuntimeError, NotImplementedError, AttributeError, ValueError) as e:
+            return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+
+    if op == "all_gather":
+        why = works(lambda: dist.all_gather_into_tensor(torch.zeros(world), torch.zeros(1)))
+        return ("dist.all_gather_into_tensor", None) if why is None else ("dist.all_gather", None)
+    if op == "reduce_scatter":
+        why = works(lambda: dist.reduce_scatter_tensor(torch.zeros(1), torch.zeros(world)))
+        return ("dist.reduce_scatter_tensor", None) if why is None else (None, why)
+    if op == "alltoall":
+        why = works(lambda: dist.all_to_all_single(torch.zeros(world), torch.zeros(world)))
+        return ("dist.all_to_all_single", None) if why is None else (None, why)
+    return f"dist.{op}", None
+
+
+def gloo_case(op: str, api: str, dist, elements: int):
+    """Fresh buffers for one size of `op`: (run one operation, the result to check or None,
+    what it must hold, after the check: make the timed operations start from zeros).
+    Values show that every rank and every block took part, and are exact in float32."""
+    import torch
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    f32 = torch.float32
+    count = elements // world if op in SPLIT else elements  # per-rank block, or the whole
+    if op in SPLIT:  # element i -> the index j of its block (rank j's, or for rank j)
+        blocks = torch.arange(world, dtype=f32).repeat_interleave(count)
+    tri = world * (world + 1) / 2
+    if op == "all_reduce":
+        buf = torch.full((elements,), float(rank + 1), dtype=f32)
+        return (lambda: dist.all_reduce(buf)), buf, torch.full_like(buf, tri), buf.zero_
+    if op == "broadcast":
+        pattern = torch.arange(elements, dtype=f32) % 97 + 1
+        buf = pattern.clone() if rank == ROOT else torch.zeros(elements, dtype=f32)
+        return (lambda: dist.broadcast(buf, src=ROOT)), buf, pattern, None
+    if op == "reduce":
+        buf = torch.full((elements,), float(rank + 1), dtype=f32)
+        result = buf if rank == ROOT else None  # only the root has a result
+        return (lambda: dist.reduce(buf, dst=ROOT)), result, torch.full_like(buf, tri), buf.zero_
+    if op == "all_gather":
+        inp = torch.full((count,), float(rank + 1), dtype=f32)
+        out = torch.zeros(elements, dtype=f32)
+        if api == "dist.all_gather_into_tensor":
+            run = lambda: dist.all_gather_into_tensor(out, inp)
+        else:  # the list form, into views of the one output buffer
+            parts = list(out.chunk(world))
+            run = lambda: dist.all_gather(parts, inp)
+        return run, out, blocks + 1, None  # block j came from rank j
+    if op == "reduce_scatter":
+        inp = (blocks + 1) * (rank + 1)  # block j: (rank + 1)(j + 1)
+        out = torch.zeros(count, dtype=f32)
+        run = lambda: dist.reduce_scatter_tensor(out, inp)
+        return run, out, torch.full_like(out, (rank + 1) * tri), None
+    if op == "alltoall":
+        inp = blocks + 1 + rank * world  # block j goes to rank j
+        out = torch.zeros(elements, dtype=f32)
+        run = lambda: dist.all_to_all_single(out, inp)
+        return run, out, blocks * world + rank + 1, None  # block i came from rank i
+    raise ValueError(op)
+
+
 def worker(op: str, sizes: list[int], warmup: int, iters: int) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
+    api, unsupported = gloo_api(op, dist)
     results = []
-    for size in sizes:
-        count = size // 4
-        # A fresh buffer per size, and values that show that every rank took part.
-        if op == "all_reduce":
-            buf = torch.full((count,), float(rank + 1), dtype=torch.float32)
-            expected = world * (world + 1) / 2
-            def run():
-                dist.all_reduce(buf)
-        else:
-            buf = torch.full((count,), 42.0 if rank == ROOT else 0.0, dtype=torch.float32)
-            expected = 42.0
-            def run():
-                dist.broadcast(buf, src=ROOT)
+    for size in sizes if api else []:
+        run, result, expected, reset = gloo_case(op, api, dist, size // 4)
         run()
-        wrong = int((buf != expected).sum())
+        wrong = 0 if result is None else int((result != expected).sum())
+        if reset:
+            # In place, a reduction would fold its result in again at every operation:
+            # the timed ones start from zeros, which stay zeros (no growth to inf).
+            reset()
         for _ in range(warmup):
             run()
         dist.barrier()  # everyone starts the timed loop together
@@ -170,13 +268,15 @@ def worker(op: str, sizes: list[int], warmup: int, iters: int) -> None:
             run()
         loop_s = time.perf_counter() - start
         results.append({"size": size, "loop_s": loop_s, "wrong": wrong})
-        del buf
+        del run, result, expected, reset
     dist.destroy_process_group()
-    print(json.dumps({"rank": rank, "results": results}), flush=True)
+    print(json.dumps({"rank": rank, "api": api, "unsupported": unsupported,
+                      "results": results}), flush=True)
 
 
-def run_gloo(op: str, n: int, sizes: list[int], args) -> dict[int, dict]:
-    """Start n Gloo ranks on this host; return, per size, time/op and the wrong count."""
+def run_gloo(op: str, n: int, sizes: list[int], args) -> tuple[dict[int, dict], str]:
+    """Start n Gloo ranks on this host; return, per size, time/op and the wrong count (or,
+    where this torch's Gloo has no such call, why), and the call that ran."""
     port = free_port()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--op", op,
            "--sizes", ",".join(map(str, sizes)), "-w", str(args.warmup), "-n", str(args.iters)]
@@ -204,7 +304,7 @@ def run_gloo(op: str, n: int, sizes: list[int], args) -> dict[int, dict]:
         per_rank = []
         for proc, out, _ in procs:
             out.seek(0)
-            per_rank.append(json.loads(out.read().strip().splitlines()[-1])["results"])
+            per_rank.append(json.loads(out.read().strip().splitlines()[-1]))
     finally:
         for proc, out, err in procs:
             if proc.poll() is None:
@@ -212,12 +312,15 @@ def run_gloo(op: str, n: int, sizes: list[int], args) -> dict[int, dict]:
                 proc.wait()
             out.close()
             err.close()
+    api, unsupported = per_rank[0]["api"], per_rank[0]["unsupported"]
+    if not api:
+        return {size: {"unsupported": unsupported} for size in sizes}, f"{NOT_IN_GLOO} ({unsupported})"
     results = {}
     for i, size in enumerate(sizes):
-        loops = [r[i]["loop_s"] for r in per_rank]
+        loops = [r["results"][i]["loop_s"] for r in per_rank]
         results[size] = {"time_s": statistics.fmean(loops) / args.iters,
-                         "wrong": sum(r[i]["wrong"] for r in per_rank)}
-    return results
+                         "wrong": sum(r["results"][i]["wrong"] for r in per_rank)}
+    return results, api
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,15 +472,16 @@ def numpy_memcpy_gbps(size: int = 100 * MiB, reps: int = 20) -> float:
 
 
 def plan(args) -> dict[tuple[str, int], list[int]]:
-    """(operation, world size) -> the sizes to measure: the main sweep, plus --scaling's."""
+    """(operation, world size) -> the sizes to measure (rounded by op_size): the main sweep,
+    plus --scaling's; in the order of OPS, then of world sizes."""
     configs: dict[tuple[str, int], set[int]] = {}
     for op in args.ops:
         for n in args.nproc:
-            configs.setdefault((op, n), set()).update(args.sizes)
+            configs.setdefault((op, n), set()).update(op_size(op, n, s) for s in args.sizes)
         if args.scaling:
             for n in SCALING_WORLD_SIZES:
-                configs.setdefault((op, n), set()).update(SCALING_SIZES)
-    return {key: sorted(sizes) for key, sizes in sorted(configs.items())}
+                configs.setdefault((op, n), set()).update(op_size(op, n, s) for s in SCALING_SIZES)
+    return {key: sorted(configs[key]) for key in sorted(configs, key=lambda k: (OPS.index(k[0]), k[1]))}
 
 
 def measure(args) -> dict:
@@ -386,6 +490,7 @@ def measure(args) -> dict:
     ours_runs = {key: {s: [] for s in sizes} for key, sizes in configs.items()}
     hello_runs = {"ours": [], "gloo": []}
     memcpy_runs = []
+    gloo_api: dict[str, str] = {}  # operation -> the call that ran it, or NOT_IN_GLOO (why)
     # Runs outermost, and the two sides in alternating order, so that whatever drifts on the
     # machine (another job, the CPU clock) falls on both sides alike.
     for run in range(args.runs):
@@ -395,9 +500,18 @@ def measure(args) -> dict:
             order = ("ours", "gloo") if (run + i) % 2 == 0 else ("gloo", "ours")
             for side in order:
                 if side == "gloo":
+                    if gloo_api.get(op, "").startswith(NOT_IN_GLOO):
+                        # Found out once: no need to start the ranks again.
+                        why = gloo_api[op][len(NOT_IN_GLOO) + 2:-1]
+                        for size in sizes:
+                            gloo_runs[(op, n)][size].append({"unsupported": why})
+                        continue
                     log(f"run {run + 1}/{args.runs}: Gloo {op} N={n} sizes {fmt_size(sizes[0])}"
                         f"..{fmt_size(sizes[-1])}")
-                    for size, r in run_gloo(op, n, sizes, args).items():
+                    results, gloo_api[op] = run_gloo(op, n, sizes, args)
+                    if gloo_api[op].startswith(NOT_IN_GLOO):
+                        log(f"run {run + 1}/{args.runs}: Gloo {op}: {gloo_api[op]}")
+                    for size, r in results.items():
                         gloo_runs[(op, n)][size].append(r)
                 elif not args.gloo_only:
                     log(f"run {run + 1}/{args.runs}: ours {op} N={n} sizes {fmt_size(sizes[0])}"
@@ -411,7 +525,7 @@ def measure(args) -> dict:
         for side, t in time_hello(args, "ours" if i % 2 == 0 else "gloo").items():
             hello_runs[side].append(t)
     return {"configs": configs, "gloo": gloo_runs, "ours": ours_runs, "hello": hello_runs,
-            "memcpy": memcpy_runs}
+            "memcpy": memcpy_runs, "gloo_api": gloo_api}
 
 
 def summarize(args, m: dict) -> dict:
@@ -420,12 +534,17 @@ def summarize(args, m: dict) -> dict:
     cells = {}
     for (op, n), sizes in m["configs"].items():
         for size in sizes:
-            g = median_run(m["gloo"][(op, n)][size], "time_s")
+            gruns = m["gloo"][(op, n)][size]
+            if "unsupported" in gruns[0]:
+                gloo = {"time_us": None, "busbw": None, "wrong": 0,
+                        "unsupported": gruns[0]["unsupported"]}
+            else:
+                g = median_run(gruns, "time_s")
+                gloo = {"time_us": g["time_s"] * 1e6,
+                        "busbw": bandwidths(op, n, size, g["time_s"])[1],
+                        "wrong": sum(r["wrong"] for r in gruns)}
             cell = {"op": op, "world_size": n, "size": size, "runs": args.runs,
-                    "gloo": {"time_us": g["time_s"] * 1e6,
-                             "busbw": bandwidths(op, n, size, g["time_s"])[1],
-                             "wrong": sum(r["wrong"] for r in m["gloo"][(op, n)][size])},
-                    "ours": None}
+                    "gloo": gloo, "ours": None}
             runs = m["ours"][(op, n)][size]
             if runs:
                 cell["ours"] = {"memcpy_gbps": statistics.median(r["memcpy_gbps"] for r in runs),
@@ -525,20 +644,25 @@ def shown(cmd: list[str], args) -> str:
 
 
 def detail_rows(cells: dict, keys) -> list[dict]:
+    """One row per cell; `ratio` (Gloo's time / ours) takes our column of Gloo's placement."""
     out = []
     for key in keys:
         c = cells[key]
-        o = c["ours"]
+        o, g = c["ours"], c["gloo"]
+        place = placement(c["op"])
         out.append({"op": c["op"], "world_size": c["world_size"], "size": c["size"],
                     "ours_in_place_us": o and o["in_place"]["time_us"],
                     "ours_out_of_place_us": o and o["out_of_place"]["time_us"],
-                    "gloo_us": c["gloo"]["time_us"],
+                    "gloo_us": g["time_us"],
+                    "gloo_placement": place,
+                    "gloo_unsupported": g.get("unsupported"),
                     "ours_in_place_busbw": o and o["in_place"]["busbw"],
                     "ours_out_of_place_busbw": o and o["out_of_place"]["busbw"],
-                    "gloo_busbw": c["gloo"]["busbw"],
-                    "ratio": o and c["gloo"]["time_us"] / o["in_place"]["time_us"],
+                    "gloo_busbw": g["busbw"],
+                    "ratio": (g["time_us"] / o[place]["time_us"]
+                              if o and g["time_us"] is not None else None),
                     "wrong_ours": o and o["in_place"]["wrong"] + o["out_of_place"]["wrong"],
-                    "wrong_gloo": c["gloo"]["wrong"]})
+                    "wrong_gloo": g["wrong"]})
     return out
 
 
@@ -566,6 +690,17 @@ def markdown_table(headers: list[str], rows: list[list[str]], align: str) -> str
     return "\n".join(lines)
 
 
+def gloo_call(op: str, api: str) -> str:
+    """The call as the report names it: with its placement, or why there is none."""
+    if api.startswith(NOT_IN_GLOO):
+        return api
+    return f"{api} ({placement(op).replace('_', ' ')})"
+
+
+def gloo_cell(d: dict, value, digits: int) -> str:
+    return NOT_IN_GLOO if d["gloo_unsupported"] else fmt(value, digits)
+
+
 def render(report: dict) -> str:
     h = report["header"]
     out = [f"# compare-gloo: {h['date']}, nproc {h['nproc']}, {h['cpu']}, torch {h['torch']}",
@@ -589,25 +724,34 @@ def render(report: dict) -> str:
             out += [f"ours: `{table['commands']['ours']}`  ",
                     f"Gloo: `{table['commands']['gloo']}`", ""]
     out += ["## Every size (time per operation, busbw)", ""]
+    if report.get("gloo_calls"):
+        out += ["Gloo's calls: " + "; ".join(f"{op}: {call}"
+                                             for op, call in report["gloo_calls"].items())
+                + ". Ratio: Gloo's time / ours, ours in Gloo's placement (column 'vs ours').",
+                ""]
     headers = ["op", "N", "size", "ours in place us", "ours out of place us", "Gloo us",
-               "ours busbw GB/s (in place)", "Gloo busbw GB/s", "ratio", "correct"]
+               "ours busbw GB/s (in place)", "ours busbw GB/s (out of place)", "Gloo busbw GB/s",
+               "ratio", "vs ours", "correct"]
     rows = [[d["op"], str(d["world_size"]), fmt_size(d["size"]), fmt(d["ours_in_place_us"], 1),
-             fmt(d["ours_out_of_place_us"], 1), fmt(d["gloo_us"], 1),
-             fmt(d["ours_in_place_busbw"], 4), fmt(d["gloo_busbw"], 4),
+             fmt(d["ours_out_of_place_us"], 1), gloo_cell(d, d["gloo_us"], 1),
+             fmt(d["ours_in_place_busbw"], 4), fmt(d["ours_out_of_place_busbw"], 4),
+             gloo_cell(d, d["gloo_busbw"], 4),
              "-" if d["ratio"] is None else f"{d['ratio']:.2f}x",
+             "-" if d["gloo_unsupported"] else d["gloo_placement"].replace("_", " "),
              "OK" if not d["wrong_gloo"] and not d["wrong_ours"] else
              f"WRONG (ours {d['wrong_ours'] or 0}, Gloo {d['wrong_gloo']})"]
             for d in report["details"]]
-    out += [markdown_table(headers, rows, "lrrrrrrrrl"), ""]
+    out += [markdown_table(headers, rows, "lrrrrrrrrrll"), ""]
     if report["scaling"]:
         out += ["## Scaling: busbw GB/s by world size (no target; 8 ranks oversubscribe the "
                 f"{h['nproc']} cores)", ""]
         rows = [[d["op"], fmt_size(d["size"]), str(d["world_size"]),
-                 fmt(d["ours_in_place_busbw"], 4), fmt(d["gloo_busbw"], 4),
-                 "-" if d["ratio"] is None else f"{d['ratio']:.2f}x"]
+                 fmt(d[f"ours_{d['gloo_placement']}_busbw"], 4), gloo_cell(d, d["gloo_busbw"], 4),
+                 "-" if d["ratio"] is None else f"{d['ratio']:.2f}x",
+                 d["gloo_placement"].replace("_", " ")]
                 for d in report["scaling"]]
-        out += [markdown_table(["op", "size", "N", "ours (in place)", "Gloo", "ratio"], rows,
-                               "lrrrrr"), ""]
+        out += [markdown_table(["op", "size", "N", "ours (Gloo's placement)", "Gloo", "ratio",
+                                "placement"], rows, "lrrrrrl"), ""]
     statuses = [r["status"] for t in report["targets"] for r in t["rows"] if r["target"] != "-"]
     counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
     out += ["Targets: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
@@ -662,7 +806,7 @@ def main() -> int:
                    help="world sizes, ranks on this host (default 2,4)")
     p.add_argument("--ops", default=",".join(OPS),
                    type=lambda s: [o.strip().replace("-", "_") for o in s.split(",") if o.strip()],
-                   help="operations (default all_reduce,broadcast)")
+                   help=f"operations (default every collective Gloo has: {','.join(OPS)})")
     p.add_argument("--runs", type=int, default=3,
                    help="runs of every configuration; the median run is kept (default 3)")
     p.add_argument("-w", "--warmup", type=int, default=5, help="warm-up operations (default 5)")
@@ -705,15 +849,19 @@ def main() -> int:
         m = measure(args)
         cells = summarize(args, m)
         python_memcpy = statistics.median(m["memcpy"])
-        main_keys = [k for k in cells if k[1] in args.nproc and k[2] in args.sizes]
-        scaling_keys = sorted((k for k in cells if args.scaling and k[2] in SCALING_SIZES),
-                              key=lambda k: (k[0], k[2], k[1]))
+        main_keys = [k for k in cells if k[1] in args.nproc
+                     and k[2] in {op_size(k[0], k[1], s) for s in args.sizes}]
+        scaling_keys = sorted((k for k in cells if args.scaling and
+                               k[2] in {op_size(k[0], k[1], s) for s in SCALING_SIZES}),
+                              key=lambda k: (OPS.index(k[0]), k[2], k[1]))
         report = {
             "header": head,
             "memcpy_gbps": {"numpy_1_thread": python_memcpy, "numpy_runs": m["memcpy"],
                             "ours_1_thread": statistics.median(
                                 c["ours"]["memcpy_gbps"] for c in cells.values() if c["ours"])
                             if not args.gloo_only else None},
+            "gloo_calls": {op: gloo_call(op, m["gloo_api"][op])
+                           for op in args.ops if op in m["gloo_api"]},
             "targets": target_tables(args, cells, m, python_memcpy),
             "details": detail_rows(cells, main_keys),
             "scaling": detail_rows(cells, scaling_keys) if args.scaling else [],

@@ -101,7 +101,8 @@ find_workbook_bins() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
-  if [ $# = 0 ]; then set -- 00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 07-nccl-perf; fi
+  if [ $# = 0 ]; then set -- 00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-reduce 04-nccl-allgather \
+    05-nccl-reducescatter 06-nccl-alltoall 07-nccl-perf; fi
   find_workbook_bins "$@"
   echo "$WORKBOOK_BIN_DIR"
 fi

@@ -13,7 +13,8 @@ out=$(mktemp -d)
 trap 'bash .ci/slurm/stop-slurm.sh >/dev/null 2>&1; rm -rf "$out"' EXIT
 fail() { echo "slurm check FAILED: $*" >&2; exit 1; }
 
-examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 07-nccl-perf)
+examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-reduce 04-nccl-allgather
+  05-nccl-reducescatter 06-nccl-alltoall 07-nccl-perf)
 cargo build --release --quiet --bins
 cargo build --release --quiet -p nccl-double --lib
 # The binaries, where cargo put them: found as the jobs find them (slurm/find-bins.sh).
@@ -40,6 +41,35 @@ expect() {
     00-nccl-hello-world) grep -q "^Hello from $ranks ranks:" "$file" || fail "$file: no roll call of $ranks ranks" ;;
     01-nccl-broadcast) grep -q "^Check: OK, all $ranks ranks hold 42 " "$file" || fail "$file: broadcast check missing" ;;
     02-nccl-allreduce) grep -q "^Check: OK, all $ranks ranks hold $ranks " "$file" || fail "$file: all-reduce check missing" ;;
+    # The lessons of 03-06 start from their defaults (4 elements per block, root 0, sum).
+    03-nccl-reduce)
+      grep -q "^  [CG]PU 0 | $ranks | $ranks | $ranks | $ranks |$" "$file" || fail "$file: the root, rank 0, does not hold $ranks"
+      grep -q "^Only the root, rank 0, holds the sum of every rank's buffer; the other ranks' buffers are unchanged.$" "$file" \
+        || fail "$file: the line on the root's result is missing"
+      grep -q "^Check: OK, all $ranks ranks hold the expected values in all 4 elements$" "$file" || fail "$file: reduce check missing"
+      ;;
+    04-nccl-allgather)
+      grep -q "^  *| from rank 0 *| .*| from rank $((ranks - 1)) *|$" "$file" || fail "$file: no header of $ranks blocks"
+      grep -q "^Every rank holds the same buffer: block b is what rank b sent.$" "$file" || fail "$file: the all-gather's line is missing"
+      grep -q "^Check: OK, all $ranks ranks hold the expected values in all $((ranks * 4)) elements$" "$file" \
+        || fail "$file: all-gather check missing"
+      ;;
+    05-nccl-reducescatter)
+      grep -q "^  *| block 0 → rank 0 *| .*| block $((ranks - 1)) → rank $((ranks - 1)) *|$" "$file" \
+        || fail "$file: no header of $ranks blocks"
+      local shard=$((ranks * ranks * (ranks + 1) / 2)) # rank n-1's: (1 + 2 + ... + n) × n
+      grep -q "^  [CG]PU $((ranks - 1)) | $shard | $shard | $shard | $shard |$" "$file" || fail "$file: rank $((ranks - 1)) does not hold $shard"
+      grep -q "^Rank b holds the sum of every rank's block b.$" "$file" || fail "$file: the reduce-scatter's line is missing"
+      grep -q "^Check: OK, all $ranks ranks hold the expected values in all 4 elements$" "$file" || fail "$file: reduce-scatter check missing"
+      ;;
+    06-nccl-alltoall)
+      grep -q "^  *| to rank 0 *| .*| to rank $((ranks - 1)) *|$" "$file" || fail "$file: no header of $ranks blocks sent"
+      grep -q "^  *| from rank 0 *| .*| from rank $((ranks - 1)) *|$" "$file" || fail "$file: no header of $ranks blocks received"
+      grep -q "^Block j of rank i went to rank j, as its block i: the blocks were transposed.$" "$file" \
+        || fail "$file: the all-to-all's line is missing"
+      grep -q "^Check: OK, all $ranks ranks hold the expected values in all $((ranks * 4)) elements$" "$file" \
+        || fail "$file: all-to-all check missing"
+      ;;
     07-nccl-perf)
       grep -q "^# Out of bounds values : 0 OK" "$file" || fail "$file: the sweep's check is missing or failed"
       grep -Eq "^ +1048576 +262144 +float +sum +-1 " "$file" || fail "$file: no 1 MiB row"

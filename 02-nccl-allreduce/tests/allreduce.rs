@@ -56,6 +56,28 @@ fn every_rank_holds_the_sum_for_every_world_size_and_count() {
 }
 
 #[test]
+fn each_op_gives_what_nccl_computes() {
+    // 4 ranks holding 1, 2, 3, 4; every other op over TCP.
+    for (i, (op, want)) in [("sum", 10.0), ("prod", 24.0), ("max", 4.0), ("min", 1.0), ("avg", 2.5)]
+        .into_iter()
+        .enumerate()
+    {
+        let via = ["shm", "tcp"][i % 2];
+        let line =
+            format!("--nproc-per-node 4 --op {op} --count 7 --init rank --transport {via} --iters 1 --format json");
+        let r = run(BIN, &line.split_whitespace().collect::<Vec<_>>()).ok();
+        let j = r.json();
+        assert_eq!(j["check"]["ok"], true, "{line}: {r}");
+        assert_eq!(stage(&j, "after"), vec![vec![want; 7]; 4], "{line}: {r}");
+        assert_eq!(j["transports"]["0-3"], via, "{line}: {r}");
+    }
+    let r = run(BIN, &["--op", "mean"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
+    assert!(r.stderr.contains("[possible values: sum, prod, max, min, avg]"), "{r}");
+}
+
+#[test]
 fn the_text_output_is_the_courses_table() {
     let r = run(BIN, &[]).ok();
     let out = &r.stdout;

@@ -332,7 +332,7 @@ impl Session {
 
     /// Like [`Session::show`], for a buffer of one block per rank (all-gather's receive
     /// buffer, all-to-all's buffers): a header row names block b with `label(b)` ("from
-    /// rank 2"), and each block shows its first elements (`--show`, default 4).
+    /// rank 2"), and each block shows its first elements (`--show`, default up to 8).
     pub fn show_blocks<T: Element>(
         &mut self,
         title: &str,
@@ -341,7 +341,7 @@ impl Session {
     ) -> Result<()> {
         let world = self.world_size();
         let block = buf.len() / world;
-        let k = self.show.unwrap_or(4).min(block);
+        let k = self.show.unwrap_or(8).min(block);
         let mut mine = vec![];
         for b in 0..world {
             mine.extend(self.backend.download_range(buf, b * block..b * block + k)?);
@@ -392,7 +392,9 @@ impl Session {
             self.report.ranks[r].stages.insert(stage.clone(), row.clone());
         }
         let cells: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(cell).collect()).collect();
-        let changed: Option<Vec<Vec<bool>>> = self.last_rows.as_ref().map(|prev| {
+        // Cells are compared with the previous table's only when the tables have one shape.
+        let same_shape = |prev: &&Vec<Vec<String>>| prev.iter().map(Vec::len).eq(cells.iter().map(Vec::len));
+        let changed: Option<Vec<Vec<bool>>> = self.last_rows.as_ref().filter(same_shape).map(|prev| {
             cells
                 .iter()
                 .zip(prev)

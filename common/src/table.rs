@@ -17,7 +17,7 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 /// Renders a stage table. `changed[r][i]` marks cells that differ from the previous
-/// stage: they are shown in bold green when colour is on (see [`crate::output`]).
+/// stage: they are shown in bold green when colour is on (`--color`, `NO_COLOR`).
 /// `more` is the number of elements each buffer holds beyond those shown.
 pub fn stage(
     title: &str,

@@ -3,7 +3,7 @@
 //! and it uses none of them.
 
 /// `ncclResult_t`. Only codes of NCCL 2.18's enum (0..=7) are ever returned: cudarc
-/// turns the number into a Rust enum (with the 2.22 bindings, 8 is `ncclNumResults`,
+/// turns the number into a Rust enum (with the 2.22 to 2.29 bindings, 8 is `ncclNumResults`,
 /// which cudarc takes for success).
 pub type NcclResult = std::ffi::c_uint;
 pub const SUCCESS: NcclResult = 0;

@@ -152,6 +152,21 @@ pub fn all() -> Vec<Exercise> {
         },
         Exercise {
             number: 8,
+            title: "a sharded update (ZeRO)",
+            code: Some(Code {
+                dir: "08_sharded_update",
+                cases: sharded_cases,
+            }),
+            hint: "Rank r owns the parameters rank × shard .. (rank + 1) × shard. 8a: let mut g = \
+                   s.from_host(vec![0.0; shard])?; then s.reduce_scatter_into(grads, &mut g, ReduceOp::Avg)? \
+                   gives g the average of block `rank` of every rank's gradients. 8b: take that block of \
+                   s.to_host(params)?, subtract lr × g element by element, and make a buffer of it with \
+                   s.from_host. 8c: s.all_gather_into(&that, params)? puts rank i's shard at block i of \
+                   every rank's params. If only your own shard is right, the all-gather is missing; if \
+                   every rank holds the same wrong values, a shard's offset is wrong.",
+        },
+        Exercise {
+            number: 9,
             title: "on a cluster",
             code: None,
             hint: "Submit slurm/02-nccl-allreduce.sbatch with NCCL_DEBUG=INFO exported, on one node, then \
@@ -227,6 +242,35 @@ fn ring_cases(max: usize) -> Vec<Case> {
         "after",
         sums(n),
     ));
+    cases
+}
+
+/// Parameter i starts as i + 1 and rank r's gradient as (r + 1)(i + 1), so after one step
+/// of SGD with the average gradient, (n + 1)/2 × (i + 1), parameter i is
+/// (i + 1)(1 - lr (n + 1)/2) on every rank; the padding up to n equal shards stays 0.
+/// Fewer parameters than ranks, counts that no world size divides, many shards of many
+/// elements, and another learning rate.
+fn sharded_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let step = |n: usize, count: usize, lr: f64| {
+        move |_: usize, i: usize| {
+            if i < count {
+                (i + 1) as f64 * (1.0 - lr * (n + 1) as f64 / 2.0)
+            } else {
+                0.0
+            }
+        }
+    };
+    for n in worlds(max) {
+        for count in [1, 7, 100003] {
+            let c = count.to_string();
+            let args = ["--count", &c, "--iters", "1", "--show", "16"];
+            cases.push(Case::new(n, &args, "after", step(n, count, 0.25)));
+        }
+    }
+    let n = 3.min(max.max(2));
+    let args = ["--count", "13", "--lr", "0.125", "--iters", "1", "--show", "16"];
+    cases.push(Case::new(n, &args, "after", step(n, 13, 0.125)));
     cases
 }
 

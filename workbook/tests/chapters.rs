@@ -262,7 +262,42 @@ fn chapter_7_one_broadcast_per_tensor_is_several_times_slower_than_one_packed() 
 }
 
 #[test]
-fn chapter_8_two_launchers_rehearse_two_nodes() {
+fn chapter_8_the_sharded_step_matches_the_plain_one_and_the_bus_factors() {
+    // A finished exercise 8 (the solution stands in for it), 7 parameters on 4 ranks.
+    let sharded = built("sol08-sharded-update");
+    let r = run(sharded.to_str().unwrap(), &["--nproc-per-node", "4", "--count", "7"]).ok();
+    assert!(r.stdout.contains("7 parameters + 1 of padding = 4 shards of 2"), "{r}");
+    for title in [
+        "Expected: the plain step (all-reduce, every rank updates everything):",
+        "After the sharded step:",
+    ] {
+        let table = r.stdout.split(title).nth(1).expect(title).split("\n\n").next().unwrap();
+        for rank in 0..4 {
+            let line = format!("  CPU {rank} | 0.375 | 0.75 | 1.125 | 1.5 | 1.875 | 2.25 | 2.625 | 0 |");
+            assert!(table.lines().any(|l| l == line), "{title} {line:?}:\n{r}");
+        }
+    }
+    // The benchmark's factors on 4 ranks: 2(n-1)/n for all_reduce, (n-1)/n for the pair.
+    let perf = built("07-nccl-perf");
+    for (op, factor) in [
+        ("all_reduce", "1.500"),
+        ("reduce_scatter", "0.750"),
+        ("all_gather", "0.750"),
+    ] {
+        let args = ["--op", op, "-b", "1K", "-e", "1K", "--nproc-per-node", "4"];
+        let r = run(perf.to_str().unwrap(), &args).ok();
+        let header = format!("# {op} (");
+        assert!(
+            r.stdout
+                .lines()
+                .any(|l| l.starts_with(&header) && l.ends_with(&format!("busbw = algbw × {factor}"))),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn chapter_9_two_launchers_rehearse_two_nodes() {
     let hello = built("00-nccl-hello-world");
     let [a, b] =
         testkit::two_nodes(|_, args| command(hello.to_str().unwrap(), &[args, &["--nproc-per-node", "2"]].concat()));

@@ -66,6 +66,14 @@ fn required(number: u32) -> Vec<String> {
                 labels.push(format!("world 5, --method {method} --root 2 --layers 0 --hidden 1"));
             }
         }
+        8 => {
+            for n in 2..=5 {
+                for count in [1, 7, 100003] {
+                    labels.push(format!("world {n}, --count {count}"));
+                }
+            }
+            labels.push("world 3, --count 13 --lr 0.125".into());
+        }
         _ => unreachable!(),
     }
     labels
@@ -73,7 +81,7 @@ fn required(number: u32) -> Vec<String> {
 
 #[test]
 fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
-    for number in [3, 4, 5, 7] {
+    for number in [3, 4, 5, 7, 8] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--keep-going"]);
         assert_eq!(r.code, Some(1), "exercise {number}: {r}");
@@ -98,7 +106,7 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
 
 #[test]
 fn every_solution_passes_every_case() {
-    for number in [3, 4, 5, 7] {
+    for number in [3, 4, 5, 7, 8] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--solution"]);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -142,6 +150,21 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
         "{r}"
     );
     assert!(r.stdout.contains("Hint: Every send needs a matching recv"), "{r}");
+
+    // The starting sharded step does nothing: the parameters keep their i + 1, where one
+    // step on 2 ranks (average gradient 1.5 (i + 1), lr 0.25) leaves 0.625 (i + 1).
+    let r = workbook(&["check", "8"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    let lines: Vec<&str> = r.stdout.lines().map(str::trim).collect();
+    for line in [
+        "FAILED  world 2, --count 1",
+        "rank 0: element 0 is 1 instead of 0.625",
+        "rank 1: element 0 is 1 instead of 0.625",
+        "the program's own check of every element: check FAILED, 2 wrong elements: rank 0: 1 wrong (element 0 is 1 instead of 0.625); rank 1: 1 wrong (element 0 is 1 instead of 0.625)",
+        "run it yourself: cargo run --bin ex08-sharded-update -- --nproc-per-node 2 --count 1",
+    ] {
+        assert!(lines.contains(&line), "missing {line:?}:\n{r}");
+    }
 }
 
 #[test]
@@ -159,6 +182,7 @@ fn hints_list_and_bad_input() {
         (3, "exercises/03_average"),
         (5, "exercises/05_ring_allreduce"),
         (7, "exercises/07_packed_broadcast"),
+        (8, "exercises/08_sharded_update"),
     ] {
         assert!(
             r.stdout
@@ -167,15 +191,15 @@ fn hints_list_and_bad_input() {
             "{r}"
         );
     }
-    assert_eq!(r.stdout.lines().count(), 8, "chapters 1 to 8:\n{r}");
+    assert_eq!(r.stdout.lines().count(), 9, "chapters 1 to 9:\n{r}");
 
     let r = workbook(&["check", "1"]).ok();
     assert!(r.stdout.contains("there is no code to check"), "{r}");
 
     for (args, says) in [
         (
-            vec!["check", "9"],
-            "error: there is no exercise 9: the exercises are 1 to 8",
+            vec!["check", "10"],
+            "error: there is no exercise 10: the exercises are 1 to 9",
         ),
         (vec!["hint", "0"], "error: there is no exercise 0"),
         (vec!["check"], "error: say which exercise to check"),
@@ -198,7 +222,7 @@ fn hints_list_and_bad_input() {
 #[test]
 fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
     // The NCCL test double with 4 GPUs: send_recv and the parts go through NCCL groups.
-    for number in ["3", "4", "5", "7"] {
+    for number in ["3", "4", "5", "7", "8"] {
         let args = ["check", number, "--solution", "--backend", "nccl", "--max-world", "4"];
         let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");

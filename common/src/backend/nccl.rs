@@ -412,7 +412,7 @@ impl Nccl {
         } else {
             format!(": {text}")
         };
-        // 8 is ncclNumResults in the 2.22 bindings cudarc uses, ncclTimeout in NCCL 2.30.
+        // 8 is ncclNumResults in the 2.24 bindings cudarc uses, ncclTimeout in NCCL 2.30.
         let code = match r {
             ncclResult_t::ncclNumResults => "result code 8 (ncclTimeout in NCCL 2.30)".to_string(),
             r => format!("{r:?}"),

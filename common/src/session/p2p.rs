@@ -49,6 +49,17 @@ impl Session {
         self.backend.upload((0..count).map(value).collect())
     }
 
+    /// A buffer of one block of `--count` elements per rank (all-gather's receive buffer,
+    /// reduce-scatter's send buffer, all-to-all's), every element of block b equal to
+    /// `value(b)`. Like [`Session::buffer`], it also takes `--show` (per block).
+    pub fn blocks<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
+        let count = data.count();
+        self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
+        self.report.count = Some(count);
+        let n = self.world_size();
+        self.backend.upload((0..n * count).map(|i| value(i / count)).collect())
+    }
+
     /// A buffer holding `data`, placed where the backend computes (on NCCL, copied to the GPU).
     pub fn from_host<T: Element>(&mut self, data: Vec<T>) -> Result<Buffer<T>> {
         self.backend.upload(data)

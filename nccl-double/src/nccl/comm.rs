@@ -272,7 +272,7 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
 // ---------------------------------------------------------------------------------
 // Making communicators.
 
-/// `ncclConfig_t` as cudarc's NCCL 2.22 bindings lay it out (`ncclConfig_v21700`).
+/// `ncclConfig_t` as cudarc's NCCL 2.22-2.25 bindings lay it out (`ncclConfig_v21700`).
 #[repr(C)]
 pub struct Config {
     size: usize,

@@ -23,7 +23,7 @@ struct Args {
     run: common::RunArgs,
     #[command(flatten)]
     data: common::DataArgs,
-    /// Each step sends, then receives (instead of both at once): see EXERCISES.md 5.4.
+    /// Each step sends, then receives (instead of both at once): see EXERCISES.md 5c.
     #[arg(long)]
     send_first: bool,
 }
