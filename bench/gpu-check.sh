@@ -15,8 +15,9 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
   - builds it (cargo build --release) if cargo is here, else takes built binaries;
   - finds the GPUs (nvidia-smi -L, else the program's own probe), the driver's version,
     NCCL's version and the library file loaded;
-  - runs every lesson (00-nccl-hello-world, 01-nccl-broadcast, 02-nccl-allreduce,
-    07-nccl-perf) with --backend nccl, one rank per GPU;
+  - runs every lesson (00-nccl-hello-world to 06-nccl-alltoall, and 07-nccl-perf with
+    every collective, operator and type: --op all -o all -d all) with --backend nccl, one
+    rank per GPU;
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
     --backend nccl; needs cargo and 2 GPUs);
   - a 07-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
@@ -253,7 +254,8 @@ elif ! $have_cargo; then
 else
   build_note="--no-build: binaries already built"
 fi
-examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 07-nccl-perf)
+examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-reduce 04-nccl-allgather
+  05-nccl-reducescatter 06-nccl-alltoall 07-nccl-perf)
 need=("${examples[@]}")
 [ "$on_double" = 1 ] && need+=(libnccl_double.so)
 # shellcheck source=slurm/find-bins.sh
@@ -325,11 +327,15 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   # 4. Every lesson on NCCL, one rank per GPU.
   for ex in "${examples[@]}"; do
     log=$tmp/$ex.log
-    run_step "$ex" 600 "$log" "$bins/$ex" --backend nccl --nproc-per-node "$gpus" --timeout 60
+    more=()
+    # The benchmark: every collective, operator and type, checked, at a few sizes.
+    [ "$ex" = 07-nccl-perf ] && more=(--op all -o all -d all -b 4 -e 16M -f 64)
+    run_step "$ex" 600 "$log" "$bins/$ex" --backend nccl --nproc-per-node "$gpus" --timeout 60 "${more[@]}"
     case $ex in
       00-nccl-hello-world) want="^Hello from $gpus ranks:" ;;
       01-nccl-broadcast) want="^Check: OK, all $gpus ranks hold 42 " ;;
       02-nccl-allreduce) want="^Check: OK, all $gpus ranks hold $gpus " ;;
+      0[3-6]-*) want="^Check: OK, all $gpus ranks hold the expected values" ;;
       07-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
     esac
     if $timed_out; then
