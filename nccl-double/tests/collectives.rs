@@ -551,7 +551,6 @@ fn the_symbols_cudarc_calls() {
         "cuMemAllocAsync",
         "cuEventCreate",
         "cuMemcpyHtoDAsync_v2",
-        "cuMemcpyDtoDAsync_v2",
         "cuMemsetD8Async",
         "cuMemcpyDtoHAsync_v2",
         "cuMemFreeAsync",
