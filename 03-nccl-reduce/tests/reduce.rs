@@ -1,21 +1,9 @@
 //! The reduce example as real multi-process jobs, checked through --format json: the
 //! root holds the reduction, every other rank keeps its own buffer.
 
-use testkit::{LIMIT, finish, nccl_command, run, spawn, stage};
+use testkit::{LIMIT, OPS, finish, nccl_command, over, run, spawn, stage};
 
 const BIN: &str = env!("CARGO_BIN_EXE_03-nccl-reduce");
-const OPS: [&str; 5] = ["sum", "prod", "max", "min", "avg"];
-
-/// What NCCL computes for one element from every rank's value.
-fn over(op: &str, values: &[f64]) -> f64 {
-    match op {
-        "sum" => values.iter().sum(),
-        "prod" => values.iter().product(),
-        "max" => values.iter().copied().fold(f64::MIN, f64::max),
-        "min" => values.iter().copied().fold(f64::MAX, f64::min),
-        _ => values.iter().sum::<f64>() / values.len() as f64,
-    }
-}
 
 /// Checks a JSON report of `world` ranks started with --init rank: before, rank r holds
 /// r+1; after, the root holds `op` over them and the others are unchanged.

@@ -2,21 +2,9 @@
 //! rank b ends with the reduction of every rank's block b, for every operator, in place
 //! and out of place.
 
-use testkit::{LIMIT, finish, nccl_command, run, spawn, stage};
+use testkit::{LIMIT, OPS, finish, nccl_command, over, run, spawn, stage};
 
 const BIN: &str = env!("CARGO_BIN_EXE_05-nccl-reducescatter");
-const OPS: [&str; 5] = ["sum", "prod", "max", "min", "avg"];
-
-/// What NCCL computes for one element from every rank's value.
-fn over(op: &str, values: &[f64]) -> f64 {
-    match op {
-        "sum" => values.iter().sum(),
-        "prod" => values.iter().product(),
-        "max" => values.iter().copied().fold(f64::MIN, f64::max),
-        "min" => values.iter().copied().fold(f64::MAX, f64::min),
-        _ => values.iter().sum::<f64>() / values.len() as f64,
-    }
-}
 
 /// Checks a report of `world` ranks: block b of rank r held (r+1)(b+1); afterwards rank
 /// r's shard (out of place) or its block r (in place) holds `op` over every rank's block r.

@@ -165,6 +165,22 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// NCCL's reduction operators, by the names the programs take (`--op`, `-o`).
+pub const OPS: [&str; 5] = ["sum", "prod", "max", "min", "avg"];
+
+/// What NCCL computes for one element from every rank's value, worked out here apart
+/// from the workbook's own code (`avg`: the sum over the ranks, divided by their number).
+pub fn over(op: &str, values: &[f64]) -> f64 {
+    match op {
+        "sum" => values.iter().sum(),
+        "prod" => values.iter().product(),
+        "max" => values.iter().copied().fold(f64::MIN, f64::max),
+        "min" => values.iter().copied().fold(f64::MAX, f64::min),
+        "avg" => values.iter().sum::<f64>() / values.len() as f64,
+        _ => panic!("no operator {op}"),
+    }
+}
+
 /// The shown elements of every rank at `stage` ("before" or "after") in a JSON report.
 pub fn stage(report: &serde_json::Value, stage: &str) -> Vec<Vec<f64>> {
     report["ranks"]
