@@ -3,7 +3,7 @@
 //! nccl-tests' `alltoall`) group one `ncclSend` and one `ncclRecv` per peer.
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole};
-use crate::backend::cpu::Cpu;
+use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
 use crate::backend::nccl::Nccl;
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
@@ -87,12 +87,15 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         }
     };
     let blk = |i: usize| i * block..(i + 1) * block;
-    buf[blk(r)].copy_from_slice(&src[blk(r)]);
+    // A buffer larger than the caches is written around them (nothing reads it back soon).
+    let streaming = buf.len() >= STREAM_ABOVE;
+    keep(&mut buf[blk(r)], &src[blk(r)], streaming);
     for s in 1..n {
         let (to, from) = ((r + s) % n, (r + n - s) % n);
         let dst = &mut buf[blk(from)];
-        cpu.exchange(tag, (&src[blk(to)], to), (block, from), |link, slice| {
-            link.recv_into(tag, &mut dst[slice])
+        cpu.exchange(tag, (&src[blk(to)], to), (block, from), |link, slice| match streaming {
+            true => link.recv_into_streaming(tag, &mut dst[slice]),
+            false => link.recv_into(tag, &mut dst[slice]),
         })
         .with_context(|| format!("all-to-all step {s} of {}: to rank {to}, from rank {from}", n - 1))?;
     }
