@@ -61,7 +61,11 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)]) -> Result<
             }
         }
     }
-    Ok(watch(ranks))
+    let pids: Vec<u32> = ranks.iter().map(|(_, c)| c.id()).collect();
+    let code = watch(ranks);
+    // A rank killed before its peers opened its shared-memory channels left their names.
+    crate::transport::shm::remove_files_of(&pids);
+    Ok(code)
 }
 
 /// A rank whose launcher dies (killed, its terminal closed) is killed too, by the kernel
@@ -91,6 +95,7 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
     let mut stopped = 0;
     let mut frozen: Option<Vec<usize>> = None;
     while live > 0 {
+        let mut ended = vec![];
         for (i, (rank, child)) in ranks.iter_mut().enumerate() {
             if done[i] {
                 continue;
@@ -98,11 +103,19 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
             if let Ok(Some(status)) = child.try_wait() {
                 done[i] = true;
                 live -= 1;
-                if !status.success() && first.is_none() {
-                    first = Some((*rank, status));
-                    grace_end = Some(Instant::now() + GRACE);
-                }
+                ended.push((*rank, status));
             }
+        }
+        // Of the ranks that failed since the last look, one killed by a signal went first:
+        // the others exited because they lost it.
+        let failed = ended.iter().filter(|(_, s)| !s.success());
+        let pick = failed
+            .clone()
+            .find(|(_, s)| s.code().is_none())
+            .or(failed.clone().next());
+        if let (Some(&(rank, status)), None) = (pick, &first) {
+            first = Some((rank, status));
+            grace_end = Some(Instant::now() + GRACE);
         }
         // When the first failure comes, a rank that is frozen (stopped by a signal, or
         // held by a debugger) is the likely cause: the others gave up waiting for it.

@@ -112,7 +112,34 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
             (device::Kind::Cpu, _) => 2,
         },
     };
+    fits_in_shared_memory(run, nproc)?;
     launcher::run(plan, nproc, &[])
+}
+
+/// Refuses, before starting anything, more CPU-backend ranks on this host than `/dev/shm`
+/// can hold the channels of (each pair of ranks takes 4 MiB there): a thousand ranks would
+/// otherwise fill it and fail one by one.
+fn fits_in_shared_memory(run: &RunArgs, nproc: usize) -> Result<()> {
+    let cpu = run.backend == args::BackendChoice::Cpu
+        || (run.backend == args::BackendChoice::Auto
+            && matches!(
+                device::choose(run.backend, &device::probe()),
+                Ok((device::Kind::Cpu, _))
+            ));
+    if !cpu || run.transport == args::TransportChoice::Tcp {
+        return Ok(());
+    }
+    let need = transport::shm::bytes_for(nproc);
+    match transport::shm::space() {
+        Some((free, total)) if need > free => Err(error::usage(format!(
+            "{nproc} ranks on this host would need {} of /dev/shm for their shared-memory channels, and it has {} \
+             free (of {}): start fewer ranks per host (--nproc-per-node), or use --transport tcp",
+            units::human_bytes(need as usize),
+            units::human_bytes(free as usize),
+            units::human_bytes(total as usize)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn fail(rank: Option<usize>, e: &anyhow::Error) -> ExitCode {

@@ -28,6 +28,11 @@ pub const SLOT_BYTES: usize = 512 << 10;
 pub const SLOTS: usize = 4;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"NCWB-SHM");
+/// Where channel files live, and how their names start: `nccl-workbook-<creator's
+/// pid>-<from>-to-<to>`. The pid says whose a file is, so that files of dead processes
+/// can be found and removed.
+const DIR: &str = "/dev/shm";
+const PREFIX: &str = "nccl-workbook-";
 /// Where the slots start in a channel's file: after the header and the slots' metadata.
 const DATA_OFFSET: usize = 4096;
 const CHANNEL_BYTES: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
@@ -92,10 +97,21 @@ impl Channel {
             if fd < 0 {
                 return Err(io::Error::last_os_error());
             }
-            if create && libc::ftruncate(fd, CHANNEL_BYTES as libc::off_t) != 0 {
-                let e = io::Error::last_os_error();
-                libc::close(fd);
-                return Err(e);
+            // Reserve the memory now: a file only sized (ftruncate) on a full tmpfs would
+            // map fine and then kill this process with SIGBUS at its first write.
+            if create {
+                let r = match fault_shm_full() {
+                    true => libc::ENOSPC,
+                    false => libc::posix_fallocate(fd, 0, CHANNEL_BYTES as libc::off_t),
+                };
+                if r != 0 {
+                    libc::close(fd);
+                    libc::unlink(c_path.as_ptr());
+                    return Err(match r {
+                        libc::ENOSPC => io::Error::other(full_message()),
+                        r => io::Error::from_raw_os_error(r),
+                    });
+                }
             }
             let base = libc::mmap(
                 std::ptr::null_mut(),
@@ -376,10 +392,12 @@ impl Link for ShmLink {
 
 /// Sets up a shared-memory link with every peer in `peers` (ranks on this host).
 ///
-/// Each rank creates the channels it will read from, publishes their names, maps the
-/// channels its peers created for it, and once every rank has mapped its channels
-/// (a barrier), removes the names: the memory lives on while mapped, and nothing is
-/// left in `/dev/shm` when the job ends, however it ends.
+/// Each rank creates the channels it will read from and publishes its pid, which names
+/// them; each peer maps the channel it will write to and at once removes its name (the
+/// memory lives on while mapped). A rank that dies before its peers opened its channels
+/// leaves their names: the launcher removes the files of its ranks when they have ended,
+/// and every setup first removes the files of processes that are gone (a job killed
+/// with its launcher), so nothing stays in `/dev/shm` however a job ends.
 pub fn connect(
     store: &mut Store,
     rank: usize,
@@ -387,18 +405,27 @@ pub fn connect(
     peers: &[usize],
     timeout: Duration,
 ) -> Result<Vec<ShmLink>> {
+    remove_dead_files();
     let pid = std::process::id();
-    let name = |from: usize, to: usize, owner: u32| format!("/dev/shm/nccl-workbook-{owner}-{from}-to-{to}");
+    let name = |from: usize, to: usize, owner: u32| format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}");
     let mut inboxes = Vec::new();
     let mut created = Vec::new();
     for &peer in peers {
         let path = name(peer, rank, pid);
-        let inbox = Channel::map(&path, true).with_context(|| {
-            format!("creating the shared-memory channel {path} for rank {peer} (--transport tcp avoids /dev/shm)")
-        })?;
+        let inbox = Channel::map(&path, true);
+        let inbox = match inbox {
+            Ok(c) => c,
+            Err(e) => {
+                for p in &created {
+                    let _ = std::fs::remove_file(p);
+                }
+                return Err(e).with_context(|| format!("creating the shared-memory channel {path} for rank {peer}"));
+            }
+        };
         created.push(path);
         inboxes.push(inbox);
     }
+    fault_die_in_setup(rank);
     let unlink_all = |paths: &[String]| {
         for p in paths {
             let _ = std::fs::remove_file(p);
@@ -421,6 +448,8 @@ pub fn connect(
             let path = name(rank, peer, pids[peer]);
             let out = Channel::map(&path, false)
                 .with_context(|| format!("opening rank {peer}'s shared-memory channel {path}"))?;
+            // This rank is the channel's only other user: its name is no longer needed.
+            let _ = std::fs::remove_file(&path);
             links.push(ShmLink {
                 peer,
                 peer_pid: pids[peer],
@@ -503,6 +532,85 @@ fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// Removes every channel file that `pids` created (the launcher, once its ranks ended).
+pub fn remove_files_of(pids: &[u32]) {
+    remove_files(|owner| pids.contains(&owner));
+}
+
+/// Removes the channel files of processes that are gone: what a job killed with its
+/// launcher (or killed in the instant before its ranks opened them) left behind.
+pub fn remove_dead_files() {
+    remove_files(|owner| !process_alive(owner));
+}
+
+fn remove_files(of: impl Fn(u32) -> bool) {
+    let Ok(dir) = std::fs::read_dir(DIR) else {
+        return;
+    };
+    // SAFETY: no arguments.
+    let me = unsafe { libc::getuid() };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let owner = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        let mine = entry
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me);
+        if let Some(owner) = owner
+            && mine
+            && of(owner)
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Bytes of `/dev/shm` that `ranks` ranks on one host take for their channels (one each
+/// way between every two of them).
+pub fn bytes_for(ranks: usize) -> u64 {
+    (ranks as u64) * (ranks.saturating_sub(1) as u64) * CHANNEL_BYTES as u64
+}
+
+/// `/dev/shm`'s free and total bytes.
+pub fn space() -> Option<(u64, u64)> {
+    let path = CString::new(DIR).ok()?;
+    // SAFETY: a valid path and a zeroed struct for the answer.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    Some((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
+}
+
+/// What a full `/dev/shm` means for the job, in one line.
+fn full_message() -> String {
+    let (free, total) = space().unwrap_or((0, 0));
+    format!(
+        "{DIR} is full ({} free of {}): stop what fills it, start fewer ranks per host, or use --transport tcp",
+        crate::units::human_bytes(free as usize),
+        crate::units::human_bytes(total as usize)
+    )
+}
+
+/// Test hook: `NCCL_WORKBOOK_FAULT=shm-full` makes creating a channel fail as on a full
+/// `/dev/shm` (tests cannot fill the machine's).
+fn fault_shm_full() -> bool {
+    std::env::var("NCCL_WORKBOOK_FAULT").is_ok_and(|f| f == "shm-full")
+}
+
+/// Test hook: `NCCL_WORKBOOK_FAULT=die-in-shm-setup:RANK` kills that rank (SIGKILL) once
+/// it has created its channels, before its peers open them.
+fn fault_die_in_setup(rank: usize) {
+    if std::env::var("NCCL_WORKBOOK_FAULT").is_ok_and(|f| f == format!("die-in-shm-setup:{rank}")) {
+        // SAFETY: sends a signal to this process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
 }
 
