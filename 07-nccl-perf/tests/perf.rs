@@ -165,9 +165,9 @@ fn every_collective_operator_and_type_is_exact_on_the_nccl_double() {
 }
 
 #[test]
-fn ranks_in_different_collectives_are_told_which() {
-    // Two ranks started by hand that disagree on the collective: an error naming both,
-    // not mixed data or a hang.
+fn ranks_started_with_different_commands_are_refused_naming_both() {
+    // Two ranks started by hand that disagree on the collective (another job on the same
+    // port, or a typo): refused at the rendezvous, before any data moves.
     let port = free_port().to_string();
     let ranks: Vec<_> = ["all_gather", "reduce_scatter"]
         .iter()
@@ -179,13 +179,14 @@ fn ranks_in_different_collectives_are_told_which() {
         })
         .collect();
     let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT)).collect();
-    let said = format!("{}{}", runs[0].stderr, runs[1].stderr);
-    assert!(runs.iter().all(|r| r.code == Some(1)), "{said}");
-    assert!(
-        said.contains("is in a reduce-scatter while this rank is in a all-gather")
-            || said.contains("is in a all-gather while this rank is in a reduce-scatter"),
-        "{said}"
-    );
+    for r in &runs {
+        assert_eq!(r.code, Some(2), "{r}");
+        assert!(
+            r.stderr.contains("rank 0 runs `07-nccl-perf --op all_gather -b 1K -e 1K -n 1` but rank 1 runs \
+                               `07-nccl-perf --op reduce_scatter -b 1K -e 1K -n 1`: every rank of a job runs the same command"),
+            "{r}"
+        );
+    }
 }
 
 #[test]

@@ -76,6 +76,57 @@ fn same_backend(store: &mut Store, rank: usize, world: usize, mine: &Choice) -> 
     Ok(())
 }
 
+/// This process's command as every rank of one job must share it: the program and its
+/// arguments, less those that may differ between ranks (who it is, where the store is,
+/// how it prints and waits).
+fn job_command() -> String {
+    const PER_RANK: [&str; 8] = [
+        "--rank",
+        "--node-rank",
+        "--world-size",
+        "--master-addr",
+        "--master-port",
+        "--job-id",
+        "--format",
+        "--color",
+    ];
+    let mut words = vec![crate::example_name()];
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let flag = a.split('=').next().unwrap_or(&a);
+        if PER_RANK.contains(&flag) || flag == "--timeout" {
+            if !a.contains('=') {
+                args.next();
+            }
+            continue;
+        }
+        words.push(a);
+    }
+    words.join(" ")
+}
+
+/// Every rank must run the same command: two jobs started by hand on one address and
+/// port would otherwise pair their ranks (wrong results, or a mismatch deep inside a
+/// collective), and a rank started with another `--count` would fail far from the cause.
+fn same_command(store: &mut Store, rank: usize, world: usize) -> Result<()> {
+    let mine = job_command();
+    let all = store.share("command", rank, world, mine.as_bytes(), "every rank's command")?;
+    let all: Vec<String> = all.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+    match all.iter().enumerate().find(|(_, c)| **c != all[0]) {
+        None => Ok(()),
+        Some((r, other)) => Err(SharedError {
+            message: format!(
+                "rank 0 runs `{}` but rank {r} runs `{}`: every rank of a job runs the same command (is it \
+                 another job on this port? give each job its own --job-id or --master-port)",
+                crate::error::cut(&all[0], 200),
+                crate::error::cut(other, 200)
+            ),
+            usage: true,
+        }
+        .into()),
+    }
+}
+
 /// One rank's session: who it is, its store connection and its backend.
 pub struct Session {
     // Fields drop in this order. On a failure, the links to the peers close first (so
@@ -137,6 +188,7 @@ impl Session {
             rank,
         };
         let mut store = Store::connect(&id.master_addr, id.store_port, &join, run.timeout)?;
+        same_command(&mut store, rank, world)?;
 
         // Who is where: local ranks come from the launcher, or from comparing hosts.
         let host = crate::launch::hostname();

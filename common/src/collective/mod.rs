@@ -292,6 +292,22 @@ mod tests {
     }
 
     #[test]
+    fn a_mismatch_from_a_link_names_both_collectives() {
+        let io = crate::transport::op_mismatch(1, REDUCE_SCATTER.tag, ALL_GATHER.tag);
+        let err = anyhow::Error::new(io)
+            .context("all-gather step 1 of 3")
+            .context("rank 0");
+        let named = name_mismatch(err).to_string();
+        assert_eq!(
+            named,
+            "rank 0: all-gather step 1 of 3: rank 1 is in a reduce-scatter while this rank is in a all-gather: \
+             every rank must call the same collectives in the same order"
+        );
+        let other = name_mismatch(anyhow::anyhow!("lost rank 2"));
+        assert_eq!(other.to_string(), "lost rank 2");
+    }
+
+    #[test]
     fn in_place_layouts_are_nccls() {
         assert_eq!((ALL_GATHER.in_place)(3, 4, 2), (6, 0)); // sendbuff = recvbuff + rank·count
         assert_eq!((REDUCE_SCATTER.in_place)(3, 4, 2), (0, 6)); // recvbuff = sendbuff + rank·count
