@@ -214,6 +214,38 @@ fn bad_input_is_one_line_and_exit_status_2() {
 }
 
 #[test]
+fn a_bad_environment_is_one_line_and_exit_status_2() {
+    // What Slurm or torchrun would never set, set by hand or by a broken script.
+    for (env, says) in [
+        (
+            &[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_JOB_NODELIST", "node[1-"),
+            ][..],
+            "reading SLURM_JOB_NODELIST: bad Slurm list",
+        ),
+        (&[("RANK", "0")][..], "RANK is set but WORLD_SIZE is not"),
+        (
+            &[
+                ("RANK", "1"),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_RANK", "3"),
+                ("LOCAL_WORLD_SIZE", "2"),
+            ][..],
+            "LOCAL_RANK 3 is not a local rank",
+        ),
+    ] {
+        let mut cmd = command(BIN, &["--timeout", "5"]);
+        cmd.envs(env.iter().copied());
+        let r = finish(spawn(cmd), LIMIT);
+        assert_eq!(r.code, Some(2), "{env:?}:\n{r}");
+        assert_eq!(r.stderr.lines().count(), 1, "{env:?}:\n{r}");
+        assert!(r.stderr.contains(says), "{env:?} should say {says:?}:\n{r}");
+    }
+}
+
+#[test]
 fn failures_at_run_time_are_one_line_and_exit_status_1() {
     // Nobody at the master: the rank retries until --timeout, then names the address.
     let port = free_port().to_string();

@@ -156,3 +156,11 @@ fn size_takes_binary_suffixes() {
         "2 ranks: busbw = algbw × 2(n-1)/n = algbw"
     );
 }
+
+#[test]
+fn a_nan_sums_to_nan_and_passes_its_own_check() {
+    // NCCL adds NaN like any float: every element becomes NaN, which is what the check expects.
+    let r = run(BIN, &["--backend", "cpu", "--value", "nan", "--format", "json"]);
+    assert_eq!(r.code, Some(0), "{r}");
+    assert_eq!(r.json()["check"]["ok"], true, "{r}");
+}

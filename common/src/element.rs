@@ -164,7 +164,7 @@ macro_rules! float_element {
             const TYPE: DataType = $ty;
             fn matches(self, expected: Self) -> bool {
                 let (a, e) = (self.to_f64(), expected.to_f64());
-                a == e || (a - e).abs() <= $tol * e.abs().max(1.0)
+                a == e || (a.is_nan() && e.is_nan()) || (a - e).abs() <= $tol * e.abs().max(1.0)
             }
             fn from_f64(v: f64) -> Self {
                 $from(v)
@@ -208,7 +208,10 @@ float_element!(
 unsafe impl Element for f32 {
     const TYPE: DataType = DataType::Float;
     fn matches(self, expected: f32) -> bool {
-        self == expected || (self - expected).abs() <= 1e-5 * expected.abs().max(1.0)
+        // NaN is what a reduction over a NaN gives: NaN matches NaN (and nothing else).
+        self == expected
+            || (self.is_nan() && expected.is_nan())
+            || (self - expected).abs() <= 1e-5 * expected.abs().max(1.0)
     }
     fn from_f64(v: f64) -> f32 {
         v as f32
@@ -233,7 +236,9 @@ unsafe impl Element for f32 {
 unsafe impl Element for f64 {
     const TYPE: DataType = DataType::Double;
     fn matches(self, expected: f64) -> bool {
-        self == expected || (self - expected).abs() <= 1e-12 * expected.abs().max(1.0)
+        self == expected
+            || (self.is_nan() && expected.is_nan())
+            || (self - expected).abs() <= 1e-12 * expected.abs().max(1.0)
     }
     fn from_f64(v: f64) -> f64 {
         v
@@ -395,7 +400,9 @@ mod tests {
         assert!(3.0f32.matches(3.0));
         assert!(0.3f32.matches(0.1 + 0.2));
         assert!(!2.0f32.matches(3.0));
-        assert!(!f32::NAN.matches(1.0));
+        assert!(!f32::NAN.matches(1.0) && !1.0f32.matches(f32::NAN));
+        assert!(f32::NAN.matches(f32::NAN) && f64::NAN.matches(f64::NAN)); // --value nan
+        assert!(half::f16::NAN.matches(half::f16::NAN));
         assert!(!7i32.matches(8));
         let h = |v: f64| half::f16::from_f64(v);
         assert!(h(1.0 / 3.0).matches(h(0.3334)));

@@ -16,7 +16,7 @@ pub mod hostlist;
 
 use crate::args::RunArgs;
 use crate::error::usage;
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 /// Set by this program's launcher for its ranks: the job's identity.
 pub const ENV_JOB_ID: &str = "NCCL_WORKBOOK_JOB_ID";
@@ -144,6 +144,19 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
     }
 
     // 2. torchrun's variables (or this program's launcher, which sets the same ones).
+    match (num("RANK")?, num("WORLD_SIZE")?) {
+        (Some(_), None) => {
+            return Err(usage(
+                "RANK is set but WORLD_SIZE is not: torchrun sets both (set WORLD_SIZE, or unset RANK)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(usage(
+                "WORLD_SIZE is set but RANK is not: torchrun sets both (set RANK, or unset WORLD_SIZE)",
+            ));
+        }
+        _ => {}
+    }
     if let (Some(rank), Some(world)) = (num("RANK")?, num("WORLD_SIZE")?) {
         if world == 0 {
             return Err(usage("WORLD_SIZE=0: a world needs at least one rank"));
@@ -164,7 +177,7 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
         return Ok(Role::Rank(Identity {
             rank,
             world_size: world,
-            local_rank: num("LOCAL_RANK")?,
+            local_rank: local_rank(num("LOCAL_RANK")?, num("LOCAL_WORLD_SIZE")?)?,
             local_world_size: num("LOCAL_WORLD_SIZE")?,
             job_id: args
                 .job_id
@@ -189,7 +202,8 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
                     .into_iter()
                     .find_map(|name| env(name).map(|list| (name, list)))
                     .ok_or_else(|| usage("SLURM_PROCID is set but SLURM_JOB_NODELIST is not: set MASTER_ADDR"))?;
-                hostlist::first(&list).with_context(|| format!("reading {name}"))?
+                // A malformed list is the environment's input being wrong: exit 2.
+                hostlist::first(&list).map_err(|e| usage(format!("reading {name}: {e:#}")))?
             }
         };
         let port = match master_port()? {
@@ -200,7 +214,11 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
         let per_node = env("SLURM_STEP_TASKS_PER_NODE").or_else(|| env("SLURM_TASKS_PER_NODE"));
         let local_world_size = match (per_node, num("SLURM_NODEID")?) {
             (Some(spec), Some(node)) => hostlist::tasks_per_node(&spec)
-                .context("reading SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE")?
+                .map_err(|e| {
+                    usage(format!(
+                        "reading SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE: {e:#}"
+                    ))
+                })?
                 .get(node)
                 .copied(),
             _ => None,
@@ -240,6 +258,17 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
         master_port: port,
         job_id: args.job_id.clone(),
     }))
+}
+
+/// `LOCAL_RANK`, checked against `LOCAL_WORLD_SIZE` when both are set.
+fn local_rank(local: Option<usize>, local_world: Option<usize>) -> Result<Option<usize>> {
+    match (local, local_world) {
+        (Some(l), Some(w)) if l >= w => Err(usage(format!(
+            "LOCAL_RANK {l} is not a local rank: LOCAL_WORLD_SIZE is {w}, so local ranks are 0 to {}",
+            w.saturating_sub(1)
+        ))),
+        _ => Ok(local),
+    }
 }
 
 fn check_rank(rank: usize, world: usize, what: &str) -> Result<()> {
@@ -401,6 +430,15 @@ mod tests {
                 .contains("--rank 2 is not a rank: the world has ranks 0 to 1")
         );
         assert!(msg(role(&[], &[("RANK", "x"), ("WORLD_SIZE", "2")])).contains("RANK=\"x\""));
+        assert!(msg(role(&[], &[("RANK", "0")])).contains("RANK is set but WORLD_SIZE is not"));
+        assert!(msg(role(&[], &[("WORLD_SIZE", "2")])).contains("WORLD_SIZE is set but RANK is not"));
+        let local = &[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "2"),
+            ("LOCAL_WORLD_SIZE", "2"),
+        ];
+        assert!(msg(role(&[], local)).contains("LOCAL_RANK 2 is not a local rank"));
         assert!(msg(role(&["--nnodes", "2"], &[])).contains("--master-addr"));
         assert!(msg(role(&["--nnodes", "2", "--node-rank", "2"], &[])).contains("outside --nnodes 2"));
         assert!(msg(role(&[], &[("MASTER_PORT", "99999")])).contains("not a port"));
