@@ -243,6 +243,20 @@ fn a_bad_environment_is_one_line_and_exit_status_2() {
         assert_eq!(r.stderr.lines().count(), 1, "{env:?}:\n{r}");
         assert!(r.stderr.contains(says), "{env:?} should say {says:?}:\n{r}");
     }
+    // A 100 kB value is quoted cut, not whole; a job id that long is refused.
+    let long = "7".repeat(100_000);
+    let mut cmd = command(BIN, &["--timeout", "5"]);
+    cmd.env("RANK", &long).env("WORLD_SIZE", "2");
+    let r = finish(spawn(cmd), LIMIT);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr.len() < 400 && r.stderr.contains("more bytes)"),
+        "{} bytes",
+        r.stderr.len()
+    );
+    let r = run(BIN, &["--job-id", &long[..1000]]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("a job id is 1 to 200 printable characters"), "{r}");
 }
 
 #[test]

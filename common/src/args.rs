@@ -44,7 +44,7 @@ pub struct RunArgs {
     pub master_port: Option<u16>,
 
     /// The job's identity: ranks of another job reaching this one are refused.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = parse_job_id)]
     pub job_id: Option<String>,
 
     /// How long any wait may last before failing with who was missing (e.g. 60, 10s, 500ms, 2m).
@@ -64,6 +64,17 @@ pub struct RunArgs {
     /// Colour: `auto` (only on a terminal, and not with NO_COLOR set), `always` or `never`.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+}
+
+/// A job id: at most 200 bytes of printable text (it travels in every greeting).
+fn parse_job_id(id: &str) -> Result<String, String> {
+    if id.is_empty() || id.len() > 200 || id.chars().any(char::is_control) {
+        return Err(format!(
+            "a job id is 1 to 200 printable characters (this one has {} bytes)",
+            id.len()
+        ));
+    }
+    Ok(id.to_string())
 }
 
 /// What data the collective moves.

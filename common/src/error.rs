@@ -81,7 +81,18 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 /// sharing a terminal or a Slurm `.out` file never interleave mid-line.
 pub fn say_line(line: &str) {
     use std::io::Write;
+    let line = cut_long_words(line, 200);
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// `line` with every word (a run without spaces) longer than `max` characters cut, as
+/// [`cut`] does: a message that quotes a 100 kB value (a variable, a flag, an address)
+/// stays one readable line, wherever the value came from.
+pub fn cut_long_words(line: &str, max: usize) -> String {
+    if line.len() <= max {
+        return line.to_string();
+    }
+    line.split(' ').map(|w| cut(w, max)).collect::<Vec<_>>().join(" ")
 }
 
 /// `text` as an error message may echo it: whole when short, else its first `max`
@@ -90,5 +101,20 @@ pub fn cut(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         None => text.to_string(),
         Some((at, _)) => format!("{}... ({} more bytes)", &text[..at], text.len() - at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_in_messages() {
+        let long = "7".repeat(100_000);
+        let line = cut_long_words(&format!("error: RANK=\"{long}\" is not a number"), 200);
+        assert!(line.len() < 300, "{}", line.len());
+        assert!(line.starts_with("error: RANK=\"777"), "{line}");
+        assert!(line.ends_with("more bytes) is not a number"), "{line}");
+        assert_eq!(cut_long_words("short words stay", 200), "short words stay");
     }
 }
