@@ -229,7 +229,7 @@ fn the_launcher_names_the_rank_that_failed_and_how() {
     assert_eq!(run.code, Some(1), "{run}");
     assert!(
         run.stderr
-            .contains("launcher: rank 1 failed first (killed by signal 9 (SIGKILL))"),
+            .contains("launcher: rank 1 failed first (killed by signal 9 (SIGKILL): by someone, or by the kernel's out-of-memory killer"),
         "{run}"
     );
 }

@@ -101,6 +101,36 @@ fn more_ranks_than_dev_shm_can_hold_are_refused_before_starting() {
 }
 
 #[test]
+fn buffers_larger_than_the_memory_are_refused_before_they_are_made() {
+    // 16 GiB per buffer (the most --size takes) on enough ranks to need more than this
+    // machine has (2 on this project's 24 GiB machine): without the check, the
+    // out-of-memory killer.
+    let total_gib = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        >> 20;
+    let ranks = (total_gib / 32 + 2).to_string();
+    let t = Instant::now();
+    let args = ["--backend", "cpu", "--size", "16G", "--nproc-per-node", &ranks];
+    let r = finish(spawn(command(BIN, &args)), LIMIT);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr
+            .contains(&format!("--size 16G: {ranks} rank(s) on this host would hold")),
+        "{r}"
+    );
+    assert!(r.stderr.contains("of memory available"), "{r}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "refused only after {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
 fn a_full_dev_shm_is_one_line_per_rank_not_a_signal() {
     // Tests cannot fill the machine's /dev/shm: the hook makes reserving a channel fail
     // as it does there (ENOSPC from posix_fallocate), where a file only sized with

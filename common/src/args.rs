@@ -108,6 +108,14 @@ pub struct DataArgs {
 }
 
 impl DataArgs {
+    /// The flag that set the buffers' size, as the user gave it (for messages).
+    pub fn what(&self) -> String {
+        match self.size {
+            Some(bytes) => format!("--size {}", crate::units::typed_size(bytes)),
+            None => format!("--count {}", self.count),
+        }
+    }
+
     /// Elements per buffer, from --count or --size.
     pub fn count(&self) -> usize {
         match self.size {

@@ -161,8 +161,17 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
                     many.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
                 ),
             };
+            // The launcher sends no SIGKILL before the first failure: someone else did, and
+            // most often that is the kernel's out-of-memory killer.
+            let oom = match status.signal() {
+                Some(9) => {
+                    ": by someone, or by the kernel's out-of-memory killer (memory ran out: `dmesg`, or \
+                            `sacct -o State` under Slurm, says which)"
+                }
+                _ => "",
+            };
             crate::error::say_line(&format!(
-                "launcher: {cause}rank {rank} failed first ({}){rest}",
+                "launcher: {cause}rank {rank} failed first ({}{oom}){rest}",
                 describe(status)
             ));
             EXIT_FAILURE

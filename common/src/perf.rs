@@ -186,6 +186,13 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
             c.name
         ));
     }
+    // At the largest size a rank holds a send and a receive buffer, a fresh one for the
+    // check and its copy read back.
+    let widest = args.datatype.iter().map(|d| d.size()).max().unwrap_or(4) as u64;
+    let largest = sizes(args.min_bytes, args.max_bytes, args.step_factor, args.step_bytes)
+        .last()
+        .map_or(0, |b| (b / widest).max(1) * widest);
+    session.ensure_memory(4 * largest, &format!("-e {}", units::typed_size(args.max_bytes)))?;
     let memcpy_gbps = if session.rank() == 0 { memcpy_gbps() } else { 0.0 };
     let memcpy_gbps = session.share_f64(memcpy_gbps, "memcpy bandwidth")?[0];
     header(session, args, memcpy_gbps);

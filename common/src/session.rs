@@ -464,6 +464,30 @@ impl Session {
         Ok(Some((title, labels, cells, changed)))
     }
 
+    /// Checks, before anything is allocated, that `bytes` per rank (its buffers at their
+    /// peak) fit in the memory this host has available, every rank of the host taking as
+    /// much; `what` names the flag that asked for them. Without it a too large `--size`
+    /// ends as "killed by signal 9" (the out-of-memory killer). CPU backend only: NCCL's
+    /// buffers live on the GPU.
+    pub fn ensure_memory(&self, bytes: u64, what: &str) -> Result<()> {
+        if self.backend.name() != "cpu" {
+            return Ok(());
+        }
+        let host = &self.members[self.rank()].host;
+        let local = self.members.iter().filter(|m| &m.host == host).count() as u64;
+        let need = bytes.saturating_mul(local);
+        match crate::units::available_memory() {
+            Some(free) if need > free => Err(crate::error::usage(format!(
+                "rank {}: {what}: {local} rank(s) on this host would hold {} in buffers, and it has {} of memory \
+                 available: ask for less, or start fewer ranks per host",
+                self.rank(),
+                human_bytes(need as usize),
+                human_bytes(free as usize)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {

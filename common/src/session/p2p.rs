@@ -44,6 +44,8 @@ impl Session {
     /// where the backend computes. Like [`Session::buffer`], it also takes `--show`.
     pub fn buffer_with<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
         let count = data.count();
+        // The buffer, and the copy its check reads back.
+        self.ensure_memory(2 * (count * size_of::<T>()) as u64, &data.what())?;
         self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
         self.report.count = Some(count);
         self.backend.upload((0..count).map(value).collect())
@@ -54,6 +56,7 @@ impl Session {
     /// `value(b)`. Like [`Session::buffer`], it also takes `--show` (per block).
     pub fn blocks<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
         let count = data.count();
+        self.ensure_memory(2 * (self.world_size() * count * size_of::<T>()) as u64, &data.what())?;
         self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
         self.report.count = Some(count);
         let n = self.world_size();
