@@ -163,6 +163,12 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
         }
         check_rank(rank, world, "RANK")?;
         let ours = env(ENV_LAUNCHED).is_some();
+        if let (false, Some(n)) = (ours, args.nproc_per_node) {
+            return Err(usage(format!(
+                "--nproc-per-node {n} with torchrun's RANK and WORLD_SIZE set: torchrun started this rank \
+                 (its --nproc-per-node counts); drop the flag, or run without torchrun"
+            )));
+        }
         let addr = master_addr().unwrap_or_else(|| "127.0.0.1".into());
         let port = master_port()?.unwrap_or(DEFAULT_PORT);
         // torchrun's own agent already listens on MASTER_PORT: meet on the next port.
@@ -431,6 +437,8 @@ mod tests {
         );
         assert!(msg(role(&[], &[("RANK", "x"), ("WORLD_SIZE", "2")])).contains("RANK=\"x\""));
         assert!(msg(role(&[], &[("RANK", "0")])).contains("RANK is set but WORLD_SIZE is not"));
+        let torchrun = &[("RANK", "0"), ("WORLD_SIZE", "2")];
+        assert!(msg(role(&["--nproc-per-node", "4"], torchrun)).contains("drop the flag, or run without torchrun"));
         assert!(msg(role(&[], &[("WORLD_SIZE", "2")])).contains("WORLD_SIZE is set but RANK is not"));
         let local = &[
             ("RANK", "0"),
