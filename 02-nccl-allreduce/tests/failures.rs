@@ -217,6 +217,49 @@ fn ranks_of(launcher: &Child) -> Vec<u32> {
 }
 
 #[test]
+fn a_frozen_rank_even_the_stores_host_ends_the_job_within_the_timeout_and_is_named() {
+    // Rank 0 hosts the store, rank 2 only computes: freezing either (SIGSTOP) must end the
+    // job within --timeout plus a constant, and the launcher names the frozen one. (It
+    // used to wait 3 s more for the frozen rank to exit, which a stopped process cannot,
+    // and 2 s more asking the frozen store who failed.)
+    for victim in [0, 2] {
+        let launcher = spawn(command(
+            BIN,
+            &[
+                "--nproc-per-node",
+                "3",
+                "--size",
+                "16M",
+                "--iters",
+                "100000",
+                "--timeout",
+                "3",
+            ],
+        ));
+        let kids = ranks_of(&launcher);
+        sleep(Duration::from_millis(1500));
+        unsafe { libc_kill(kids[victim] as i32, 19) }; // SIGSTOP
+        let hit = Instant::now();
+        let run = finish(launcher, LIMIT);
+        let took = hit.elapsed();
+        unsafe { libc_kill(kids[victim] as i32, 9) }; // if it were still there
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(
+            run.stderr.contains(&format!(
+                "launcher: rank {victim} was frozen (its process was stopped: SIGSTOP, or a debugger)"
+            )),
+            "{run}"
+        );
+        // By hand, unloaded, with --timeout 5: 6.1 s (rank 0) and 5.1 s (rank 2), from 10.1
+        // and 8.1; the bound leaves room for a loaded machine.
+        assert!(
+            took < Duration::from_secs(3 + 7),
+            "rank {victim} frozen: ended after {took:?}\n{run}"
+        );
+    }
+}
+
+#[test]
 fn the_launcher_names_the_rank_that_failed_and_how() {
     let launcher = spawn(command(
         BIN,

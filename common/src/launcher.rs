@@ -120,14 +120,18 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
         // When the first failure comes, a rank that is frozen (stopped by a signal, or
         // held by a debugger) is the likely cause: the others gave up waiting for it.
         if first.is_some() && grace_end.is_some() && frozen.is_none() {
-            frozen = Some(
-                ranks
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, (_, child))| !done[*i] && is_stopped(child.id()))
-                    .map(|(_, (rank, _))| *rank)
-                    .collect(),
-            );
+            let stopped_now: Vec<usize> = ranks
+                .iter()
+                .enumerate()
+                .filter(|(i, (_, child))| !done[*i] && is_stopped(child.id()))
+                .map(|(i, _)| i)
+                .collect();
+            // A stopped rank cannot exit on its own: no grace period for it.
+            for &i in &stopped_now {
+                let _ = ranks[i].1.kill();
+                stopped += 1;
+            }
+            frozen = Some(stopped_now.iter().map(|&i| ranks[i].0).collect());
         }
         if grace_end.is_some_and(|end| Instant::now() >= end) {
             for (i, (_, child)) in ranks.iter_mut().enumerate() {

@@ -774,7 +774,7 @@ impl Session {
         std::thread::sleep(Duration::from_millis(50));
         let asked = self
             .store
-            .watcher(Duration::from_secs(2))
+            .watcher(Duration::from_secs(1))
             .and_then(|mut s| s.first_lost());
         let err = crate::collective::name_mismatch(err);
         match asked {
