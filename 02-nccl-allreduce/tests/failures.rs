@@ -342,6 +342,77 @@ unsafe extern "C" {
 }
 
 #[test]
+fn silent_and_trickling_strangers_on_the_peer_ports_hold_nobody_up() {
+    // While rank 2 is held, strangers connect to ranks 0 and 1's peer ports: ten that say
+    // nothing and stay, and one that sends a well-formed frame header and then its
+    // payload a byte every 300 ms. Newcomers are read side by side, each with a second to
+    // greet, so the real rank 2 gets in at once. (They used to be read one at a time, and
+    // the trickler held its rank for as long as it trickled: 24 s here.)
+    let (port, w) = (free_port(), ["--count", "1000", "--transport", "tcp", "--timeout", "8"]);
+    let started = Instant::now();
+    let mut ranks = start(3, &[0, 1], port, &w);
+    let p = port.to_string();
+    let late = [
+        "--world-size",
+        "3",
+        "--rank",
+        "2",
+        "--master-port",
+        &p,
+        "--count",
+        "1000",
+        "--transport",
+        "tcp",
+    ];
+    let mut late = command(BIN, &[&late[..], &["--timeout", "8"]].concat());
+    late.env("NCCL_WORKBOOK_FAULT", "stall-mesh:2:4000");
+    ranks.push((2, spawn(late)));
+    // Both lower ranks' peer ports, once they are open (rank 2 is held 4 s after that).
+    let mut peer_ports: Vec<u16> = vec![];
+    for _ in 0..100 {
+        peer_ports = ranks
+            .iter()
+            .filter(|(r, _)| *r < 2)
+            .flat_map(|(_, c)| listening_ports(c.id()))
+            .filter(|p| *p != port)
+            .collect();
+        if peer_ports.len() >= 2 {
+            break;
+        }
+        sleep(Duration::from_millis(30));
+    }
+    assert!(!peer_ports.is_empty(), "no peer port open while the mesh is built");
+    let mut silent = vec![];
+    let mut tricklers = vec![];
+    for p in peer_ports.clone() {
+        // The trickler first: it would be the first newcomer read.
+        tricklers.push(std::thread::spawn(move || {
+            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", p)) {
+                let _ = c.write_all(b"NCWB\x01\x01\0\0\xe8\x03\0\0\0\0\0\0");
+                for _ in 0..80 {
+                    if c.write_all(b"x").is_err() {
+                        break;
+                    }
+                    sleep(Duration::from_millis(300));
+                }
+            }
+        }));
+        sleep(Duration::from_millis(50));
+        silent.extend((0..10).filter_map(|_| TcpStream::connect(("127.0.0.1", p)).ok()));
+    }
+    for (r, child) in ranks {
+        let run = finish(child, LIMIT);
+        assert_eq!(run.code, Some(0), "rank {r} (peer ports {peer_ports:?}):\n{run}");
+    }
+    let took = started.elapsed();
+    drop(silent);
+    assert!(took < Duration::from_secs(16), "the job took {took:?}");
+    for t in tricklers {
+        let _ = t.join();
+    }
+}
+
+#[test]
 fn junk_sent_to_the_peer_ports_while_the_mesh_is_built_changes_nothing() {
     // Rank 2 is held after every rank published its address: ranks 0 and 1 wait on
     // their open peer ports, where a port scanner's and a stranger's bytes arrive first.

@@ -129,42 +129,84 @@ pub fn connect_mesh(
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| anyhow!("rank {peer} published a malformed address"))?;
         let stream = dial(addr, peer, deadline).with_context(|| format!("connecting to rank {peer} at {addr}"))?;
+        // The greeting and its answer, within what is left of the deadline.
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(10));
+        stream.set_read_timeout(Some(left))?;
+        stream.set_write_timeout(Some(left))?;
         let mut s = &stream;
         wire::write_frame(&mut s, GREET, &Encoder::default().str(job_id).u64(rank as u64).0)?;
         match wire::read_frame(&mut s, 1024) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => bail!(
+                "rank {peer} at {addr} took the connection but did not answer this rank's greeting within \
+                 --timeout: it is stuck or gone"
+            ),
             Ok((GREET_OK, _)) => {}
             _ => bail!("rank {peer} at {addr} did not accept this rank's greeting (another job on that port?)"),
         }
         links[peer] = Some(configure(stream, peer, addr, timeout)?);
     }
 
-    // Accept every higher rank, closing whatever else knocks.
+    // Accept every higher rank, closing whatever else knocks. Newcomers are read side by
+    // side, each with a second to greet: a silent or trickling stranger holds nobody up,
+    // and the whole setup ends by the deadline.
     listener.set_nonblocking(true)?;
     let missing = |links: &[Option<TcpLink>]| (rank + 1..world).filter(|p| wanted[*p] && links[*p].is_none()).count();
+    let mut pending: Vec<Newcomer> = vec![];
     while missing(&links) > 0 {
+        let mut moved = false;
         match listener.accept() {
             Ok((stream, from)) => {
-                if let Some(peer) = greeted(&stream, job_id, rank, wanted, &links) {
-                    let mut s = &stream;
-                    wire::write_frame(&mut s, GREET_OK, &[])?;
-                    links[peer] = Some(configure(stream, peer, from, timeout)?);
+                moved = true;
+                if stream.set_nonblocking(true).is_ok() {
+                    // Bounded: the oldest stranger goes first when too many wait at once.
+                    if pending.len() >= MAX_NEWCOMERS {
+                        pending.remove(0);
+                    }
+                    let until = (Instant::now() + GREET_WITHIN).min(deadline);
+                    pending.push(Newcomer {
+                        stream,
+                        from,
+                        got: vec![],
+                        until,
+                    });
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let missing: Vec<String> = (rank + 1..world)
-                        .filter(|p| wanted[*p] && links[*p].is_none())
-                        .map(|p| p.to_string())
-                        .collect();
-                    bail!(
-                        "timed out after {} waiting for rank(s) {} to connect to this rank at {me}",
-                        crate::units::human_duration(timeout),
-                        missing.join(", ")
-                    );
-                }
-                thread::sleep(Duration::from_millis(1));
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e).context("accepting a peer connection"),
+        }
+        let mut still = vec![];
+        for mut n in pending.drain(..) {
+            match n.read_greeting() {
+                Greeting::Waiting if Instant::now() < n.until => still.push(n),
+                Greeting::Waiting | Greeting::Junk => moved = true,
+                Greeting::Frame(kind, payload) => {
+                    moved = true;
+                    if let Some(peer) = greeted(kind, &payload, job_id, rank, wanted, &links) {
+                        n.stream.set_nonblocking(false)?;
+                        n.stream.set_write_timeout(Some(GREET_WITHIN))?;
+                        let mut s = &n.stream;
+                        wire::write_frame(&mut s, GREET_OK, &[])?;
+                        links[peer] = Some(configure(n.stream, peer, n.from, timeout)?);
+                    }
+                }
+            }
+        }
+        pending = still;
+        if Instant::now() >= deadline && missing(&links) > 0 {
+            let missing: Vec<String> = (rank + 1..world)
+                .filter(|p| wanted[*p] && links[*p].is_none())
+                .map(|p| p.to_string())
+                .collect();
+            bail!(
+                "timed out after {} waiting for rank(s) {} to connect to this rank at {me}",
+                crate::units::human_duration(timeout),
+                missing.join(", ")
+            );
+        }
+        if !moved {
+            thread::sleep(Duration::from_millis(1));
         }
     }
     Ok(links)
@@ -196,16 +238,66 @@ fn dial(addr: SocketAddr, peer: usize, deadline: Instant) -> Result<TcpStream> {
     }
 }
 
-/// Reads a newcomer's greeting: the peer's rank if it is one of ours, else `None`.
-fn greeted(stream: &TcpStream, job_id: &str, rank: usize, wanted: &[bool], links: &[Option<TcpLink>]) -> Option<usize> {
-    stream.set_nonblocking(false).ok()?;
-    // A real peer greets at once; a stray connection that says nothing is dropped soon.
-    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let mut s = stream;
-    let (GREET, payload) = wire::read_frame(&mut s, 1024).ok()? else {
+/// How long a newcomer has to greet, and how many may be greeting at once.
+const GREET_WITHIN: Duration = Duration::from_secs(1);
+const MAX_NEWCOMERS: usize = 64;
+
+/// A connection that has not greeted yet, read without blocking.
+struct Newcomer {
+    stream: TcpStream,
+    from: SocketAddr,
+    got: Vec<u8>,
+    until: Instant,
+}
+
+enum Greeting {
+    Waiting,
+    Junk,
+    Frame(u8, Vec<u8>),
+}
+
+impl Newcomer {
+    /// Reads what has arrived: a whole frame, not yet, or something that is no greeting.
+    fn read_greeting(&mut self) -> Greeting {
+        let mut buf = [0u8; 1024 + wire::HEADER];
+        loop {
+            match (&self.stream).read(&mut buf) {
+                Ok(0) => return Greeting::Junk,
+                Ok(n) => self.got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return Greeting::Junk,
+            }
+            if self.got.len() > 1024 + wire::HEADER {
+                return Greeting::Junk;
+            }
+        }
+        if self.got.len() < wire::HEADER {
+            return Greeting::Waiting;
+        }
+        let mut head = &self.got[..];
+        let Ok((kind, len)) = wire::read_header(&mut head, 1024) else {
+            return Greeting::Junk;
+        };
+        match self.got.len() - wire::HEADER {
+            n if n < len as usize => Greeting::Waiting,
+            _ => Greeting::Frame(kind, self.got[wire::HEADER..wire::HEADER + len as usize].to_vec()),
+        }
+    }
+}
+
+/// A newcomer's greeting: the peer's rank if it is one of ours, else `None`.
+fn greeted(
+    kind: u8,
+    payload: &[u8],
+    job_id: &str,
+    rank: usize,
+    wanted: &[bool],
+    links: &[Option<TcpLink>],
+) -> Option<usize> {
+    if kind != GREET {
         return None;
-    };
-    let mut d = Decoder(&payload);
+    }
+    let mut d = Decoder(payload);
     let (job, peer) = (d.str().ok()?, d.u64().ok()? as usize);
     (job == job_id && peer > rank && wanted.get(peer) == Some(&true) && links[peer].is_none()).then_some(peer)
 }
