@@ -339,6 +339,44 @@ fn stray_bytes_sent_to_a_running_jobs_store_change_nothing() {
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+    fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
+}
+
+#[test]
+fn strangers_on_the_stores_port_neither_exhaust_it_nor_keep_a_rank_out() {
+    // Rank 0 may hold 128 descriptors. 200 strangers connect to its store and stay,
+    // silent, before rank 1 comes with --timeout 8. The store closes the oldest stranger
+    // past 64, so rank 1 gets in at once. (It used to keep every one: out of
+    // descriptors, its accept loop spun, and rank 1 waited until strangers timed out
+    // after 10 s, past its own deadline.)
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let p = port.to_string();
+    let args = ["--world-size", "2", "--master-port", &p, "--count", "1000"];
+    let mut rank0 = command(BIN, &[&args[..], &["--rank", "0", "--timeout", "20"]].concat());
+    // SAFETY: setrlimit is async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        rank0.pre_exec(|| {
+            setrlimit(7, &[128, 128]); // RLIMIT_NOFILE
+            Ok(())
+        });
+    }
+    let rank0 = spawn(rank0);
+    let mut strangers = vec![];
+    let until = Instant::now() + Duration::from_secs(5);
+    while strangers.len() < 200 && Instant::now() < until {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(c) => strangers.push(c),
+            Err(_) => sleep(Duration::from_millis(20)),
+        }
+    }
+    sleep(Duration::from_millis(300));
+    let rank1 = spawn(command(BIN, &[&args[..], &["--rank", "1", "--timeout", "8"]].concat()));
+    let runs: Vec<Run> = [rank0, rank1].into_iter().map(|c| finish(c, LIMIT)).collect();
+    drop(strangers);
+    for (r, run) in runs.iter().enumerate() {
+        assert_eq!(run.code, Some(0), "rank {r}:\n{run}");
+    }
 }
 
 #[test]

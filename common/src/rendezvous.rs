@@ -29,6 +29,13 @@ const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
 const MAX_FRAME: u64 = 16 << 20;
+/// The largest join: a job id (200 bytes at most), a world size and a rank.
+const MAX_HELLO: u64 = 4 << 10;
+/// How long a connection may take to join, whatever it sends meanwhile.
+const JOIN_WITHIN: Duration = Duration::from_secs(10);
+/// Connections that have not joined yet, at most: past it the oldest is closed, so that
+/// junk can neither exhaust this process's descriptors nor crowd a real rank out.
+const MAX_STRANGERS: usize = 64;
 
 /// Who is joining: sent first on every connection to the store.
 #[derive(Clone, Debug)]
@@ -95,11 +102,25 @@ impl StoreServer {
             shared: shared.clone(),
         };
         thread::Builder::new().name("store-accept".into()).spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let shared = shared.clone();
-                let _ = thread::Builder::new()
-                    .name("store-conn".into())
-                    .spawn(move || serve(conn, &shared));
+            let strangers: Arc<Mutex<Strangers>> = Arc::default();
+            loop {
+                let conn = match listener.accept() {
+                    Ok((conn, _)) => conn,
+                    Err(_) => {
+                        // Out of descriptors (or another passing error): make room, and
+                        // do not spin.
+                        strangers.lock().unwrap_or_else(|p| p.into_inner()).close_oldest();
+                        thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                };
+                let id = strangers.lock().unwrap_or_else(|p| p.into_inner()).admit(&conn);
+                let (shared, strangers) = (shared.clone(), strangers.clone());
+                let _ = thread::Builder::new().name("store-conn".into()).spawn(move || {
+                    serve(conn, &shared, &|| {
+                        strangers.lock().unwrap_or_else(|p| p.into_inner()).joined(id);
+                    })
+                });
             }
         })?;
         Ok(server)
@@ -147,13 +168,63 @@ impl Drop for StoreServer {
     }
 }
 
+/// The connections that have not joined yet, oldest first.
+#[derive(Default)]
+struct Strangers {
+    next: u64,
+    waiting: std::collections::VecDeque<(u64, TcpStream)>,
+}
+
+impl Strangers {
+    /// Counts a new connection in (closing the oldest stranger past the cap); its id.
+    fn admit(&mut self, conn: &TcpStream) -> u64 {
+        if self.waiting.len() >= MAX_STRANGERS {
+            self.close_oldest();
+        }
+        self.next += 1;
+        if let Ok(c) = conn.try_clone() {
+            self.waiting.push_back((self.next, c));
+        }
+        self.next
+    }
+
+    /// Connection `id` joined (or ended): no longer a stranger.
+    fn joined(&mut self, id: u64) {
+        self.waiting.retain(|(i, _)| *i != id);
+    }
+
+    /// Closes the connection that has waited longest without joining: its thread's read
+    /// ends at once, and its descriptors are freed.
+    fn close_oldest(&mut self) {
+        if let Some((_, c)) = self.waiting.pop_front() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Reads from a connection until `deadline`, however slowly the bytes come.
+struct Until<'a>(&'a TcpStream, Instant);
+
+impl io::Read for Until<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.1.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.0.set_read_timeout(Some(left))?;
+        (&mut &*self.0).read(buf)
+    }
+}
+
 /// Serves one connection: a join, then requests until goodbye or the connection ends.
-fn serve(mut conn: TcpStream, shared: &Shared) {
+/// `joined` is called once the join is read (or the connection gave up before it).
+fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     let _ = conn.set_nodelay(true);
-    // A stray connection that never sends a join is dropped after a while.
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let Ok((HELLO, payload)) = wire::read_frame(&mut conn, MAX_FRAME) else {
+    // A join is small and comes at once: anything larger, or slower, is not a rank.
+    let hello = wire::read_frame(&mut Until(&conn, Instant::now() + JOIN_WITHIN), MAX_HELLO);
+    joined();
+    let Ok((HELLO, payload)) = hello else {
         return;
     };
     let rank = match shared.join(&payload, &peer) {
@@ -629,5 +700,19 @@ mod tests {
         let mut st = join(&s, "job-a", 1, 0).unwrap();
         st.set("k", b"v").unwrap();
         assert_eq!(st.get("k").unwrap(), Some(b"v".to_vec()));
+    }
+
+    #[test]
+    fn a_join_larger_than_a_join_is_closed_at_once_not_awaited() {
+        // A header announcing a 16 MiB join: closed before anything is allocated for it.
+        use std::io::{Read, Write};
+        let s = server(1);
+        let mut c = TcpStream::connect(s.addr()).unwrap();
+        c.write_all(&wire::header(HELLO, 16 << 20)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let t = Instant::now();
+        let mut buf = [0u8; 1];
+        assert_eq!(c.read(&mut buf).unwrap_or(0), 0, "the store answered a 16 MiB join");
+        assert!(t.elapsed() < Duration::from_secs(4), "closed only after {:?}", t.elapsed());
     }
 }
