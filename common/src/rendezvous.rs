@@ -713,6 +713,10 @@ mod tests {
         let t = Instant::now();
         let mut buf = [0u8; 1];
         assert_eq!(c.read(&mut buf).unwrap_or(0), 0, "the store answered a 16 MiB join");
-        assert!(t.elapsed() < Duration::from_secs(4), "closed only after {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "closed only after {:?}",
+            t.elapsed()
+        );
     }
 }
