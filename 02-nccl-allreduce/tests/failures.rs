@@ -343,6 +343,36 @@ unsafe extern "C" {
 }
 
 #[test]
+fn a_frozen_store_is_called_stuck_not_a_stranger() {
+    // Rank 0 is stopped before rank 1 joins: the kernel still takes the connection, and
+    // nothing answers. (It used to say "something other than this program's store".)
+    let port = free_port();
+    let p = port.to_string();
+    let rank0 = spawn(command(BIN, &["--world-size", "2", "--rank", "0", "--master-port", &p]));
+    sleep(Duration::from_millis(700));
+    unsafe { libc_kill(rank0.id() as i32, 19) }; // SIGSTOP
+    let args = [
+        "--world-size",
+        "2",
+        "--rank",
+        "1",
+        "--master-port",
+        &p,
+        "--timeout",
+        "3",
+    ];
+    let run = finish(spawn(command(BIN, &args)), LIMIT);
+    unsafe { libc_kill(rank0.id() as i32, 9) };
+    let _ = finish(rank0, LIMIT);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr
+            .contains("took the connection but did not answer within 3 s: rank 0 is stuck"),
+        "{run}"
+    );
+}
+
+#[test]
 fn strangers_on_the_stores_port_neither_exhaust_it_nor_keep_a_rank_out() {
     // Rank 0 may hold 128 descriptors. 200 strangers connect to its store and stay,
     // silent, before rank 1 comes with --timeout 8. The store closes the oldest stranger

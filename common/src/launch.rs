@@ -104,7 +104,15 @@ pub fn resolve(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<R
             })
             .transpose()
     };
-    let master_addr = || args.master_addr.clone().or_else(|| env("MASTER_ADDR"));
+    // An IPv6 address may come bracketed, as in a URL (`[::1]`): the bare address is what
+    // every later step (resolve, bind, connect) takes.
+    let master_addr = || {
+        let addr = args.master_addr.clone().or_else(|| env("MASTER_ADDR"))?;
+        Some(match addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')) {
+            Some(bare) => bare.to_string(),
+            None => addr,
+        })
+    };
     let master_port = || -> Result<Option<u16>> {
         match args.master_port {
             Some(p) => Ok(Some(p)),
@@ -395,6 +403,10 @@ mod tests {
             .collect();
         let id = rank(&[], &vars);
         assert_eq!((id.master_addr.as_str(), id.store_port), ("10.0.0.9", 4000));
+        let Role::Rank(id) = role(&["--world-size", "1", "--rank", "0", "--master-addr", "[::1]"], &[]).unwrap() else {
+            panic!("a rank")
+        };
+        assert_eq!(id.master_addr, "::1", "brackets are not part of the address");
         assert_ne!(slurm_port("123456", "0"), slurm_port("123457", "0"));
         assert_ne!(slurm_port("123456", "0"), slurm_port("123456", "1"));
         assert!((15000..32000).contains(&slurm_port("4294967295", "99")));

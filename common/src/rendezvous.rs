@@ -424,6 +424,7 @@ impl Store {
                     });
                 }
                 Err(Attempt::Refused(why)) => bail!("the store at {addr} refused this rank: {why}"),
+                Err(Attempt::Silent(why)) => bail!("{why}"),
                 Err(Attempt::Failed(e)) => last_err = e,
             }
             if Instant::now() >= deadline {
@@ -569,6 +570,8 @@ impl Store {
 
 enum Attempt {
     Refused(String),
+    /// It took the connection and said nothing.
+    Silent(String),
     Failed(io::Error),
 }
 
@@ -589,6 +592,15 @@ fn try_connect(addr: &str, join: &Join, timeout: Duration) -> std::result::Resul
                 return match wire::read_frame(&mut conn, MAX_FRAME) {
                     Ok((OK, _)) => Ok(conn),
                     Ok((ERR, why)) => Err(Attempt::Refused(String::from_utf8_lossy(&why).into_owned())),
+                    // Nothing at all came back: a store that does not answer (its process
+                    // frozen, or overwhelmed), not a stranger.
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                        Err(Attempt::Silent(format!(
+                            "the store at {target} took the connection but did not answer within {}: rank 0 \
+                             is stuck (stopped, or overloaded) or it is another program",
+                            crate::units::human_duration(timeout.min(Duration::from_secs(10)))
+                        )))
+                    }
                     Ok(_) | Err(_) => Err(Attempt::Refused(format!(
                         "something other than this program's store answers at {target} \
                          (torchrun's agent, or another program?)"
