@@ -135,7 +135,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
         "rank 0: element 0 is 1 instead of 3",
         "rank 1: element 0 is 2 instead of 3",
         "the program's own check of every element: check FAILED, 2 wrong elements: rank 0: 1 wrong (element 0 is 1 instead of 3); rank 1: 1 wrong (element 0 is 2 instead of 3)",
-        "run it yourself: cargo run --bin ex05-ring-allreduce -- --nproc-per-node 2 --count 1",
+        "run it yourself: cargo run --bin ex05-ring-allreduce -- --nproc-per-node 2 --timeout 20s --count 1",
     ] {
         assert!(lines.contains(&line), "missing {line:?}:\n{r}");
     }
@@ -161,7 +161,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
         "rank 0: element 0 is 1 instead of 0.625",
         "rank 1: element 0 is 1 instead of 0.625",
         "the program's own check of every element: check FAILED, 2 wrong elements: rank 0: 1 wrong (element 0 is 1 instead of 0.625); rank 1: 1 wrong (element 0 is 1 instead of 0.625)",
-        "run it yourself: cargo run --bin ex08-sharded-update -- --nproc-per-node 2 --count 1",
+        "run it yourself: cargo run --bin ex08-sharded-update -- --nproc-per-node 2 --timeout 20s --count 1",
     ] {
         assert!(lines.contains(&line), "missing {line:?}:\n{r}");
     }
