@@ -87,7 +87,10 @@ fn the_text_output_names_the_rank_each_block_came_from() {
         r.stdout.contains("  CPU 1 | 2 | 2 | 2 | 2 |\n"),
         "the send buffers: {r}"
     );
-    assert!(r.stdout.contains("Time: ") && r.stdout.contains("all_gather)"), "{r}");
+    assert!(
+        r.stdout.contains("Time: ") && r.stdout.contains("factor for all_gather on 2 ranks)"),
+        "{r}"
+    );
 }
 
 #[test]

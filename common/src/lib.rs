@@ -11,6 +11,7 @@ pub mod collective;
 pub mod device;
 pub mod element;
 pub mod error;
+pub mod fault;
 pub mod launch;
 pub mod launcher;
 pub mod nccl_library;

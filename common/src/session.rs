@@ -91,7 +91,7 @@ fn job_command() -> String {
         "--color",
     ];
     let mut words = vec![crate::example_name()];
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = args.next() {
         let flag = a.split('=').next().unwrap_or(&a);
         if PER_RANK.contains(&flag) || flag == "--timeout" {
@@ -125,6 +125,18 @@ fn same_command(store: &mut Store, rank: usize, world: usize) -> Result<()> {
         }
         .into()),
     }
+}
+
+/// Every rank's shown elements, gathered on rank 0 for one table.
+struct Rows {
+    /// The table's title, ending with ':'.
+    title: String,
+    /// "CPU 0", "GPU 1": one per row.
+    labels: Vec<String>,
+    /// The cells, one row per rank.
+    cells: Vec<Vec<String>>,
+    /// Which cells differ from the previous table's (when it had the same shape).
+    changed: Option<Vec<Vec<bool>>>,
 }
 
 /// One rank's session: who it is, its store connection and its backend.
@@ -214,7 +226,8 @@ impl Session {
         let (backend, device, device_name, transports) = match kind {
             Kind::Cpu => {
                 let dev = device::device_for(rank, device_count);
-                let (cpu, transports) = backend::cpu::Cpu::connect(&mut store, &id, &host, run)?;
+                let (cpu, transports) =
+                    backend::cpu::Cpu::connect(&mut store, &id, &host, run, crate::collective::named)?;
                 (Backend::Cpu(cpu), format!("cpu:{dev}"), None, transports)
             }
             Kind::Nccl => {
@@ -369,7 +382,13 @@ impl Session {
     pub fn show<T: Element>(&mut self, title: &str, buf: &Buffer<T>) -> Result<()> {
         let n = self.show.unwrap_or(buf.len().min(8)).min(buf.len());
         let mine = self.backend.download(buf, n)?;
-        let Some((title, labels, cells, changed)) = self.gather_rows(title, &mine)? else {
+        let Some(Rows {
+            title,
+            labels,
+            cells,
+            changed,
+        }) = self.gather_rows(title, &mine)?
+        else {
             return Ok(());
         };
         self.say(&table::stage(
@@ -398,7 +417,13 @@ impl Session {
         for b in 0..world {
             mine.extend(self.backend.download_range(buf, b * block..b * block + k)?);
         }
-        let Some((title, labels, cells, changed)) = self.gather_rows(title, &mine)? else {
+        let Some(Rows {
+            title,
+            labels,
+            cells,
+            changed,
+        }) = self.gather_rows(title, &mine)?
+        else {
             return Ok(());
         };
         let names: Vec<String> = (0..world)
@@ -414,12 +439,7 @@ impl Session {
     /// Gathers every rank's shown elements on rank 0 (recorded in the JSON report under
     /// the title's first word), with the rows' labels and which cells changed since the
     /// last table: `None` on the other ranks.
-    #[allow(clippy::type_complexity)]
-    fn gather_rows<T: Element>(
-        &mut self,
-        title: &str,
-        mine: &[T],
-    ) -> Result<Option<(String, Vec<String>, Vec<Vec<String>>, Option<Vec<Vec<bool>>>)>> {
+    fn gather_rows<T: Element>(&mut self, title: &str, mine: &[T]) -> Result<Option<Rows>> {
         let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
         self.store
@@ -461,7 +481,12 @@ impl Session {
         } else {
             format!("{title}:")
         };
-        Ok(Some((title, labels, cells, changed)))
+        Ok(Some(Rows {
+            title,
+            labels,
+            cells,
+            changed,
+        }))
     }
 
     /// Checks, before anything is allocated, that `bytes` per rank (its buffers at their
@@ -715,7 +740,10 @@ impl Session {
         self.report.busbw_gbps = Some(t.busbw);
         let factor = match (coll.bus_factor)(world) {
             1.0 => "= algbw".to_string(),
-            f => format!("algbw × {f:.2}, nccl-tests' factor for {}", coll.name),
+            f => format!(
+                "= algbw × {f:.2}, nccl-tests' factor for {} on {world} ranks",
+                coll.name
+            ),
         };
         self.say(&format!(
             "Time: {:.1} us per {} of {} (slowest of {world} ranks, mean of {iters} runs): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
@@ -776,7 +804,6 @@ impl Session {
             .store
             .watcher(Duration::from_secs(1))
             .and_then(|mut s| s.first_lost());
-        let err = crate::collective::name_mismatch(err);
         match asked {
             Ok(Some((r, how))) if r != self.rank() => err.context(format!("rank {r} failed first ({how})")),
             Ok(_) => err,
@@ -796,13 +823,11 @@ impl Session {
 /// prove a wrong result is caught, reported and fails the run. Every check calls it on
 /// what it read back (the session's, and the benchmark's).
 pub(crate) fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
-    let Ok(spec) = std::env::var("NCCL_WORKBOOK_FAULT") else {
-        return;
-    };
-    let mut parts = spec.split(':');
-    if let (Some("corrupt"), Some(r), Some(i)) = (parts.next(), parts.next(), parts.next())
-        && r.parse() == Ok(rank)
-        && let Some(v) = i.parse::<usize>().ok().and_then(|i| data.get_mut(i))
+    if let Some(at) = crate::fault::asked("corrupt", Some(rank))
+        && let Some(v) = at
+            .first()
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| data.get_mut(i))
     {
         *v = v.combine(*v, ReduceOp::Sum);
     }

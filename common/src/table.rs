@@ -76,13 +76,21 @@ pub fn blocks(
         head[i * per_block] = l.clone();
     }
     b.push_record(head);
+    // A header wider than its block's cells would widen the block's first column only:
+    // give every column of the block an equal share of the header's width instead.
+    let share = |block: usize| {
+        let label = block_labels.get(block).map_or(0, |l| l.chars().count()) + 2; // with its padding
+        let inner = 3 * per_block - 1; // every column's padding, and the separators between
+        label.saturating_sub(inner).div_ceil(per_block.max(1))
+    };
     for (r, row) in rows.iter().enumerate() {
-        b.push_record(row.iter().enumerate().map(
-            |(i, v)| match changed.and_then(|c| c.get(r)).and_then(|c| c.get(i)) {
+        b.push_record(row.iter().enumerate().map(|(i, v)| {
+            let v = format!("{v:<w$}", w = share(i / per_block.max(1)));
+            match changed.and_then(|c| c.get(r)).and_then(|c| c.get(i)) {
                 Some(true) => v.green().bold().to_string(),
-                _ => v.clone(),
-            },
-        ));
+                _ => v,
+            }
+        }));
     }
     let mut table = b.build();
     table.with(Style::ascii());

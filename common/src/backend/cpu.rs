@@ -12,9 +12,9 @@ use crate::element::{Element, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
 use crate::launch::Identity;
 use crate::rendezvous::Store;
-use crate::transport::Link;
 use crate::transport::shm::copy_around_cache;
 use crate::transport::{self, Via, shm, tcp};
+use crate::transport::{Link, Mismatch};
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -35,6 +35,9 @@ pub struct Cpu {
     world: usize,
     links: Vec<Option<Box<dyn Link>>>,
     pipelined: bool,
+    /// The name of the collective whose messages carry a tag, for mismatch errors (the
+    /// links know tags only; the collectives know their names).
+    names: fn(u8) -> &'static str,
     /// Working memory the algorithms reuse from call to call (no page faults per call).
     scratch: Mutex<(Vec<u8>, Vec<u8>)>,
 }
@@ -43,13 +46,20 @@ impl Cpu {
     /// A CPU backend for `rank` of `world` over `links` (`links[rank]` is `None`).
     /// `pipelined`: every link of the ring (rank i to i + 1) buffers several pieces (they
     /// all share memory), so the all-reduce may run piece by piece round the whole ring;
-    /// every rank must be told the same.
-    pub fn new(rank: usize, world: usize, links: Vec<Option<Box<dyn Link>>>, pipelined: bool) -> Cpu {
+    /// every rank must be told the same. `names` names a collective by its tag.
+    pub fn new(
+        rank: usize,
+        world: usize,
+        links: Vec<Option<Box<dyn Link>>>,
+        pipelined: bool,
+        names: fn(u8) -> &'static str,
+    ) -> Cpu {
         Cpu {
             rank,
             world,
             links,
             pipelined,
+            names,
             scratch: Mutex::new((vec![], vec![])),
         }
     }
@@ -197,9 +207,16 @@ impl Cpu {
             WouldBlock | TimedOut => {
                 anyhow!("nothing moved to or from rank {peer} for the whole --timeout: it is stuck or gone")
             }
-            // A mismatch (another collective, another size): kept whole, so that the
-            // session can name the collectives.
-            InvalidData => anyhow::Error::new(e),
+            InvalidData => match e.get_ref().and_then(|i| i.downcast_ref::<Mismatch>()) {
+                Some(m) => anyhow!(
+                    "rank {peer} is in a {} while this rank is in a {}: every rank must call the same collectives \
+                     in the same order",
+                    (self.names)(m.theirs),
+                    (self.names)(m.ours)
+                ),
+                // Another size, or a malformed message: the link's own words.
+                None => anyhow!("{e}"),
+            },
             _ => anyhow!("connection to rank {peer} failed: {e}"),
         }
     }
@@ -217,6 +234,7 @@ impl Cpu {
         id: &Identity,
         host: &str,
         run: &RunArgs,
+        names: fn(u8) -> &'static str,
     ) -> Result<(Cpu, BTreeMap<String, Via>)> {
         let (rank, world) = (id.rank, id.world_size);
         // One machine = one host name and one boot: two containers may share a name, not a boot id.
@@ -257,7 +275,7 @@ impl Cpu {
             }
         }
         let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
-        Ok((Cpu::new(rank, world, links, ring_in_memory), pairs))
+        Ok((Cpu::new(rank, world, links, ring_in_memory, names), pairs))
     }
 }
 
@@ -308,6 +326,23 @@ pub(crate) fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mismatch_on_a_link_names_both_collectives() {
+        let names = |tag: u8| if tag == 4 { "all-gather" } else { "reduce-scatter" };
+        let cpu = Cpu::new(0, 2, vec![None, None], false, names);
+        let err = cpu.lost(crate::transport::op_mismatch(1, 5, 4), 1);
+        assert_eq!(
+            err.to_string(),
+            "rank 1 is in a reduce-scatter while this rank is in a all-gather: every rank must call the same \
+             collectives in the same order"
+        );
+        let other = cpu.lost(crate::transport::len_mismatch(1, 3, 4), 1);
+        assert!(
+            other.to_string().contains("rank 1 sent 3 bytes where 4 were expected"),
+            "{other}"
+        );
+    }
 
     #[test]
     fn chunks_cover_the_buffer_exactly_for_every_count_and_world() {

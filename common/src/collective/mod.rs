@@ -120,32 +120,6 @@ impl Collective {
     }
 }
 
-/// Names the collectives in a mismatch error from the CPU backend's links (the links
-/// know only the tags): every other error is returned as it was.
-pub fn name_mismatch(err: anyhow::Error) -> anyhow::Error {
-    let found = err.chain().find_map(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .and_then(|e| e.get_ref())
-            .and_then(|e| e.downcast_ref::<crate::transport::Mismatch>())
-            .copied()
-    });
-    let Some(m) = found else {
-        return err;
-    };
-    let contexts: Vec<String> = err
-        .chain()
-        .map(|c| c.to_string())
-        .take_while(|c| *c != m.to_string())
-        .collect();
-    let named = format!(
-        "rank {} is in a {} while this rank is in a {}: every rank must call the same collectives in the same order",
-        m.peer,
-        named(m.theirs),
-        named(m.ours)
-    );
-    anyhow::anyhow!("{}", contexts.into_iter().chain([named]).collect::<Vec<_>>().join(": "))
-}
-
 /// The shape of one call, for [`Collective::source`].
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
@@ -289,22 +263,6 @@ mod tests {
         assert_eq!(ALL_GATHER.count_of(None, 12, 4), Ok(3));
         let m = ALL_TO_ALL.count_of(None, 10, 4).unwrap_err();
         assert!(m.contains("not a multiple of 4"), "{m}");
-    }
-
-    #[test]
-    fn a_mismatch_from_a_link_names_both_collectives() {
-        let io = crate::transport::op_mismatch(1, REDUCE_SCATTER.tag, ALL_GATHER.tag);
-        let err = anyhow::Error::new(io)
-            .context("all-gather step 1 of 3")
-            .context("rank 0");
-        let named = name_mismatch(err).to_string();
-        assert_eq!(
-            named,
-            "rank 0: all-gather step 1 of 3: rank 1 is in a reduce-scatter while this rank is in a all-gather: \
-             every rank must call the same collectives in the same order"
-        );
-        let other = name_mismatch(anyhow::anyhow!("lost rank 2"));
-        assert_eq!(other.to_string(), "lost rank 2");
     }
 
     #[test]

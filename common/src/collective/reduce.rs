@@ -3,10 +3,9 @@
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
 use crate::backend::cpu::{Cpu, REDUCE_PIECE};
+use crate::backend::nccl::Nccl;
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
-
-use crate::backend::nccl::Nccl;
 
 /// Reduce.
 pub const REDUCE: Collective = Collective {

@@ -602,13 +602,13 @@ fn full_message() -> String {
 /// Test hook: `NCCL_WORKBOOK_FAULT=shm-full` makes creating a channel fail as on a full
 /// `/dev/shm` (tests cannot fill the machine's).
 fn fault_shm_full() -> bool {
-    std::env::var("NCCL_WORKBOOK_FAULT").is_ok_and(|f| f == "shm-full")
+    crate::fault::asked("shm-full", None).is_some()
 }
 
 /// Test hook: `NCCL_WORKBOOK_FAULT=die-in-shm-setup:RANK` kills that rank (SIGKILL) once
 /// it has created its channels, before its peers open them.
 fn fault_die_in_setup(rank: usize) {
-    if std::env::var("NCCL_WORKBOOK_FAULT").is_ok_and(|f| f == format!("die-in-shm-setup:{rank}")) {
+    if crate::fault::asked("die-in-shm-setup", Some(rank)).is_some() {
         // SAFETY: sends a signal to this process.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }

@@ -216,14 +216,7 @@ pub fn connect_mesh(
 /// milliseconds after every rank has published its address, so that tests can reach the
 /// other ranks' open peer ports while the mesh is being built.
 fn stall_for_tests(rank: usize) {
-    let Ok(spec) = std::env::var("NCCL_WORKBOOK_FAULT") else {
-        return;
-    };
-    let mut parts = spec.split(':');
-    if let (Some("stall-mesh"), Some(r), Some(ms)) = (parts.next(), parts.next(), parts.next())
-        && r.parse() == Ok(rank)
-        && let Ok(ms) = ms.parse()
-    {
+    if let Some(ms) = crate::fault::asked("stall-mesh", Some(rank)).and_then(|v| v.first()?.parse().ok()) {
         thread::sleep(Duration::from_millis(ms));
     }
 }
