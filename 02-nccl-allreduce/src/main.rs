@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
         let mut buf = session.buffer(&args.data, start(session.rank()))?;
         session.show("Before all-reduce", &buf)?;
 
-        // The lesson: one call, and every rank's buffer becomes the sum of all of them.
+        // The lesson: one call, and every rank's buffer becomes the sum (or --op) of all of them.
         session.all_reduce(&mut buf, op)?;
 
         session.show("After all-reduce", &buf)?;

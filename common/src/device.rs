@@ -158,6 +158,26 @@ fn gpus(n: usize) -> String {
     if n == 1 { "1 GPU".into() } else { format!("{n} GPUs") }
 }
 
+/// The memory this process may still take, in bytes: the kernel's `MemAvailable`, or less
+/// when a cgroup (Slurm's, a container's) caps this process lower. `None` if unknown.
+pub fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let host = kb * 1024;
+    let read = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).ok();
+    let cap = read("memory.max")
+        .and_then(|m| m.trim().parse::<u64>().ok())
+        .map(|max| max.saturating_sub(read("memory.current").and_then(|c| c.trim().parse().ok()).unwrap_or(0)));
+    Some(cap.map_or(host, |c| c.min(host)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,16 +104,23 @@ fn run_role(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> E
 
 /// The launcher's part: how many ranks this node runs, then start and watch them.
 fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
-    let nproc = match plan.nproc_per_node {
-        Some(n) => n,
-        None if run.backend == args::BackendChoice::Cpu => 2,
-        // Like torchrun on a GPU node: one rank per GPU, when NCCL is what will run.
-        None => match device::choose(run.backend, &device::probe())? {
-            (device::Kind::Nccl, _) => device::probe().gpus,
-            (device::Kind::Cpu, _) => 2,
-        },
+    // The backend the ranks will pick, as they will pick it (probed once).
+    let probe = (run.backend != args::BackendChoice::Cpu).then(device::probe);
+    let kind = match &probe {
+        None => Ok(device::Kind::Cpu),
+        Some(p) => device::choose(run.backend, p).map(|(kind, _)| kind),
     };
-    fits_in_shared_memory(run, nproc)?;
+    let cpu = matches!(kind, Ok(device::Kind::Cpu));
+    let nproc = match (plan.nproc_per_node, kind) {
+        (Some(n), _) => n,
+        // Like torchrun on a GPU node: one rank per GPU, when NCCL is what will run.
+        (None, Ok(device::Kind::Nccl)) => probe.map_or(0, |p| p.gpus),
+        (None, Ok(device::Kind::Cpu)) => 2,
+        (None, Err(e)) => return Err(e),
+    };
+    if cpu {
+        fits_in_shared_memory(run, nproc)?;
+    }
     launcher::run(plan, nproc, &[])
 }
 
@@ -121,13 +128,7 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
 /// can hold the channels of (each pair of ranks takes 4 MiB there): a thousand ranks would
 /// otherwise fill it and fail one by one.
 fn fits_in_shared_memory(run: &RunArgs, nproc: usize) -> Result<()> {
-    let cpu = run.backend == args::BackendChoice::Cpu
-        || (run.backend == args::BackendChoice::Auto
-            && matches!(
-                device::choose(run.backend, &device::probe()),
-                Ok((device::Kind::Cpu, _))
-            ));
-    if !cpu || run.transport == args::TransportChoice::Tcp {
+    if run.transport == args::TransportChoice::Tcp {
         return Ok(());
     }
     let need = transport::shm::bytes_for(nproc);

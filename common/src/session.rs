@@ -501,7 +501,7 @@ impl Session {
         let host = &self.members[self.rank()].host;
         let local = self.members.iter().filter(|m| &m.host == host).count() as u64;
         let need = bytes.saturating_mul(local);
-        match crate::units::available_memory() {
+        match device::available_memory() {
             Some(free) if need > free => Err(crate::error::usage(format!(
                 "rank {}: {what}: {local} rank(s) on this host would hold {} in buffers, and it has {} of memory \
                  available: ask for less, or start fewer ranks per host",

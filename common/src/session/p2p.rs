@@ -43,12 +43,7 @@ impl Session {
     /// A buffer of `--count` (or `--size`) elements where element `i` is `value(i)`, placed
     /// where the backend computes. Like [`Session::buffer`], it also takes `--show`.
     pub fn buffer_with<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
-        let count = data.count();
-        // The buffer, and the copy its check reads back.
-        self.ensure_memory(2 * (count * size_of::<T>()) as u64, &data.what())?;
-        self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
-        self.report.count = Some(count);
-        self.backend.upload((0..count).map(value).collect())
+        self.lesson_buffer(data, 1, value)
     }
 
     /// A buffer of one block of `--count` elements per rank (all-gather's receive buffer,
@@ -56,11 +51,23 @@ impl Session {
     /// `value(b)`. Like [`Session::buffer`], it also takes `--show` (per block).
     pub fn blocks<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
         let count = data.count();
-        self.ensure_memory(2 * (self.world_size() * count * size_of::<T>()) as u64, &data.what())?;
+        self.lesson_buffer(data, self.world_size(), |i| value(i / count))
+    }
+
+    /// `blocks` blocks of `--count` elements, element i being `value(i)`, once the memory
+    /// for them (and for the copy their check reads back) is known to be there; the
+    /// tables show `--show` elements of each block.
+    fn lesson_buffer<T: Element>(
+        &mut self,
+        data: &DataArgs,
+        blocks: usize,
+        value: impl Fn(usize) -> T,
+    ) -> Result<Buffer<T>> {
+        let count = data.count();
+        self.ensure_memory(2 * (blocks * count * size_of::<T>()) as u64, &data.what())?;
         self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
         self.report.count = Some(count);
-        let n = self.world_size();
-        self.backend.upload((0..n * count).map(|i| value(i / count)).collect())
+        self.backend.upload((0..blocks * count).map(value).collect())
     }
 
     /// A buffer holding `data`, placed where the backend computes (on NCCL, copied to the GPU).
