@@ -64,6 +64,28 @@ pub struct RunArgs {
     /// Colour: `auto` (only on a terminal, and not with NO_COLOR set), `always` or `never`.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+
+    /// Each rank prints, in order, the NCCL and CUDA calls its backend makes, with their
+    /// arguments (count, type, operator, root, peer, stream).
+    #[arg(long)]
+    pub show_calls: bool,
+
+    /// Run the NCCL backend on N simulated GPUs in host memory (the workbook's NCCL test
+    /// double): the same NCCL calls through cudarc, on a machine with no GPU. No figure it
+    /// prints says anything about a GPU.
+    #[arg(long, value_name = "N", conflicts_with = "backend",
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub simulate_gpus: Option<u32>,
+
+    /// Print every step of the collective for a small buffer: per rank, which chunk went
+    /// to whom and which came in (and was added). Only the first, checked run is shown.
+    #[arg(long)]
+    pub steps: bool,
+
+    /// Write a timeline of the run to FILE (Chrome trace JSON: open it in
+    /// https://ui.perfetto.dev or chrome://tracing): one track per rank.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// A job id: at most 200 bytes of printable text (it travels in every greeting).
