@@ -24,7 +24,7 @@ fn hello_on_1_2_and_4_gpus_shows_nccls_version_and_each_gpu() {
             assert_eq!(info["device"], format!("cuda:{rank}"), "{r}");
             assert_eq!(
                 info["device_name"],
-                format!("NCCL test double GPU {rank} (host memory)"),
+                format!("simulated GPU {rank} (host memory)"),
                 "{r}"
             );
         }
@@ -32,7 +32,7 @@ fn hello_on_1_2_and_4_gpus_shows_nccls_version_and_each_gpu() {
     let r = finish(spawn(nccl_command(BIN, &["--nproc-per-node", "2"], 2)), LIMIT).ok();
     assert!(
         r.stdout.starts_with("backend: nccl, found 2 GPUs and NCCL 2.18.3 (")
-            && r.stdout.contains("cuda:1 (NCCL test double GPU 1"),
+            && r.stdout.contains("cuda:1 (simulated GPU 1"),
         "{r}"
     );
 }
@@ -94,7 +94,7 @@ fn rule_two_ranks_of_one_host_on_one_gpu_is_nccls_duplicate_gpu() {
     assert_eq!(a.code, Some(2), "{all}");
     assert!(
         a.stderr.contains("ranks 0 and 2 are both on GPU GPU-")
-            && a.stderr.contains("(NCCL test double GPU 0 (host memory), PCI bus "),
+            && a.stderr.contains("(simulated GPU 0 (host memory), PCI bus "),
         "{all}"
     );
 }

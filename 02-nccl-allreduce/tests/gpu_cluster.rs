@@ -81,7 +81,7 @@ fn each_task_given_its_own_gpu_as_slurm_binds_them_runs() {
         assert_eq!(info["device"], "cuda:0", "{}", runs[0]);
         assert_eq!(
             info["device_name"],
-            format!("NCCL test double GPU {r} (host memory)"),
+            format!("simulated GPU {r} (host memory)"),
             "{}",
             runs[0]
         );
@@ -103,7 +103,7 @@ fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
     assert_eq!(runs[0].code, Some(2), "{}", runs[0]);
     assert!(
         said.contains("ranks 0 and 1 are both on GPU GPU-")
-            && said.contains("(NCCL test double GPU 1 (host memory), PCI bus ")
+            && said.contains("(simulated GPU 1 (host memory), PCI bus ")
             && said.contains("NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\")"),
         "{}",
         runs[0]
@@ -147,10 +147,7 @@ fn cuda_visible_devices_naming_no_gpu_is_one_line_and_exit_2() {
         .collect();
     assert_eq!(
         names,
-        [
-            "NCCL test double GPU 2 (host memory)",
-            "NCCL test double GPU 0 (host memory)"
-        ],
+        ["simulated GPU 2 (host memory)", "simulated GPU 0 (host memory)"],
         "{run}"
     );
 }

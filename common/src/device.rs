@@ -116,6 +116,13 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
         }
         (BackendChoice::Nccl, Some(why)) => bail!("--backend nccl cannot run here: {why}"),
         (BackendChoice::Auto, Some(why)) => Ok((Kind::Cpu, format!("backend: cpu, because {why}"))),
+        (_, None) if let Some(n) = crate::simulate::gpus() => Ok((
+            Kind::Nccl,
+            format!(
+                "backend: nccl on {n} simulated GPUs (--simulate-gpus: the workbook's CUDA and NCCL simulator, \
+                 nccl-double, in host memory: the calls are NCCL's, no figure is a GPU's)"
+            ),
+        )),
         (_, None) => Ok((
             Kind::Nccl,
             format!(

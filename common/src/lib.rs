@@ -20,6 +20,7 @@ pub mod rank;
 pub mod rendezvous;
 pub mod report;
 pub mod session;
+pub mod simulate;
 pub mod table;
 pub mod transport;
 pub mod units;
@@ -62,14 +63,22 @@ pub fn parse_args<A: Parser>() -> A {
 pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
     quiet_panics();
     set_color(run);
-    if run.backend != args::BackendChoice::Cpu
-        && let Err(e) = nccl_library::make_loadable()
-    // may restart this process, once
-    {
+    let mut run = run.clone();
+    // Both may restart this process, once, with the libraries they found on its path.
+    let loadable = match run.simulate_gpus {
+        Some(gpus) => {
+            run.backend = args::BackendChoice::Nccl;
+            simulate::start(gpus)
+        }
+        None if run.backend != args::BackendChoice::Cpu => nccl_library::make_loadable(),
+        None => Ok(()),
+    };
+    if let Err(e) = loadable {
         return fail(None, &e);
     }
-    let code = run_role(run, lesson);
+    let code = run_role(&run, lesson);
     nccl_library::clean_up();
+    simulate::clean_up();
     code
 }
 

@@ -461,6 +461,14 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64) {
             t.len() - shm
         ));
     }
+    if session.backend_name() == "nccl"
+        && let Some(n) = crate::simulate::gpus()
+    {
+        lines.push(format!(
+            "# {} (--simulate-gpus {n}): every time and bandwidth below is the host's",
+            crate::simulate::NOTE
+        ));
+    }
     lines.push("#".into());
     lines.push("# Using devices".into());
     lines.extend(session.rank_lines());

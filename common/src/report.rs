@@ -20,6 +20,10 @@ pub struct Report {
     /// The libnccl file every rank loaded (rank 0's; all ranks run the same version).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_library: Option<String>,
+    /// `--simulate-gpus`: how many GPUs were simulated in host memory (no time or
+    /// bandwidth of the run is a GPU's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_gpus: Option<usize>,
     /// CPU backend: the transport of every pair of ranks ("0-1": "shm").
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub transports: BTreeMap<String, Via>,

@@ -261,6 +261,7 @@ impl Session {
             backend_reason: reason.clone(),
             nccl_version: choice.nccl.as_ref().map(|(v, _)| v.clone()),
             nccl_library: choice.nccl.as_ref().map(|(_, p)| p.clone()).filter(|p| !p.is_empty()),
+            simulated_gpus: crate::simulate::gpus().filter(|_| kind == Kind::Nccl),
             transports,
             world_size: world,
             ranks: members
@@ -753,6 +754,9 @@ impl Session {
             t.algbw,
             t.busbw,
         ));
+        if self.report.simulated_gpus.is_some() {
+            self.say(&format!("      ({})", crate::simulate::NOTE));
+        }
         Ok(t)
     }
 

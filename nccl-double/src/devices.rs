@@ -2,7 +2,7 @@
 //! process sees, in which order (`CUDA_VISIBLE_DEVICES`).
 //!
 //! Physical device `p` (0 ≤ p < `NCCL_DOUBLE_DEVICES`, default 4) has:
-//! - the name `NCCL test double GPU <p> (host memory)`;
+//! - the name `simulated GPU <p> (host memory)`;
 //! - the PCI bus id `0000:<bus>:00.0` with `bus = 0x1B + 0x10 * p` in upper-case hex (the
 //!   carry goes to the domain past 0xFF), the same on every host, as on identical nodes;
 //! - a 16-byte UUID hashed from (host, p), written `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`
@@ -40,7 +40,7 @@ pub fn host() -> &'static str {
 
 /// The name `cuDeviceGetName` gives physical device `p`.
 pub fn name(p: usize) -> String {
-    format!("NCCL test double GPU {p} (host memory)")
+    format!("simulated GPU {p} (host memory)")
 }
 
 /// The PCI bus id of physical device `p`, as `cuDeviceGetPCIBusId` writes it

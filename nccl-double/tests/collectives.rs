@@ -418,10 +418,7 @@ fn the_driver_copies_both_ways_on_a_second_stream_and_fresh_memory_reads_nan() {
     let o = finish(0, spawn(probe(&["--op", "driver", "--device", "2", "--count", "3"])));
     assert_eq!(o.code, Some(0), "{o}");
     let f = fields(o.stdout.trim());
-    assert!(
-        o.stdout.trim().ends_with(" name=NCCL test double GPU 2 (host memory)"),
-        "{o}"
-    );
+    assert!(o.stdout.trim().ends_with(" name=simulated GPU 2 (host memory)"), "{o}");
     assert_eq!(f["zeros"], "0,0,0", "{o}");
     assert_eq!(f["roundtrip"], "0.5,1.5,2.5", "{o}");
     assert_eq!(f["fresh_is_nan"], "true", "{o}");
@@ -441,8 +438,8 @@ fn info_says_how_many_gpus_their_names_and_the_versions() {
     );
     assert!(
         line.ends_with(
-            "names=NCCL test double GPU 0 (host memory);NCCL test double GPU 1 (host memory);\
-             NCCL test double GPU 2 (host memory)"
+            "names=simulated GPU 0 (host memory);simulated GPU 1 (host memory);\
+             simulated GPU 2 (host memory)"
         ),
         "{o}"
     );

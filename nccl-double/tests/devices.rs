@@ -51,7 +51,7 @@ fn every_gpu_has_a_bus_id_and_a_uuid_of_its_own_host() {
     let (first, all4) = devices(None, &[]);
     assert_eq!(first, "init=CUDA_SUCCESS count=4");
     for (p, d) in all4.iter().enumerate() {
-        assert_eq!(d.name, format!("NCCL test double GPU {p} (host memory)"));
+        assert_eq!(d.name, format!("simulated GPU {p} (host memory)"));
         assert_eq!(d.bus, format!("0000:{:02X}:00.0", 0x1B + 0x10 * p));
         // GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi -L writes it.
         let parts: Vec<usize> = d.uuid.strip_prefix("GPU-").unwrap().split('-').map(str::len).collect();

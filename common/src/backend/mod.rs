@@ -9,6 +9,7 @@
 //! only be queued when the call returns, and a result is read back (which waits for the
 //! queue) before anything is printed.
 
+pub mod calls;
 pub mod cpu;
 pub mod nccl;
 pub mod watchdog;
