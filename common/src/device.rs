@@ -114,6 +114,10 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
         (BackendChoice::Nccl, Some(why)) if too_old.is_some() => {
             Err(usage(format!("--backend nccl cannot run here: {why}")))
         }
+        (BackendChoice::Nccl, Some(why)) if !p.driver => bail!(
+            "--backend nccl cannot run here: {why} (with no GPU, --simulate-gpus N runs the same NCCL calls on \
+             a simulator)"
+        ),
         (BackendChoice::Nccl, Some(why)) => bail!("--backend nccl cannot run here: {why}"),
         (BackendChoice::Auto, Some(why)) => Ok((Kind::Cpu, format!("backend: cpu, because {why}"))),
         (_, None) if let Some(n) = crate::simulate::gpus() => Ok((

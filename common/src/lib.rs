@@ -14,6 +14,7 @@ pub mod error;
 pub mod fault;
 pub mod launch;
 pub mod launcher;
+pub mod meeting;
 pub mod nccl_library;
 pub mod perf;
 pub mod rank;
@@ -61,6 +62,31 @@ pub fn parse_args<A: Parser>() -> A {
 /// ranks (copies of itself) instead. Errors end as one line on stderr that names the
 /// rank, and an exit status: 2 for bad input, 1 for failures at run time.
 pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
+    start(run, |id, run| {
+        Session::init(id, run).and_then(|mut s| match lesson(&mut s) {
+            Ok(()) => s.finish(),
+            // No goodbye: the others see this rank as gone, and fail at once.
+            Err(e) => Err(s.explain(e)),
+        })
+    })
+}
+
+/// Runs `lesson` as every rank of the job, with only the launch and the rendezvous done
+/// by the harness: for a lesson that makes its own NCCL calls (it needs NCCL: a GPU, or
+/// `--simulate-gpus`). Errors end as [`main`]'s do.
+pub fn meet(run: &RunArgs, lesson: impl FnOnce(&mut meeting::Meeting) -> Result<()>) -> ExitCode {
+    let mut run = run.clone();
+    if run.backend == args::BackendChoice::Cpu {
+        error::say_line("error: --backend cpu: this lesson calls NCCL itself (see --help)");
+        return ExitCode::from(error::EXIT_USAGE);
+    }
+    // This lesson is NCCL or nothing: the launcher's probe then says what is missing.
+    run.backend = args::BackendChoice::Nccl;
+    start(&run, |id, run| meeting::run(id, run, lesson))
+}
+
+/// What [`main`] and [`meet`] share: the libraries, the role, the clean-up.
+fn start(run: &RunArgs, rank: impl FnOnce(launch::Identity, &RunArgs) -> Result<()>) -> ExitCode {
     quiet_panics();
     set_color(run);
     let mut run = run.clone();
@@ -76,13 +102,13 @@ pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> E
     if let Err(e) = loadable {
         return fail(None, &e);
     }
-    let code = run_role(&run, lesson);
+    let code = run_role(&run, rank);
     nccl_library::clean_up();
     simulate::clean_up();
     code
 }
 
-fn run_role(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> ExitCode {
+fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) -> Result<()>) -> ExitCode {
     let role = match launch::resolve(run, &|name| std::env::var(name).ok()) {
         Ok(role) => role,
         Err(e) => return fail(None, &e),
@@ -94,12 +120,7 @@ fn run_role(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> E
         },
         launch::Role::Rank(id) => {
             let (rank, source) = (id.rank, id.source);
-            let result = Session::init(id, run).and_then(|mut s| match lesson(&mut s) {
-                Ok(()) => s.finish(),
-                // No goodbye: the others see this rank as gone, and fail at once.
-                Err(e) => Err(s.explain(e)),
-            });
-            match result {
+            match rank_part(id, run) {
                 Ok(()) => ExitCode::SUCCESS,
                 // An error every rank meets alike is said once, by rank 0.
                 Err(e) if error::is_shared(&e) && rank != 0 && source.shared_output() => {
@@ -121,11 +142,12 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
     };
     let cpu = matches!(kind, Ok(device::Kind::Cpu));
     let nproc = match (plan.nproc_per_node, kind) {
+        // NCCL asked for where it cannot run: said once, here, rather than by every rank.
+        (_, Err(e)) => return Err(e),
         (Some(n), _) => n,
         // Like torchrun on a GPU node: one rank per GPU, when NCCL is what will run.
         (None, Ok(device::Kind::Nccl)) => probe.map_or(0, |p| p.gpus),
         (None, Ok(device::Kind::Cpu)) => 2,
-        (None, Err(e)) => return Err(e),
     };
     if cpu {
         fits_in_shared_memory(run, nproc)?;

@@ -181,6 +181,12 @@ impl Session {
         // Said first, before anything can fail: which backend, and on NCCL which library.
         if rank == 0 && run.format == Format::Text {
             print_out(&reason);
+            if run.show_calls && kind == Kind::Cpu {
+                print_out(
+                    "--show-calls: the CPU backend makes no NCCL or CUDA call (it runs NCCL's ring algorithms \
+                     itself); to see NCCL's calls on a machine with no GPU, add --simulate-gpus N",
+                );
+            }
         }
 
         // Rendezvous: rank 0 hosts the store on the master address; everyone joins it.
@@ -234,7 +240,12 @@ impl Session {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
                 // the backend compares the GPUs themselves, not their numbers.
                 let dev = device::device_for(rank, probe.gpus);
-                let nccl = backend::nccl::Nccl::init(&mut store, rank, world, dev, &host, run.timeout)?;
+                let shown = backend::calls::Shown {
+                    rank,
+                    on: run.show_calls,
+                    json: run.format == Format::Json,
+                };
+                let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
                     Backend::Nccl(Box::new(nccl)),

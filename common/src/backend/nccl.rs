@@ -19,6 +19,7 @@
 //! did the [`Watchdog`] hear of a lost rank, or pass the deadline? On a failure the
 //! communicator is aborted, which stops the kernels, and the error names who failed.
 
+use super::calls::{Call, Shown};
 use super::watchdog::Watchdog;
 use super::{Buffer, Storage};
 use crate::element::Element;
@@ -52,6 +53,8 @@ pub struct Nccl {
     gpu: Gpu,
     /// Working memory for [`Nccl::copy_aside`].
     aside: RefCell<Option<CudaSlice<u8>>>,
+    /// Where `--show-calls` prints the calls.
+    shown: Shown,
 }
 
 /// A physical GPU, as NCCL tells GPUs apart: the same device number on two ranks may be
@@ -70,14 +73,15 @@ pub struct Gpu {
 
 impl Nccl {
     /// Joins the NCCL communicator of `world` ranks as `rank`, on GPU `device` of this
-    /// process (`host` names the machine), watching every wait with `timeout`.
+    /// process (`host` names the machine), watching every wait with `timeout`; `shown`
+    /// says whether to print each call (`--show-calls`).
     pub fn init(
         store: &mut Store,
-        rank: usize,
-        world: usize,
+        (rank, world): (usize, usize),
         device: usize,
         host: &str,
         timeout: Duration,
+        shown: Shown,
     ) -> Result<Nccl> {
         // 1. The GPU's context, current on this thread (NCCL uses the thread's current
         //    context: without it, every rank would land on GPU 0), and its stream.
@@ -85,9 +89,43 @@ impl Nccl {
         ctx.bind_to_thread()
             .with_context(|| format!("rank {rank}: making device {device} current"))?;
         let stream = ctx.default_stream();
+        let ok = Some(&CUDA_SUCCESS as &dyn std::fmt::Debug);
+        let dev = ctx.cu_device();
+        shown.show(
+            &Call::new("", "cuInit").arg("Flags", 0),
+            ok,
+            &format!("cudarc's CudaContext::new({device}) makes this call and the next three"),
+        );
+        shown.show(
+            &Call::new("", "cuDeviceGet")
+                .arg("device", format!("→{dev}"))
+                .arg("ordinal", device),
+            ok,
+            "",
+        );
+        shown.show(
+            &Call::new("", "cuDevicePrimaryCtxRetain")
+                .arg("pctx", format!("→{:p}", ctx.cu_ctx()))
+                .arg("dev", dev),
+            ok,
+            "the GPU's context: its memory, its streams",
+        );
+        shown.show(
+            &Call::new("", "cuCtxSetCurrent").ptr("ctx", ctx.cu_ctx()),
+            ok,
+            "current on this thread: NCCL uses the thread's current context",
+        );
 
         // 2. One rank per GPU: compare every rank's GPU before NCCL does.
         let gpu = identify(&ctx, host).with_context(|| format!("rank {rank}: reading device {device}'s identity"))?;
+        shown.show(
+            &Call::new("", "cuDeviceGetPCIBusId")
+                .arg("pciBusId", format!("→\"{}\"", gpu.bus_id))
+                .arg("len", 32)
+                .arg("dev", dev),
+            ok,
+            "with cuDeviceGetUuid: which GPU this is, compared across ranks through the store",
+        );
         let gpus: Vec<Gpu> = store.share_json("nccl/gpu", rank, world, &gpu, "every rank's GPU")?;
         if let Some((a, b)) = duplicate(&gpus) {
             let g = &gpus[a];
@@ -113,6 +151,11 @@ impl Nccl {
                 )
             })?;
             let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
+            shown.show(
+                &Call::new("", "ncclGetUniqueId").arg("uniqueId", format!("→{}", id_bytes(&bytes))),
+                Some(&ncclResult_t::ncclSuccess),
+                "rank 0 makes the id; every rank reads it from the store (key \"nccl/id\")",
+            );
             store.set("nccl/id", &bytes)?;
             id
         } else {
@@ -136,13 +179,26 @@ impl Nccl {
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
             gpu,
             aside: RefCell::new(None),
+            shown,
         };
         let mut comm = std::ptr::null_mut();
         let mut config = non_blocking();
+        let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
         // SAFETY: `comm` and `config` are valid for the call; the id is 128 bytes by value.
         let r = unsafe { sys::ncclCommInitRankConfig(&mut comm, world as c_int, id, rank as c_int, &mut config) };
         nccl.comm.set(comm);
-        nccl.called(r, "joining the communicator (ncclCommInitRankConfig)")?;
+        let call = Call::new("joining the communicator", "ncclCommInitRankConfig")
+            .arg("comm", format!("→{comm:p}"))
+            .arg("nranks", world)
+            .arg("commId", id_bytes(&bytes))
+            .arg("rank", rank)
+            .arg("config", "{blocking=0}");
+        shown.show(
+            &call,
+            Some(&r),
+            "non-blocking: it returns at once, and this rank polls until every rank has joined",
+        );
+        nccl.called(r, &call.what())?;
         Ok(nccl)
     }
 
@@ -157,6 +213,18 @@ impl Nccl {
             .stream
             .clone_htod(&host)
             .with_context(|| format!("rank {}: copying to the GPU", self.rank))?;
+        let bytes = std::mem::size_of_val(host.as_slice());
+        self.last.replace("copying to the GPU (cuMemcpyHtoDAsync)".into());
+        let (dst, _written) = slice.device_ptr(self.stream.as_ref());
+        self.show_alloc(dst, bytes, "cudarc's clone_htod: GPU memory for the buffer...");
+        self.show_cuda(
+            Call::new("", "cuMemcpyHtoDAsync_v2")
+                .arg("dstDevice", format!("{dst:#x}"))
+                .ptr("srcHost", host.as_ptr())
+                .arg("ByteCount", bytes),
+            "...and the host's values copied into it, queued on the stream",
+        );
+        drop(_written);
         Ok(Buffer {
             storage: Storage::Device(slice),
         })
@@ -169,9 +237,21 @@ impl Nccl {
         if n == 0 {
             return Ok(vec![]);
         }
-        self.stream
-            .clone_dtoh(&device(buf).slice(range))
-            .with_context(|| format!("rank {}: copying {n} elements back from the GPU", self.rank))
+        let view = device(buf).slice(range);
+        let host = self
+            .stream
+            .clone_dtoh(&view)
+            .with_context(|| format!("rank {}: copying {n} elements back from the GPU", self.rank))?;
+        let (src, _read) = view.device_ptr(self.stream.as_ref());
+        self.show_cuda(
+            Call::new("", "cuMemcpyDtoHAsync_v2")
+                .ptr("dstHost", host.as_ptr())
+                .arg("srcDevice", format!("{src:#x}"))
+                .arg("ByteCount", std::mem::size_of_val(host.as_slice())),
+            "cudarc's clone_dtoh: the GPU's values back to the host",
+        );
+        drop(_read);
+        Ok(host)
     }
 
     /// The number of ranks.
@@ -213,16 +293,32 @@ impl Nccl {
     pub(crate) fn copy_aside(&self, src: *const c_void, bytes: usize) -> Result<*const c_void> {
         let mut aside = self.aside.borrow_mut();
         if aside.as_ref().is_none_or(|a| a.len() < bytes) {
-            *aside = Some(
-                self.stream
-                    .alloc_zeros::<u8>(bytes.max(1))
-                    .with_context(|| format!("rank {}: allocating {bytes} bytes of GPU memory", self.rank))?,
+            let made = self
+                .stream
+                .alloc_zeros::<u8>(bytes.max(1))
+                .with_context(|| format!("rank {}: allocating {bytes} bytes of GPU memory", self.rank))?;
+            let (p, _written) = made.device_ptr(self.stream.as_ref());
+            self.show_alloc(
+                p,
+                bytes.max(1),
+                "working memory for an input the output would overwrite",
             );
+            drop(_written);
+            *aside = Some(made);
         }
         let stream = self.stream.as_ref();
         let (dst, _written) = aside.as_mut().expect("just made").device_ptr_mut(stream);
         // SAFETY: both ranges are device memory of this context, `bytes` long, on this stream.
         let r = unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(dst, src as u64, bytes, stream.cu_stream()) };
+        self.shown.show(
+            &Call::new("", "cuMemcpyDtoDAsync_v2")
+                .arg("dstDevice", format!("{dst:#x}"))
+                .ptr("srcDevice", src)
+                .arg("ByteCount", bytes)
+                .ptr("hStream", stream.cu_stream()),
+            Some(&r),
+            "the input set aside, on the GPU",
+        );
         if r != cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS {
             return Err(anyhow!(
                 "rank {}: copying {bytes} bytes on the GPU failed: {r:?}",
@@ -235,8 +331,12 @@ impl Nccl {
     /// Sends the whole buffer to `peer` (`ncclSend`).
     pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         let (src, _read) = device(buf).device_ptr(self.stream.as_ref());
-        let what = format!("send to rank {peer} (ncclSend)");
-        self.call(&what, |comm, stream| unsafe {
+        let call = Call::new(format!("send to rank {peer}"), "ncclSend")
+            .arg("sendbuff", format!("{src:#x}"))
+            .arg("count", buf.len())
+            .arg("datatype", format!("{:?}", T::as_nccl_type()))
+            .arg("peer", peer);
+        self.call(call, |comm, stream| unsafe {
             sys::ncclSend(src as _, buf.len(), T::as_nccl_type(), peer as c_int, comm, stream)
         })
     }
@@ -245,8 +345,12 @@ impl Nccl {
     pub(super) fn recv<T: Element>(&self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         let count = buf.len();
         let (dst, _written) = device_mut(buf).device_ptr_mut(self.stream.as_ref());
-        let what = format!("receive from rank {peer} (ncclRecv)");
-        self.call(&what, |comm, stream| unsafe {
+        let call = Call::new(format!("receive from rank {peer}"), "ncclRecv")
+            .arg("recvbuff", format!("{dst:#x}"))
+            .arg("count", count)
+            .arg("datatype", format!("{:?}", T::as_nccl_type()))
+            .arg("peer", peer);
+        self.call(call, |comm, stream| unsafe {
             sys::ncclRecv(dst as _, count, T::as_nccl_type(), peer as c_int, comm, stream)
         })
     }
@@ -255,14 +359,19 @@ impl Nccl {
     pub fn group_start(&self) -> Result<()> {
         // SAFETY: no arguments; NCCL keeps the group per thread.
         let r = unsafe { sys::ncclGroupStart() };
-        self.called(r, "opening a group (ncclGroupStart)")
+        let call = Call::new("opening a group", "ncclGroupStart");
+        self.shown
+            .show(&call, Some(&r), "the calls until ncclGroupEnd are queued together");
+        self.called(r, &call.what())
     }
 
     /// Closes the group: its operations are queued (and, non-blocking, may still be).
     pub fn group_end(&self) -> Result<()> {
         // SAFETY: no arguments; ends the group this thread opened.
         let r = unsafe { sys::ncclGroupEnd() };
-        self.called(r, "closing a group (ncclGroupEnd)")
+        let call = Call::new("closing a group", "ncclGroupEnd");
+        self.shown.show(&call, Some(&r), "");
+        self.called(r, &call.what())
     }
 
     /// Leaves the communicator as NCCL documents it: once every queued operation has
@@ -272,9 +381,14 @@ impl Nccl {
         let comm = self.live("ncclCommFinalize")?;
         // SAFETY: a live communicator of this thread.
         let r = unsafe { sys::ncclCommFinalize(comm) };
-        self.called(r, "finishing the communicator (ncclCommFinalize)")?;
+        let call = Call::new("finishing the communicator", "ncclCommFinalize").ptr("comm", comm);
+        self.shown
+            .show(&call, Some(&r), "finishes what is queued, with the other ranks");
+        self.called(r, &call.what())?;
         // SAFETY: finalized; nothing uses it after this.
         let r = unsafe { sys::ncclCommDestroy(comm) };
+        self.shown
+            .show(&Call::new("", "ncclCommDestroy").ptr("comm", comm), Some(&r), "");
         self.comm.set(std::ptr::null_mut());
         if r != ncclResult_t::ncclSuccess {
             return Err(self.error(r, "freeing the communicator (ncclCommDestroy)"));
@@ -285,17 +399,27 @@ impl Nccl {
     /// Waits until every operation queued on this rank's stream has finished.
     pub(super) fn synchronize(&self) -> Result<()> {
         let what = format!("the GPU to finish {}", self.last.borrow());
-        self.wait(&what, |s| s.stream_idle())?;
+        let poll = Poll {
+            call: Call::new("", "cuStreamQuery").ptr("hStream", self.stream.cu_stream()),
+            done: &CUDA_SUCCESS,
+            until: format!("until the GPU had finished {}", self.last.borrow()),
+        };
+        self.wait(&what, poll, |s| s.stream_idle())?;
         self.queued.set(0);
         Ok(())
     }
 
     /// Runs one NCCL call (`f`, given the communicator and the stream) and deals with
-    /// its result; `what` names it in messages.
-    pub fn call(&self, what: &str, f: impl FnOnce(sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t) -> Result<()> {
-        let comm = self.live(what)?;
-        self.last.replace(what.to_string());
-        self.called(f(comm, self.stream.cu_stream() as _), what)?;
+    /// its result; `call` names it and its arguments, for messages and `--show-calls`.
+    pub fn call(&self, call: Call, f: impl FnOnce(sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t) -> Result<()> {
+        let what = call.what();
+        let comm = self.live(&what)?;
+        let stream = self.stream.cu_stream() as sys::cudaStream_t;
+        self.last.replace(what.clone());
+        let r = f(comm, stream);
+        let call = call.ptr("comm", comm).ptr("stream", stream);
+        self.shown.show(&call, Some(&r), "");
+        self.called(r, &what)?;
         // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
         // queue is full and the next launch would block inside NCCL, where no deadline reaches.
         self.queued.set(self.queued.get() + 1);
@@ -310,9 +434,18 @@ impl Nccl {
     fn called(&self, r: ncclResult_t, what: &str) -> Result<()> {
         match r {
             ncclResult_t::ncclSuccess => Ok(()),
-            ncclResult_t::ncclInProgress => self.wait(&format!("NCCL to finish {what}"), |s| {
-                Ok(s.async_state()? == ncclResult_t::ncclSuccess)
-            }),
+            ncclResult_t::ncclInProgress => {
+                let poll = Poll {
+                    call: Call::new("", "ncclCommGetAsyncError")
+                        .ptr("comm", self.comm.get())
+                        .arg("asyncError", "→ncclSuccess"),
+                    done: &ncclResult_t::ncclSuccess,
+                    until: "until NCCL was done with the call".into(),
+                };
+                self.wait(&format!("NCCL to finish {what}"), poll, |s| {
+                    Ok(s.async_state()? == ncclResult_t::ncclSuccess)
+                })
+            }
             error => {
                 let e = self.error(error, what);
                 self.abort();
@@ -323,12 +456,15 @@ impl Nccl {
 
     /// Polls `ready` until it says yes, watching all the while: NCCL's own errors, lost
     /// ranks, silent ranks and the deadline end the wait, and abort the communicator.
-    fn wait(&self, what: &str, mut ready: impl FnMut(&Self) -> Result<bool>) -> Result<()> {
+    /// `poll` is the call `ready` makes, shown once the wait is over.
+    fn wait(&self, what: &str, poll: Poll, mut ready: impl FnMut(&Self) -> Result<bool>) -> Result<()> {
         let since = Instant::now();
         let mut dog = self.watchdog.borrow_mut();
         dog.reset();
         let mut pause = Duration::ZERO;
+        let mut polls = 0u64;
         loop {
+            polls += 1;
             let turn = ready(self).and_then(|done| {
                 if !done {
                     self.async_state()?;
@@ -337,7 +473,15 @@ impl Nccl {
                 Ok(done)
             });
             match turn {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    let times = match polls {
+                        1 => "once".to_string(),
+                        n => format!("{n} times in {} µs", since.elapsed().as_micros()),
+                    };
+                    self.shown
+                        .show(&poll.call, Some(poll.done), &format!("polled {times}, {}", poll.until));
+                    return Ok(());
+                }
                 Ok(false) => {}
                 Err(e) => {
                     self.abort();
@@ -352,6 +496,31 @@ impl Nccl {
                 pause = (pause * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
                 std::thread::sleep(pause);
             }
+        }
+    }
+
+    /// Shows a CUDA call cudarc made and succeeded in (it returns an error otherwise).
+    fn show_cuda(&self, call: Call, note: &str) {
+        let call = call.ptr("hStream", self.stream.cu_stream());
+        self.shown.show(&call, Some(&CUDA_SUCCESS), note);
+    }
+
+    /// Shows the allocation cudarc made of `bytes` at `at`: from the stream's memory pool
+    /// when the GPU has one (`cuMemAllocAsync`), else `cuMemAlloc`.
+    fn show_alloc(&self, at: u64, bytes: usize, note: &str) {
+        let dptr = format!("→{at:#x}");
+        match self.stream.context().has_async_alloc() {
+            true => self.show_cuda(
+                Call::new("", "cuMemAllocAsync")
+                    .arg("dptr", dptr)
+                    .arg("bytesize", bytes),
+                note,
+            ),
+            false => self.shown.show(
+                &Call::new("", "cuMemAlloc_v2").arg("dptr", dptr).arg("bytesize", bytes),
+                Some(&CUDA_SUCCESS),
+                note,
+            ),
         }
     }
 
@@ -399,7 +568,10 @@ impl Nccl {
         let comm = self.comm.replace(std::ptr::null_mut());
         if !comm.is_null() {
             // SAFETY: a live communicator, not used again (the cell is null now).
-            unsafe { sys::ncclCommAbort(comm) };
+            let r = unsafe { sys::ncclCommAbort(comm) };
+            let call = Call::new("", "ncclCommAbort").ptr("comm", comm);
+            self.shown
+                .show(&call, Some(&r), "after a failure: stops this rank's kernels");
         }
     }
 
@@ -446,6 +618,23 @@ fn non_blocking() -> sys::ncclConfig_t {
         netName: std::ptr::null(),
         splitShare: UNDEF,
     }
+}
+
+/// The call a wait polls, for `--show-calls`: what it returns once ready, and what the
+/// wait was for.
+struct Poll {
+    call: Call,
+    done: &'static dyn std::fmt::Debug,
+    until: String,
+}
+
+/// The CUDA driver's success, as `--show-calls` prints a call's result.
+const CUDA_SUCCESS: cudarc::driver::sys::cudaError_enum = cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS;
+
+/// NCCL's unique id as `--show-calls` shows it: its size and first bytes.
+fn id_bytes(bytes: &[u8]) -> String {
+    let first: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{{{} bytes: {} …}}", bytes.len(), first.join(" "))
 }
 
 /// The identity of the context's GPU: UUID, PCI bus id, name.

@@ -33,7 +33,7 @@ fn source(shape: &Shape, _rank: usize, i: usize) -> Source {
 }
 
 fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call("all-gather (ncclAllGather)", |comm, stream| unsafe {
+    n.call(c.call(&ALL_GATHER, "sendcount"), |comm, stream| unsafe {
         sys::ncclAllGather(c.send, c.recv, c.count, c.datatype, comm, stream)
     })
 }

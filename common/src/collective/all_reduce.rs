@@ -38,7 +38,7 @@ fn source(_: &Shape, _rank: usize, i: usize) -> Source {
 }
 
 fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call("all-reduce (ncclAllReduce)", |comm, stream| unsafe {
+    n.call(c.call(&ALL_REDUCE, "count"), |comm, stream| unsafe {
         sys::ncclAllReduce(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream)
     })
 }

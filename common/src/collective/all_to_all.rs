@@ -3,6 +3,7 @@
 //! nccl-tests' `alltoall`) group one `ncclSend` and one `ncclRecv` per peer.
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole};
+use crate::backend::calls::Call;
 use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
 use crate::backend::nccl::Nccl;
 use anyhow::{Context, Result};
@@ -44,14 +45,31 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     };
     n.group_start()?;
     for peer in 0..n.world() {
-        let what = format!("all-to-all: send to rank {peer} (ncclSend)");
         let block = |base: *const c_void| base.wrapping_byte_add(peer * bytes);
-        let sent = n.call(&what, |comm, stream| unsafe {
+        let call = |doing: String, function, buff, at: *const c_void| {
+            Call::new(doing, function)
+                .ptr(buff, at)
+                .arg("count", c.count)
+                .arg("datatype", format!("{:?}", c.datatype))
+                .arg("peer", peer)
+        };
+        let what = call(
+            format!("all-to-all: send to rank {peer}"),
+            "ncclSend",
+            "sendbuff",
+            block(send),
+        );
+        let sent = n.call(what, |comm, stream| unsafe {
             sys::ncclSend(block(send), c.count, c.datatype, peer as c_int, comm, stream)
         });
-        let what = format!("all-to-all: receive from rank {peer} (ncclRecv)");
+        let what = call(
+            format!("all-to-all: receive from rank {peer}"),
+            "ncclRecv",
+            "recvbuff",
+            block(c.recv),
+        );
         let got = sent.and_then(|()| {
-            n.call(&what, |comm, stream| unsafe {
+            n.call(what, |comm, stream| unsafe {
                 sys::ncclRecv(
                     block(c.recv).cast_mut(),
                     c.count,

@@ -34,7 +34,7 @@ fn source(shape: &Shape, _rank: usize, i: usize) -> Source {
 }
 
 fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call("broadcast (ncclBroadcast)", |comm, stream| unsafe {
+    n.call(c.call(&BROADCAST, "count"), |comm, stream| unsafe {
         sys::ncclBroadcast(c.send, c.recv, c.count, c.datatype, c.root, comm, stream)
     })
 }

@@ -25,6 +25,7 @@ pub use broadcast::BROADCAST;
 pub use reduce::REDUCE;
 pub use reduce_scatter::REDUCE_SCATTER;
 
+use crate::backend::calls::Call;
 use crate::backend::cpu::Cpu;
 use crate::backend::nccl::Nccl;
 use crate::element::{ReduceOp, Reduction};
@@ -181,6 +182,26 @@ pub struct DeviceCall {
     pub op: ReduceOp,
     /// `root`.
     pub root: c_int,
+}
+
+impl DeviceCall {
+    /// NCCL's call of `coll` with these arguments, for messages and `--show-calls`:
+    /// `ncclReduce(sendbuff, recvbuff, count, datatype, op, root, …)`. `count` is what
+    /// NCCL's header names it (all-gather's is `sendcount`, reduce-scatter's `recvcount`).
+    pub fn call(&self, coll: &Collective, count: &'static str) -> Call {
+        let mut call = Call::new(coll.title, coll.nccl_name)
+            .ptr("sendbuff", self.send)
+            .ptr("recvbuff", self.recv)
+            .arg(count, self.count)
+            .arg("datatype", format!("{:?}", self.datatype));
+        if coll.reduces {
+            call = call.arg("op", format!("{:?}", self.op.nccl()));
+        }
+        if coll.rooted {
+            call = call.arg("root", self.root);
+        }
+        call
+    }
 }
 
 /// The name of the collective whose messages carry `tag` (for mismatch errors).

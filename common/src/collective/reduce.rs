@@ -34,7 +34,7 @@ fn source(shape: &Shape, rank: usize, i: usize) -> Source {
 }
 
 fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call("reduce (ncclReduce)", |comm, stream| unsafe {
+    n.call(c.call(&REDUCE, "count"), |comm, stream| unsafe {
         sys::ncclReduce(c.send, c.recv, c.count, c.datatype, c.op.nccl(), c.root, comm, stream)
     })
 }

@@ -32,7 +32,7 @@ fn source(shape: &Shape, rank: usize, i: usize) -> Source {
 }
 
 fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call("reduce-scatter (ncclReduceScatter)", |comm, stream| unsafe {
+    n.call(c.call(&REDUCE_SCATTER, "recvcount"), |comm, stream| unsafe {
         sys::ncclReduceScatter(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream)
     })
 }
