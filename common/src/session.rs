@@ -757,8 +757,12 @@ impl Session {
                 coll.name
             ),
         };
+        let runs = match iters {
+            1 => "one run".to_string(),
+            n => format!("mean of {n} runs"),
+        };
         self.say(&format!(
-            "Time: {:.1} us per {} of {} (slowest of {world} ranks, mean of {iters} runs): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
+            "Time: {:.1} us per {} of {} (slowest of {world} ranks, {runs}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
             coll.title,
             human_bytes(bytes),
