@@ -17,7 +17,8 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
     NCCL's version and the library file loaded;
   - runs every lesson (00-nccl-hello-world to 06-nccl-alltoall, and 07-nccl-perf with
     every collective, operator and type: --op all -o all -d all) with --backend nccl, one
-    rank per GPU;
+    rank per GPU; 08-cudarc-allreduce (cudarc's NCCL API, called directly); 02 with
+    --show-calls (every rank shows its ncclAllReduce calls);
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
     --backend nccl; needs cargo and 2 GPUs);
   - a 07-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
@@ -255,7 +256,7 @@ else
   build_note="--no-build: binaries already built"
 fi
 examples=(00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-reduce 04-nccl-allgather
-  05-nccl-reducescatter 06-nccl-alltoall 07-nccl-perf)
+  05-nccl-reducescatter 06-nccl-alltoall 07-nccl-perf 08-cudarc-allreduce)
 need=("${examples[@]}")
 [ "$on_double" = 1 ] && need+=(libnccl_double.so)
 # shellcheck source=slurm/find-bins.sh
@@ -337,6 +338,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
       02-nccl-allreduce) want="^Check: OK, all $gpus ranks hold $gpus " ;;
       0[3-6]-*) want="^Check: OK, all $gpus ranks hold the expected values" ;;
       07-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
+      08-cudarc-allreduce) want="^rank 0: sent 1, got \\[$((gpus * (gpus + 1) / 2))\\.0" ;;
     esac
     if $timed_out; then
       record "$ex" FAIL "did not end within 600 s" "$secs" "$cmd" "$log"
@@ -347,10 +349,23 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     elif ! grep -q "$want" "$log"; then
       record "$ex" FAIL "no line '${want#^}' in its output" "$secs" "$cmd" "$log"
     else
-      record "$ex" PASS "$(grep -m 1 -E '^(Check|Hello|# Avg bus bandwidth)' "$log")" "$secs" "$cmd" "$log"
+      record "$ex" PASS "$(grep -m 1 -E '^(Check|Hello|# Avg bus bandwidth|rank 0: sent)' "$log")" "$secs" "$cmd" "$log"
     fi
     left=$(reap_leftovers) || record "$ex: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
   done
+
+  # The calls the NCCL backend makes, shown (--show-calls): every rank's ncclAllReduce.
+  log=$tmp/show-calls.log
+  run_step "--show-calls" 120 "$log" "$bins/02-nccl-allreduce" --backend nccl --nproc-per-node "$gpus" \
+    --timeout 60 --show-calls --count 1024 --iters 1
+  shown=$(grep -c '│ ncclAllReduce(.*count=1024, datatype=ncclFloat32, op=ncclSum' "$log")
+  if [ "$rc" != 0 ]; then
+    record "--show-calls" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
+  elif [ "$shown" != $((2 * gpus)) ]; then
+    record "--show-calls" FAIL "$shown ncclAllReduce lines shown, $((2 * gpus)) expected (one checked and one timed per rank)" "$secs" "$cmd" "$log"
+  else
+    record "--show-calls" PASS "$(grep -m 1 '│ ncclAllReduce(' "$log")" "$secs" "$cmd" "$log"
+  fi
 
   # -------------------------------------------------------------------------------------
   # 5. The exercises' checker on NCCL (it builds the exercises itself: needs cargo).
