@@ -16,6 +16,7 @@ pub mod launch;
 pub mod launcher;
 pub mod nccl_library;
 pub mod perf;
+pub mod plot;
 pub mod rank;
 pub mod rendezvous;
 pub mod report;
