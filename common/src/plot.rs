@@ -7,6 +7,8 @@
 //! with a font the workspace bundles (DejaVu Sans, `common/fonts/`), so that a machine
 //! with no fonts installed draws the same picture.
 
+mod glyphs;
+
 use crate::error;
 use clap::Args;
 use plotters::coord::Shift;
@@ -202,10 +204,12 @@ impl Run {
     }
 }
 
-/// The bundled font, registered once as plotters' `sans-serif`.
+/// The bundled font (DejaVu Sans; its licence is beside it).
+static DEJAVU_SANS: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+
+/// The bundled font, registered once as plotters' `sans-serif` (the SVG's text widths).
 fn register_font() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    static DEJAVU_SANS: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
     ONCE.call_once(|| {
         // The bytes are a valid font, checked by the tests; a failure would only lose text.
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, DEJAVU_SANS);
@@ -238,7 +242,10 @@ pub fn draw(target: &Target, runs: &[Run]) -> Result<usize, String> {
     register_font();
     let picture = Picture::of(runs);
     let drawn = match target.format {
-        Format::Png => picture.draw_on(BitMapBackend::new(&target.path, SIZE).into_drawing_area()),
+        Format::Png => match glyphs::Glyphs::new(BitMapBackend::new(&target.path, SIZE), DEJAVU_SANS) {
+            Some(png) => picture.draw_on(png.into_drawing_area()),
+            None => Err("the bundled font is not a font".into()),
+        },
         Format::Svg => picture.draw_on(SVGBackend::new(&target.path, SIZE).into_drawing_area()),
     };
     drawn.map_err(|e| format!("--plot {}: {e}", target.path.display()))?;
