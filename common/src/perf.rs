@@ -261,6 +261,7 @@ fn plot(session: &mut Session, target: &crate::plot::Target, saved: &[crate::plo
                     p.redop.clone()
                 },
                 memcpy_gbps: Some(p.memcpy_gbps),
+                placement: "out of place".into(),
                 points: p
                     .rows
                     .iter()

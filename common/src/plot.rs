@@ -3,8 +3,9 @@
 //! `--format json`: shm against TCP, 2 against 4 ranks, ours against Gloo or Open MPI),
 //! and the machine's bound, the single-thread memcpy bandwidth, as a dashed line.
 //!
-//! The figures drawn are the out-of-place columns (nccl-tests' first ones). Text is drawn
-//! with a font the workspace bundles (DejaVu Sans, `common/fonts/`), so that a machine
+//! The figures drawn are the out-of-place columns (nccl-tests' first ones), or the in-place
+//! ones where a saved result has only those (the title or the legend says which). Text is
+//! drawn with a font the workspace bundles (DejaVu Sans, `common/fonts/`), so that a machine
 //! with no fonts installed draws the same picture.
 
 mod glyphs;
@@ -101,7 +102,10 @@ pub struct Sweep {
     pub redop: String,
     /// The run's single-thread memcpy bandwidth, GB/s, when it measured it.
     pub memcpy_gbps: Option<f64>,
-    /// (bytes, µs, busbw GB/s) per size, out of place.
+    /// Which column the points are: `out of place`, or `in place` where a saved result
+    /// has only that one (Open MPI's broadcast, Gloo's one-tensor calls).
+    pub placement: String,
+    /// (bytes, µs, busbw GB/s) per size.
     pub points: Vec<(f64, f64, f64)>,
 }
 
@@ -157,15 +161,16 @@ impl Run {
             sweeps: vec![],
         };
         for s in sweeps {
-            let mut points = vec![];
+            let (mut points, mut placement) = (vec![], "out of place");
             for row in s["rows"].as_array().into_iter().flatten() {
                 // Open MPI's broadcast has one buffer: in place only.
-                let place = [&row["out_of_place"], &row["in_place"]]
+                let place = [("out of place", &row["out_of_place"]), ("in place", &row["in_place"])]
                     .into_iter()
-                    .find(|p| p.is_object());
-                let (Some(size), Some(p)) = (row["size"].as_f64(), place) else {
+                    .find(|(_, p)| p.is_object());
+                let (Some(size), Some((name, p))) = (row["size"].as_f64(), place) else {
                     return Err(not("a row without a size or a time"));
                 };
+                placement = name;
                 match (p["time_us"].as_f64(), p["busbw"].as_f64()) {
                     (Some(t), Some(b)) => points.push((size, t, b)),
                     _ => return Err(not("a row without time_us or busbw")),
@@ -177,6 +182,7 @@ impl Run {
                 datatype: text(s, "type"),
                 redop: if redop == "none" { String::new() } else { redop },
                 memcpy_gbps: s["memcpy_gbps"].as_f64().or(json["memcpy_gbps"].as_f64()),
+                placement: placement.into(),
                 points,
             });
         }
@@ -294,7 +300,7 @@ impl Picture {
         let mut described = vec![];
         for run in runs {
             for s in &run.sweeps {
-                let mut parts = vec![s.op.clone(), s.datatype.clone(), s.redop.clone()];
+                let mut parts = vec![s.op.clone(), s.datatype.clone(), s.redop.clone(), s.placement.clone()];
                 parts.extend(run.parts());
                 described.push((parts, run, s));
             }
@@ -374,15 +380,16 @@ impl Picture {
         let sizes: Vec<f64> = points().map(|p| p.0).filter(|v| *v > 0.0).collect();
         let mut values: Vec<f64> = points().map(value).filter(|v| *v > 0.0).collect();
         if panel == Panel::Busbw {
-            values.extend(self.bounds.iter().map(|b| b.0));
+            // Room above each bound for its label.
+            values.extend(self.bounds.iter().map(|b| b.0 * 3.0));
         }
         let (x0, x1) = span(&sizes, 1.0);
         let (y0, y1) = span(&values, 10.0);
         let (x0, x1) = (x0 / 1.25, x1 * 1.25);
         let (y0, y1) = decades(y0, y1);
         let (caption, y_desc) = match panel {
-            Panel::Busbw => ("Bus bandwidth (out of place)", "busbw (GB/s)"),
-            Panel::Time => ("Time per operation (out of place)", "time (µs)"),
+            Panel::Busbw => ("Bus bandwidth", "busbw (GB/s)"),
+            Panel::Time => ("Time per operation", "time (µs)"),
         };
         let mut chart = ChartBuilder::on(area)
             .caption(caption, ("sans-serif", 18))
@@ -418,7 +425,7 @@ impl Picture {
                 .iter()
                 .map(|p| (p.0, value(p)))
                 .filter(|p| p.0 > 0.0 && p.1 > 0.0);
-            let drawn = chart.draw_series(LineSeries::new(series, color.stroke_width(2)).point_size(3))?;
+            let drawn = chart.draw_series(LineSeries::new(series, color.stroke_width(3)).point_size(3))?;
             if panel == Panel::Time && i < LEGEND_MAX {
                 drawn
                     .label(line.label.as_str())
@@ -568,7 +575,10 @@ mod tests {
         let a = Run::from_json(&result(2, "shm"), "a").unwrap();
         let b = Run::from_json(&result(4, "shm"), "b").unwrap();
         let p = Picture::of(&[a.clone(), b]);
-        assert_eq!(p.title, "07-nccl-perf: all_reduce, float, sum, shm, cpu backend, on vm");
+        assert_eq!(
+            p.title,
+            "07-nccl-perf: all_reduce, float, sum, out of place, shm, cpu backend, on vm"
+        );
         let labels: Vec<&str> = p.lines.iter().map(|l| l.label.as_str()).collect();
         assert_eq!(labels, ["2 ranks", "4 ranks"]);
         assert_eq!(p.bounds.len(), 1);
