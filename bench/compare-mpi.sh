@@ -3,6 +3,9 @@
 #
 #   bench/compare-mpi.sh                         # every collective, 4 B, 1 MiB, 100 MiB, 2 and 4 ranks
 #   bench/compare-mpi.sh --sizes 4,64K --nproc 2 -n 3 --json /tmp/mpi.json
+#   bench/compare-mpi.sh --sizes 4,1K,64K,1M,16M --save-results /tmp/mpi   # then, to plot:
+#   target/release/07-nccl-perf --plot mpi.png --no-run \
+#       --plot-with /tmp/mpi/mpi-all_reduce-2ranks.json --plot-with /tmp/mpi/ours-all_reduce-2ranks.json
 #   bench/compare-mpi.sh --help
 #
 # It installs Debian's Open MPI (openmpi-bin, libopenmpi-dev) if mpicc or mpirun is missing,

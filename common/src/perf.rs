@@ -250,25 +250,7 @@ fn plot(session: &mut Session, target: &crate::plot::Target, saved: &[crate::plo
         transport: vias.into_iter().collect::<Vec<_>>().join("+"),
         backend: session.backend_name().into(),
         host: crate::launch::hostname(),
-        sweeps: sweeps
-            .iter()
-            .map(|p| crate::plot::Sweep {
-                op: p.op.clone(),
-                datatype: p.datatype.clone(),
-                redop: if p.redop == "none" {
-                    String::new()
-                } else {
-                    p.redop.clone()
-                },
-                memcpy_gbps: Some(p.memcpy_gbps),
-                placement: "out of place".into(),
-                points: p
-                    .rows
-                    .iter()
-                    .map(|r| (r.size as f64, r.out_of_place.time_us, r.out_of_place.busbw))
-                    .collect(),
-            })
-            .collect(),
+        sweeps: sweeps.iter().map(Into::into).collect(),
     };
     let runs: Vec<crate::plot::Run> = std::iter::once(this).chain(saved.iter().cloned()).collect();
     match crate::plot::draw(target, &runs) {

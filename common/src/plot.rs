@@ -109,6 +109,28 @@ pub struct Sweep {
     pub points: Vec<(f64, f64, f64)>,
 }
 
+impl From<&crate::report::Perf> for Sweep {
+    /// This run's sweep, as its `--format json` would be read back.
+    fn from(p: &crate::report::Perf) -> Sweep {
+        Sweep {
+            op: p.op.clone(),
+            datatype: p.datatype.clone(),
+            redop: if p.redop == "none" {
+                String::new()
+            } else {
+                p.redop.clone()
+            },
+            memcpy_gbps: Some(p.memcpy_gbps),
+            placement: "out of place".into(),
+            points: p
+                .rows
+                .iter()
+                .map(|r| (r.size as f64, r.out_of_place.time_us, r.out_of_place.busbw))
+                .collect(),
+        }
+    }
+}
+
 /// Reads a result saved with `--format json` (or a file in the same form that another
 /// library's benchmark wrote: `bench/compare-mpi.sh --save-results`).
 pub fn load(file: &str) -> Result<Run, String> {
