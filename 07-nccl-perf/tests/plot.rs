@@ -73,6 +73,11 @@ fn a_run_draws_a_png_of_busbw_and_time_against_size() {
         "{r}"
     );
     check_png(&png, 1);
+    // With --format json, stdout stays one JSON document; the picture is drawn all the same.
+    let svg = dir.join("perf.svg");
+    let r = perf(&format!("{SWEEP} --format json --plot {}", svg.display())).ok();
+    assert_eq!(r.json()["op"], "all_reduce", "{r}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]
