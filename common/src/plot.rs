@@ -13,8 +13,10 @@ mod glyphs;
 use crate::error;
 use clap::Args;
 use plotters::coord::Shift;
+use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters_backend::{BackendCoord, DrawingErrorKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -258,11 +260,16 @@ pub const PALETTE: [(u8, u8, u8); 10] = [
     (23, 190, 207),
 ];
 
-/// The picture's size in pixels (PNG) or units (SVG).
+/// The picture's size in pixels (PNG) or units (SVG), with a legend inside the time panel;
+/// past [`LEGEND_INSIDE`] lines, the legend goes below the panels and the picture grows.
 pub const SIZE: (u32, u32) = (1400, 600);
 
-/// Past this many lines, the legend names only the first ones.
-const LEGEND_MAX: usize = 20;
+/// The most lines whose legend fits inside the time panel.
+pub const LEGEND_INSIDE: usize = 8;
+
+/// The legend below the panels: its columns, and the height of a row.
+const LEGEND_COLUMNS: usize = 3;
+const LEGEND_ROW: u32 = 22;
 
 /// Draws `runs` into `target`; the title and each line's label say what tells them
 /// apart. Returns how many lines were drawn.
@@ -270,11 +277,11 @@ pub fn draw(target: &Target, runs: &[Run]) -> Result<usize, String> {
     register_font();
     let picture = Picture::of(runs);
     let drawn = match target.format {
-        Format::Png => match glyphs::Glyphs::new(BitMapBackend::new(&target.path, SIZE), DEJAVU_SANS) {
+        Format::Png => match glyphs::Glyphs::new(BitMapBackend::new(&target.path, picture.size()), DEJAVU_SANS) {
             Some(png) => picture.draw_on(png.into_drawing_area()),
             None => Err("the bundled font is not a font".into()),
         },
-        Format::Svg => picture.draw_on(SVGBackend::new(&target.path, SIZE).into_drawing_area()),
+        Format::Svg => picture.draw_on(SVGBackend::new(&target.path, picture.size()).into_drawing_area()),
     };
     drawn.map_err(|e| format!("--plot {}: {e}", target.path.display()))?;
     Ok(picture.lines.len())
@@ -383,10 +390,43 @@ impl Picture {
         let fail = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
         root.fill(&WHITE).map_err(fail)?;
         let root = root.titled(&self.title, ("sans-serif", 24)).map_err(fail)?;
-        let (left, right) = root.split_horizontally(SIZE.0 / 2);
+        let below = self.size().1 - SIZE.1;
+        let (panels, legend) = root.split_vertically(root.dim_in_pixel().1 - below);
+        let (left, right) = panels.split_horizontally(SIZE.0 / 2);
         self.panel(&left, Panel::Busbw).map_err(fail)?;
         self.panel(&right, Panel::Time).map_err(fail)?;
+        if below > 0 {
+            self.legend_below(&legend).map_err(fail)?;
+        }
         root.present().map_err(fail)
+    }
+
+    /// [`SIZE`], taller by the rows of a legend below the panels when there is one.
+    fn size(&self) -> (u32, u32) {
+        match self.lines.len() {
+            n if n <= LEGEND_INSIDE => SIZE,
+            n => (SIZE.0, SIZE.1 + n.div_ceil(LEGEND_COLUMNS) as u32 * LEGEND_ROW + 16),
+        }
+    }
+
+    /// Many lines: their legend in columns under the panels, so that it hides no line.
+    fn legend_below<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+        let rows = self.lines.len().div_ceil(LEGEND_COLUMNS);
+        let width = (SIZE.0 as i32 - 80) / LEGEND_COLUMNS as i32;
+        let font = ("sans-serif", 14)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        for (i, line) in self.lines.iter().enumerate() {
+            let x = 80 + (i / rows) as i32 * width;
+            let y = 8 + (i % rows) as i32 * LEGEND_ROW as i32;
+            area.draw(&sample(i, (x, y)))?;
+            area.draw(&Text::new(line.label.as_str(), (x + 34, y), font.clone()))?;
+        }
+        Ok(())
     }
 
     fn panel<DB: DrawingBackend>(
@@ -440,18 +480,16 @@ impl Picture {
             .light_line_style(RGBColor(238, 238, 238))
             .draw()?;
         for (i, line) in self.lines.iter().enumerate() {
-            let (r, g, b) = PALETTE[i % PALETTE.len()];
-            let color = RGBColor(r, g, b);
+            let color = colour(i);
             let series = line
                 .points
                 .iter()
                 .map(|p| (p.0, value(p)))
                 .filter(|p| p.0 > 0.0 && p.1 > 0.0);
-            let drawn = chart.draw_series(LineSeries::new(series, color.stroke_width(3)).point_size(3))?;
-            if panel == Panel::Time && i < LEGEND_MAX {
-                drawn
-                    .label(line.label.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3)));
+            chart.draw_series(LineSeries::new(series.clone(), color.stroke_width(3)))?;
+            let drawn = chart.draw_series(series.map(|p| mark(i, p)))?;
+            if panel == Panel::Time && self.lines.len() <= LEGEND_INSIDE {
+                drawn.label(line.label.as_str()).legend(move |at| sample(i, at));
             }
         }
         if panel == Panel::Busbw {
@@ -467,7 +505,7 @@ impl Picture {
                 ))?;
             }
         }
-        if panel == Panel::Time {
+        if panel == Panel::Time && self.lines.len() <= LEGEND_INSIDE {
             chart
                 .configure_series_labels()
                 .position(SeriesLabelPosition::UpperLeft)
@@ -478,6 +516,75 @@ impl Picture {
                 .draw()?;
         }
         Ok(())
+    }
+}
+
+/// Line `i`'s colour: the palette's, in turn.
+fn colour(i: usize) -> RGBColor {
+    let (r, g, b) = PALETTE[i % PALETTE.len()];
+    RGBColor(r, g, b)
+}
+
+/// The mark at each point of line `i` (a circle, then, once the colours have all been
+/// used, a triangle, a square, a cross, so that no two lines look alike); in the legend,
+/// with a stroke of the line through it.
+struct Mark<C> {
+    at: C,
+    line: usize,
+    in_legend: bool,
+}
+
+fn mark<C>(line: usize, at: C) -> Mark<C> {
+    Mark {
+        at,
+        line,
+        in_legend: false,
+    }
+}
+
+/// Line `i` as its legend shows it, from `at` rightwards: a stroke and its mark.
+fn sample(line: usize, at: BackendCoord) -> Mark<BackendCoord> {
+    Mark {
+        at,
+        line,
+        in_legend: true,
+    }
+}
+
+impl<'a, C> PointCollection<'a, C> for &'a Mark<C> {
+    type Point = &'a C;
+    type IntoIter = std::iter::Once<&'a C>;
+    fn point_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.at)
+    }
+}
+
+impl<C, DB: DrawingBackend> Drawable<DB> for Mark<C> {
+    fn draw<I: Iterator<Item = BackendCoord>>(
+        &self,
+        mut at: I,
+        backend: &mut DB,
+        _: (u32, u32),
+    ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
+        let Some((mut x, y)) = at.next() else {
+            return Ok(());
+        };
+        let color = colour(self.line);
+        if self.in_legend {
+            backend.draw_path([(x, y), (x + 24, y)], &color.stroke_width(3))?;
+            x += 12;
+        }
+        let fill = color.filled();
+        match self.line / PALETTE.len() % 4 {
+            0 => backend.draw_circle((x, y), 4, &fill, true),
+            1 => backend.fill_polygon([(x, y - 6), (x - 6, y + 4), (x + 6, y + 4)], &fill),
+            2 => backend.draw_rect((x - 4, y - 4), (x + 4, y + 4), &fill, true),
+            _ => {
+                let pen = color.stroke_width(2);
+                backend.draw_line((x - 4, y - 4), (x + 4, y + 4), &pen)?;
+                backend.draw_line((x - 4, y + 4), (x + 4, y - 4), &pen)
+            }
+        }
     }
 }
 
@@ -592,6 +699,13 @@ mod tests {
                         {"size": 1024, "out_of_place": {"time_us": 20.0, "busbw": 0.1}}]})
     }
 
+    fn p_sweep() -> Sweep {
+        Sweep {
+            points: vec![(4.0, 1.0, 0.1)],
+            ..Sweep::default()
+        }
+    }
+
     #[test]
     fn labels_say_what_tells_lines_apart_and_the_title_the_rest() {
         let a = Run::from_json(&result(2, "shm"), "a").unwrap();
@@ -611,6 +725,14 @@ mod tests {
         };
         let p = Picture::of(&[a, again]);
         assert_eq!(p.lines[1].label, "all_reduce, float, sum (again)");
+        assert_eq!(p.size(), SIZE);
+        // Many lines: the legend goes below the panels, and the picture grows for it.
+        let many = Run {
+            sweeps: vec![p_sweep(); 12],
+            ..Run::from_json(&result(2, "tcp"), "m").unwrap()
+        };
+        let p = Picture::of(&[many]);
+        assert_eq!(p.size(), (SIZE.0, SIZE.1 + 4 * LEGEND_ROW + 16));
     }
 
     #[test]
