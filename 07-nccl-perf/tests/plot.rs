@@ -3,7 +3,7 @@
 //! and its legend as text, saved runs overlay, and bad requests end in one line, exit 2,
 //! before any rank starts. No test looks at a time.
 
-use common::plot::{PALETTE, SIZE};
+use common::plot::{LEGEND_INSIDE, PALETTE, SIZE};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use testkit::{Run, run};
@@ -49,7 +49,9 @@ fn of_colour(pixels: &[[u8; 3]], (r, g, b): (u8, u8, u8)) -> usize {
 /// Checks that `path` is a real plot with `lines` lines in it.
 fn check_png(path: &PathBuf, lines: usize) {
     let (w, h, pixels) = decode(path);
-    assert_eq!((w, h), SIZE);
+    assert_eq!(w, SIZE.0);
+    // Past LEGEND_INSIDE lines, the legend is below the panels: the picture is taller.
+    assert_eq!(h == SIZE.1, lines <= LEGEND_INSIDE, "{h} pixels high for {lines} lines");
     let colours: HashSet<[u8; 3]> = pixels.iter().copied().collect();
     assert!(colours.len() > 50, "{} colours: a blank picture?", colours.len());
     let drawn = pixels.iter().filter(|p| **p != [255, 255, 255]).count();
@@ -60,7 +62,9 @@ fn check_png(path: &PathBuf, lines: usize) {
             "line {i}'s colour {colour:?} is missing"
         );
     }
-    assert_eq!(of_colour(&pixels, PALETTE[lines]), 0, "more lines than {lines}");
+    if lines < PALETTE.len() {
+        assert_eq!(of_colour(&pixels, PALETTE[lines]), 0, "more lines than {lines}");
+    }
 }
 
 #[test]
@@ -78,6 +82,19 @@ fn a_run_draws_a_png_of_busbw_and_time_against_size() {
     let r = perf(&format!("{SWEEP} --format json --plot {}", svg.display())).ok();
     assert_eq!(r.json()["op"], "all_reduce", "{r}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn many_lines_get_their_legend_below_the_panels() {
+    // Every collective and type: 30 lines, one size each.
+    let png = folder("many").join("many.png");
+    let r = perf(&format!(
+        "--op all -d all -b 64 -e 64 -n 1 -w 0 --plot {}",
+        png.display()
+    ))
+    .ok();
+    assert!(r.stdout.contains("(30 lines: "), "{r}");
+    check_png(&png, 30);
 }
 
 #[test]

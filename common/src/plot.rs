@@ -367,22 +367,24 @@ impl Picture {
                 line.label = format!("{} ({})", line.label, run.name);
             }
         }
-        // One bound per host: the first run's measurement there.
-        let mut bounds: Vec<(f64, String)> = vec![];
-        let mut hosts_seen = BTreeSet::new();
+        // One bound per host: the first run's measurement there (named by its host when
+        // the runs come from several).
+        let mut per_host: Vec<(f64, &str)> = vec![];
         for run in runs {
             if let Some(gbps) = run.sweeps.iter().find_map(|s| s.memcpy_gbps)
-                && hosts_seen.insert(run.host.clone())
+                && per_host.iter().all(|(_, h)| *h != run.host)
             {
-                bounds.push((gbps, format!("memcpy, 1 thread: {gbps:.1} GB/s")));
+                per_host.push((gbps, &run.host));
             }
         }
-        if bounds.len() > 1 {
-            let hosts: Vec<String> = hosts_seen.into_iter().collect();
-            for (b, host) in bounds.iter_mut().zip(hosts) {
-                b.1 = format!("{} on {host}", b.1);
-            }
-        }
+        let several = per_host.len() > 1;
+        let bounds = per_host
+            .into_iter()
+            .map(|(gbps, host)| match several {
+                true => (gbps, format!("memcpy, 1 thread: {gbps:.1} GB/s on {host}")),
+                false => (gbps, format!("memcpy, 1 thread: {gbps:.1} GB/s")),
+            })
+            .collect();
         Picture { title, lines, bounds }
     }
 
@@ -448,7 +450,8 @@ impl Picture {
         let (x0, x1) = span(&sizes, 1.0);
         let (y0, y1) = span(&values, 10.0);
         let (x0, x1) = (x0 / 1.25, x1 * 1.25);
-        let (y0, y1) = decades(y0, y1);
+        // Whole decades, with room for the marks of the lowest and highest points.
+        let (y0, y1) = decades(y0 / 1.2, y1 * 1.2);
         let (caption, y_desc) = match panel {
             Panel::Busbw => ("Bus bandwidth", "busbw (GB/s)"),
             Panel::Time => ("Time per operation", "time (µs)"),
@@ -493,7 +496,8 @@ impl Picture {
             }
         }
         if panel == Panel::Busbw {
-            for (gbps, label) in &self.bounds {
+            // Bounds of several hosts may lie close: their labels stand side by side.
+            for (k, (gbps, label)) in self.bounds.iter().enumerate() {
                 let dashed = DashedLineSeries::new(vec![(x0, *gbps), (x1, *gbps)], 10, 6, BLACK.stroke_width(2));
                 chart.draw_series(dashed)?;
                 let text = ("sans-serif", 14)
@@ -501,7 +505,7 @@ impl Picture {
                     .color(&BLACK)
                     .pos(Pos::new(HPos::Left, VPos::Bottom));
                 chart.draw_series(std::iter::once(
-                    EmptyElement::at((x0, *gbps)) + Text::new(label.clone(), (8, -6), text),
+                    EmptyElement::at((x0, *gbps)) + Text::new(label.clone(), (8 + 290 * k as i32, -6), text),
                 ))?;
             }
         }
