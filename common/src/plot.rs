@@ -87,7 +87,7 @@ pub struct Run {
     pub transport: String,
     /// `cpu`, `nccl`, or another library's name (`gloo`, `mpi`).
     pub backend: String,
-    /// The host(s) it ran on.
+    /// The host(s) it ran on: `vm`, `a+b`, or `8 hosts`.
     pub host: String,
     /// One line each.
     pub sweeps: Vec<Sweep>,
@@ -181,7 +181,10 @@ impl Run {
             ranks,
             transport: transports.into_iter().collect::<Vec<_>>().join("+"),
             backend,
-            host: hosts.into_iter().collect::<Vec<_>>().join("+"),
+            host: match hosts.len() {
+                0..=2 => hosts.into_iter().collect::<Vec<_>>().join("+"),
+                n => format!("{n} hosts"),
+            },
             sweeps: vec![],
         };
         for s in sweeps {
@@ -290,6 +293,7 @@ pub fn draw(target: &Target, runs: &[Run]) -> Result<usize, String> {
 /// `--no-run`: draws the saved results only, and says where; no rank starts.
 pub fn draw_saved(args: &PlotArgs) -> ExitCode {
     let Some(target) = &args.plot else {
+        error::say_line("error: --no-run draws into --plot FILE, which is missing (see --help)");
         return ExitCode::from(error::EXIT_USAGE);
     };
     match draw(target, &args.plot_with) {
@@ -345,9 +349,9 @@ impl Picture {
                 .collect();
             kept.join(", ")
         };
-        let title = match described.first() {
-            Some((parts, _, _)) => format!("07-nccl-perf: {}", join(parts, &|i| shared[i])),
-            None => "07-nccl-perf".into(),
+        let title = match described.first().map(|(parts, _, _)| join(parts, &|i| shared[i])) {
+            Some(common) if !common.is_empty() => format!("07-nccl-perf: {common}"),
+            _ => "07-nccl-perf".into(),
         };
         let mut lines: Vec<Line> = described
             .iter()
