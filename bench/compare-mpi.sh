@@ -3,6 +3,9 @@
 #
 #   bench/compare-mpi.sh                         # every collective, 4 B, 1 MiB, 100 MiB, 2 and 4 ranks
 #   bench/compare-mpi.sh --sizes 4,64K --nproc 2 -n 3 --json /tmp/mpi.json
+#   bench/compare-mpi.sh --sizes 4,1K,64K,1M,16M --save-results /tmp/mpi   # then, to plot:
+#   target/release/07-nccl-perf --plot mpi.png --no-run \
+#       --plot-with /tmp/mpi/mpi-all_reduce-2ranks.json --plot-with /tmp/mpi/ours-all_reduce-2ranks.json
 #   bench/compare-mpi.sh --help
 #
 # It installs Debian's Open MPI (openmpi-bin, libopenmpi-dev) if mpicc or mpirun is missing,
@@ -44,6 +47,10 @@ Options:
                       at least 10, at most 1000: 4 B 1000, 1 MiB 256, 100 MiB 10)
   -w, --warmup N      warm-up operations per size (default: iterations / 10, at least 2)
   --json FILE         also write the results as JSON
+  --save-results DIR  also write each side's runs as 07-nccl-perf results, one file per
+                      collective and rank count (DIR/mpi-all_reduce-2ranks.json,
+                      DIR/ours-all_reduce-2ranks.json), to draw with 07-nccl-perf --plot
+                      FILE.png --plot-with ... --no-run
   --mpirun-args STR   more arguments for mpirun (split on spaces), e.g. "--bind-to none"
   --timeout S         seconds any one launch may take (default 600)
   --no-build          do not run cargo build (use target/release/07-nccl-perf as it is)
@@ -78,13 +85,14 @@ ops_arg="broadcast,reduce,all_reduce,all_gather,reduce_scatter,alltoall"
 iters_arg=auto
 warmup_arg=auto
 json=""
+save_results=""
 mpirun_args=""
 timeout_s=600
 build=true
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
-        --sizes | --nproc | --ops | -n | --iters | -w | --warmup | --json | --mpirun-args | --timeout)
+        --sizes | --nproc | --ops | -n | --iters | -w | --warmup | --json | --save-results | --mpirun-args | --timeout)
             (($# >= 2)) || die "$1 needs a value (see --help)"
             case "$1" in
                 --sizes) sizes_arg=$2 ;;
@@ -93,6 +101,7 @@ while (($#)); do
                 -n | --iters) iters_arg=$2 ;;
                 -w | --warmup) warmup_arg=$2 ;;
                 --json) json=$2 ;;
+                --save-results) save_results=$2 ;;
                 --mpirun-args) mpirun_args=$2 ;;
                 --timeout) timeout_s=$2 ;;
             esac
@@ -275,7 +284,7 @@ iter_lines=()
 for size in "${sizes[@]}"; do
     iter_lines+=("$size:$(iters_for "$size"):$(warmup_for "$size")")
 done
-export CMP_COMMAND="$command_line" CMP_LOADAVG="$loadavg" CMP_JSON="$json"
+export CMP_COMMAND="$command_line" CMP_LOADAVG="$loadavg" CMP_JSON="$json" CMP_SAVE="$save_results"
 export CMP_ITERS="${iter_lines[*]}" CMP_ITERS_AUTO="$iters_arg" CMP_WARMUP_AUTO="$warmup_arg" CMP_MPIRUN="${mpirun_cmd[*]} -np N${extra_mpirun[*]:+ ${extra_mpirun[*]}}"
 CMP_MPI_VERSION=$(mpirun --version 2>/dev/null | head -n 1)
 # Which transport Open MPI chose by default: its PML (ob1 moves messages through BTLs, vader
@@ -292,7 +301,7 @@ export CMP_TRANSPORT
 CMP_GIT=$(git -C "$repo_dir" describe --always --dirty 2>/dev/null || echo unknown)
 export CMP_MPI_VERSION CMP_GIT
 python3 - "$manifest" <<'PY'
-import datetime, json, math, os, statistics, sys
+import datetime, json, math, os, socket, statistics, sys
 
 MiB = 1024 * 1024
 SPLIT = ("all_gather", "reduce_scatter", "alltoall")
@@ -349,6 +358,7 @@ def place(doc_place, op, n, size):
 
 
 ours, mpi, order, memcpy = {}, {}, [], []
+docs_ours, docs_mpi = {}, {}  # each side's documents per (op, n), for --save-results
 with open(sys.argv[1]) as f:
     for line in f:
         side, op, n, size, iters, warmup, path = line.split()
@@ -359,6 +369,7 @@ with open(sys.argv[1]) as f:
             if doc.get("op", "").replace("-", "_") != op or doc.get("world_size") != n or not rows:
                 sys.exit(f"compare-mpi: 07-nccl-perf's JSON for {op} N={n} has no row of {size} bytes")
             memcpy.append(doc["memcpy_gbps"])
+            docs_ours.setdefault((op, n), []).append(doc)
             ours[(op, n, size)] = {"iters": int(iters), "warmup": int(warmup),
                                    "memcpy_gbps": doc["memcpy_gbps"],
                                    **{p: place(rows[0][p], op, n, size)
@@ -367,6 +378,7 @@ with open(sys.argv[1]) as f:
         else:
             if doc.get("op") != op or doc.get("world_size") != n:
                 sys.exit(f"compare-mpi: mpi_bench's JSON for {op} N={n} is for another run")
+            docs_mpi[(op, n)] = doc
             for r in doc["rows"]:
                 mpi[(op, n, r["size"])] = {"call": doc["call"], "library": doc["library"],
                                            **{p: place(r[p], op, n, r["size"])
@@ -446,6 +458,26 @@ if env["CMP_JSON"]:
         json.dump({"header": header, "results": results}, f, indent=1)
         f.write("\n")
     print(f"compare-mpi: JSON written to {env['CMP_JSON']}", file=sys.stderr)
+if env["CMP_SAVE"]:
+    # 07-nccl-perf's result form (--format json), one file per side, collective and rank
+    # count: ours gathered from its one-size runs, Open MPI's as mpi_bench wrote it.
+    os.makedirs(env["CMP_SAVE"], exist_ok=True)
+    saved = []
+    for (op, n), docs in docs_ours.items():
+        doc = dict(docs[0], rows=sorted((r for d in docs for r in d["rows"]), key=lambda r: r["size"]))
+        doc.pop("avg_busbw", None)
+        saved.append((f"ours-{op}-{n}ranks.json", doc))
+    for (op, n), doc in docs_mpi.items():
+        doc = dict(doc, backend="mpi", host=socket.gethostname())
+        if "vader" in env["CMP_TRANSPORT"]:
+            doc["transport"] = "shm"
+        saved.append((f"mpi-{op}-{n}ranks.json", doc))
+    for name, doc in saved:
+        with open(os.path.join(env["CMP_SAVE"], name), "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    print(f"compare-mpi: {len(saved)} results written to {env['CMP_SAVE']}/ (draw them: "
+          "07-nccl-perf --plot FILE.png --plot-with ... --no-run)", file=sys.stderr)
 wrong = any(r["wrong"]["ours"] or r["wrong"]["mpi"] for r in results)
 if wrong:
     print("compare-mpi: some results were WRONG: their timings mean nothing", file=sys.stderr)

@@ -559,6 +559,36 @@ def summarize(args, m: dict) -> dict:
     return cells
 
 
+def save_results(directory: Path, cells: dict) -> list[Path]:
+    """--save-results: each side's run of each collective and world size as a 07-nccl-perf
+    result (the form of its --format json), for 07-nccl-perf --plot-with. Both files hold
+    the column the comparison uses (in place for all_reduce, broadcast and reduce)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    groups: dict = {}
+    for (op, n, size), cell in sorted(cells.items(), key=lambda kv: (OPS.index(kv[0][0]), kv[0][1], kv[0][2])):
+        groups.setdefault((op, n), []).append((size, cell))
+    written = []
+    for (op, n), sized in groups.items():
+        place = placement(op)
+        for side, backend, transport in (("gloo", "gloo", "tcp"), ("ours", "cpu", "shm")):
+            doc = {"example": "bench/gloo_bench.py", "backend": backend, "transport": transport,
+                   "host": socket.gethostname(), "world_size": n, "op": op, "type": "float",
+                   "redop": "none" if op in ("broadcast", "all_gather", "alltoall") else "sum",
+                   "rows": []}
+            for size, cell in sized:
+                m = cell["gloo"] if side == "gloo" else (cell["ours"] or {}).get(place)
+                if not m or m.get("time_us") is None:
+                    continue
+                doc["rows"].append({"size": size, place: {"time_us": m["time_us"], "busbw": m["busbw"]}})
+                if side == "ours":
+                    doc["memcpy_gbps"] = cell["ours"]["memcpy_gbps"]
+            if doc["rows"]:
+                path = directory / f"{side}-{op}-{n}ranks.json"
+                path.write_text(json.dumps(doc, indent=1) + "\n")
+                written.append(path)
+    return written
+
+
 def ratio_status(ratio: float | None, target: float | None, wrong: bool) -> str:
     if wrong:
         return "WRONG"
@@ -817,6 +847,10 @@ def main() -> int:
                    help="also N = 2, 3, 4, 8 at 1 MiB and 100 MiB (slow)")
     p.add_argument("--gloo-only", action="store_true", help="measure Gloo alone (no build needed)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--save-results", type=Path, metavar="DIR",
+                   help="also write each side's runs as 07-nccl-perf results, one file per "
+                        "collective and world size (DIR/gloo-all_reduce-2ranks.json, "
+                        "DIR/ours-all_reduce-2ranks.json), for 07-nccl-perf --plot-with")
     p.add_argument("--timeout", type=float, default=600, help="seconds any one launch may take")
     p.add_argument("--repo", type=Path, default=BENCH_DIR.parent, help=argparse.SUPPRESS)
     p.add_argument("--perf-bin", type=Path, help="our benchmark (default target/release/07-nccl-perf)")
@@ -873,6 +907,10 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
         log(f"compare-gloo: JSON written to {args.json}")
+    if args.save_results:
+        written = save_results(args.save_results, cells)
+        log(f"compare-gloo: {len(written)} results written to {args.save_results}/ "
+            "(draw them: 07-nccl-perf --plot FILE.png --plot-with ... --no-run)")
     wrong = any(r["status"] == "WRONG" for t in report["targets"] for r in t["rows"]) or any(
         d["wrong_gloo"] or d["wrong_ours"] for d in report["details"] + report["scaling"])
     if wrong:

@@ -16,6 +16,11 @@
 //! Run it: `cargo run --release --bin 07-nccl-perf -- -b 4 -e 100M -f 4`
 //! (`--op all_gather` or `--op all`, `-o avg`, `-d half`, `--nproc-per-node 4`,
 //! `--format json`; see `--help`).
+//!
+//! See it: `--plot perf.png` draws busbw and time against size (log scales) after the
+//! table, with the machine's bound; `--plot-with old.json` adds a run saved before with
+//! `--format json > old.json` (2 against 4 ranks, shm against TCP), and `--no-run` draws
+//! only the saved runs.
 
 use clap::Parser;
 
@@ -31,5 +36,9 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args: Args = common::parse_args();
+    if args.perf.plot.no_run {
+        // Only a picture of results saved before: no rank starts.
+        return common::plot::draw_saved(&args.perf.plot);
+    }
     common::main(&args.run, |session| common::perf::run(session, &args.perf))
 }

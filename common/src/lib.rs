@@ -17,6 +17,7 @@ pub mod launcher;
 pub mod meeting;
 pub mod nccl_library;
 pub mod perf;
+pub mod plot;
 pub mod rank;
 pub mod rendezvous;
 pub mod report;

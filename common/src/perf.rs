@@ -64,6 +64,9 @@ pub struct PerfArgs {
     #[arg(short = 'a', long = "average", value_name = "0-3", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(0..=3))]
     pub average: u8,
+    /// The picture: `--plot`, `--plot-with`, `--no-run`.
+    #[command(flatten)]
+    pub plot: crate::plot::PlotArgs,
 }
 
 /// One value of a flag, or every one (`all`): what a sweep goes through, in order.
@@ -226,8 +229,38 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
             "{wrong} wrong element(s) over the sweep: see the #wrong columns"
         ));
     }
+    if let Some(target) = args.plot.plot.as_ref().filter(|_| session.rank() == 0) {
+        plot(session, target, &args.plot.plot_with, &sweeps);
+    }
     session.set_perf(sweeps);
     Ok(())
+}
+
+/// Rank 0 draws this run's sweeps, and the results saved before, after the table; a
+/// picture that cannot be written fails the run at the end, as a wrong element does.
+fn plot(session: &mut Session, target: &crate::plot::Target, saved: &[crate::plot::Run], sweeps: &[Perf]) {
+    let vias: std::collections::BTreeSet<&str> = session
+        .transports()
+        .values()
+        .map(|v| if *v == Via::Shm { "shm" } else { "tcp" })
+        .collect();
+    let this = crate::plot::Run {
+        name: "this run".into(),
+        ranks: session.world_size(),
+        transport: vias.into_iter().collect::<Vec<_>>().join("+"),
+        backend: session.backend_name().into(),
+        host: crate::launch::hostname(),
+        sweeps: sweeps.iter().map(Into::into).collect(),
+    };
+    let runs: Vec<crate::plot::Run> = std::iter::once(this).chain(saved.iter().cloned()).collect();
+    match crate::plot::draw(target, &runs) {
+        Ok(n) => session.say(&format!(
+            "# Plot: {} ({})",
+            target.path.display(),
+            crate::plot::lines(n)
+        )),
+        Err(e) => session.fail_at_end(e),
+    }
 }
 
 /// One sweep: a collective, an operator and a root, over every size.
