@@ -45,3 +45,33 @@ fn the_header_says_the_figures_are_the_hosts() {
         );
     }
 }
+
+#[test]
+fn a_plot_of_simulated_gpus_says_so() {
+    let dir = std::env::temp_dir().join(format!("nccl-workbook-sim-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("sim.svg");
+    let r = testkit::run(
+        BIN,
+        &[
+            "--simulate-gpus",
+            "2",
+            "-b",
+            "64",
+            "-e",
+            "1K",
+            "-f",
+            "4",
+            "-n",
+            "1",
+            "-w",
+            "0",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    )
+    .ok();
+    let text = std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("no plot ({e}):\n{r}"));
+    assert!(text.contains("nccl backend on simulated GPUs (host memory)"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

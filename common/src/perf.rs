@@ -248,7 +248,7 @@ fn plot(session: &mut Session, target: &crate::plot::Target, saved: &[crate::plo
         name: "this run".into(),
         ranks: session.world_size(),
         transport: vias.into_iter().collect::<Vec<_>>().join("+"),
-        backend: session.backend_name().into(),
+        backend: crate::plot::backend_label(session.backend_name(), crate::simulate::gpus()),
         host: crate::launch::hostname(),
         sweeps: sweeps.iter().map(Into::into).collect(),
     };

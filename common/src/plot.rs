@@ -133,6 +133,15 @@ impl From<&crate::report::Perf> for Sweep {
     }
 }
 
+/// A backend as a line's label names it: NCCL on simulated GPUs says so (`--simulate-gpus`:
+/// host memory, so no figure of the picture is a GPU's).
+pub fn backend_label(backend: &str, simulated_gpus: Option<usize>) -> String {
+    match simulated_gpus {
+        Some(_) if backend == "nccl" => "nccl backend on simulated GPUs (host memory)".into(),
+        _ => backend.into(),
+    }
+}
+
 /// Reads a result saved with `--format json` (or a file in the same form that another
 /// library's benchmark wrote: `bench/compare-mpi.sh --save-results`).
 pub fn load(file: &str) -> Result<Run, String> {
@@ -171,8 +180,9 @@ impl Run {
             Some(ranks) => ranks.iter().filter_map(|r| r["host"].as_str()).collect(),
             None => json["host"].as_str().into_iter().collect(),
         };
+        let simulated = json["simulated_gpus"].as_u64().map(|n| n as usize);
         let backend = match json["backend"].as_str() {
-            Some(b) => b.to_string(),
+            Some(b) => backend_label(b, simulated),
             None if text(json, "call").starts_with("MPI_") => "mpi".into(),
             None => String::new(),
         };
@@ -227,6 +237,7 @@ impl Run {
             self.transport.clone(),
             match self.backend.as_str() {
                 "" => String::new(),
+                b if b.contains("backend") => b.to_string(),
                 b => format!("{b} backend"),
             },
             match self.host.as_str() {
