@@ -37,7 +37,11 @@ fn chapter_1_device_is_rank_mod_device_count_with_one_row_per_process() {
         let pids: std::collections::HashSet<_> = field(&j, "pid").into_iter().collect();
         assert_eq!(pids.len(), n, "one process per rank: {r}");
     }
+    // One rank is "1 rank", not "1 ranks".
+    let r = run(hello.to_str().unwrap(), &["--nproc-per-node", "1"]).ok();
+    assert!(r.stdout.lines().any(|l| l == "Hello from 1 rank:"), "{r}");
     let r = run(hello.to_str().unwrap(), &["--nproc-per-node", "5"]).ok();
+    assert!(r.stdout.lines().any(|l| l == "Hello from 5 ranks:"), "{r}");
     assert!(
         r.stdout
             .lines()
