@@ -367,6 +367,9 @@ struct Stuck {
     /// On NCCL, where a rank's calls run one after the other on its GPU: the call waited
     /// for may be queued behind another, which is the one stuck.
     on_gpu: bool,
+    /// Its own --timeout ran out; else its peer exited while it waited (after that peer's
+    /// own timeout, in a deadlock).
+    timed_out: bool,
 }
 
 /// The ranks' own error lines, rank by rank (the first line of each), read for what each
@@ -404,18 +407,25 @@ fn rank_after(text: &str, prefix: &str) -> Option<usize> {
 fn stuck_in(rank: usize, what: &str) -> Option<Stuck> {
     // CPU: "[rank 2 failed first (its connection closed): ]sending|receiving N elements
     // to|from (...): nothing moved to or from rank P for the whole --timeout: ..."
-    if what.contains("for the whole --timeout") {
+    // Or, when the peer it waited for ended first: "... elements from (...): lost rank P:
+    // its connection closed ...".
+    let timed_out = what.contains("for the whole --timeout");
+    if timed_out || what.contains(": lost rank ") {
         let sending = what.contains("sending ") && what.contains(" elements to ");
         let receiving = what.contains("receiving ") && what.contains(" elements from ");
         if sending == receiving {
             return None;
         }
-        let peer = rank_after(what, "nothing moved to or from rank ")?;
+        let peer = match timed_out {
+            true => rank_after(what, "nothing moved to or from rank ")?,
+            false => rank_after(what, ": lost rank ")?,
+        };
         return Some(Stuck {
             rank,
             sending,
             peer,
             on_gpu: false,
+            timed_out,
         });
     }
     // NCCL: "timed out after ... (--timeout) waiting for the GPU to finish send to rank P
@@ -433,6 +443,7 @@ fn stuck_in(rank: usize, what: &str) -> Option<Stuck> {
             sending,
             peer,
             on_gpu: true,
+            timed_out: true,
         });
     }
     None
@@ -445,7 +456,7 @@ fn stuck_in(rank: usize, what: &str) -> Option<Stuck> {
 fn deadlock(stderr: &str) -> Vec<String> {
     let ranks = stuck_ranks(stderr);
     let stuck: Vec<&Stuck> = ranks.iter().filter_map(|(_, s)| s.as_ref()).collect();
-    if stuck.len() < 2 || stuck.len() != ranks.len() {
+    if stuck.len() < 2 || stuck.len() != ranks.len() || !stuck.iter().any(|s| s.timed_out) {
         return Vec::new();
     }
     if !stuck.iter().all(|s| stuck.iter().any(|t| t.rank == s.peer)) {
@@ -622,6 +633,17 @@ error: rank 0: receiving 7 elements from (rank 1 at 127.0.0.1:34130): nothing mo
 error: rank 1: receiving 7 elements from (rank 0 at 127.0.0.1:41025): nothing moved to or from rank 0 for the whole --timeout: it is stuck or gone
 ";
         assert!(deadlock(tcp).join(" ").contains("Here every rank receives first"));
+        // Rank 0 saw rank 2 exit (after rank 2's own timeout) before its own ran out.
+        let raced = RECV_FIRST.replace(
+            "nothing moved to or from rank 2 for the whole --timeout: it is stuck or gone",
+            "lost rank 2: its connection closed (it exited, crashed or was killed)",
+        );
+        assert_ne!(raced, RECV_FIRST);
+        assert!(
+            deadlock(&raced)
+                .join(" ")
+                .starts_with("This is a deadlock: rank 0 was receiving from rank 2;")
+        );
     }
 
     #[test]
