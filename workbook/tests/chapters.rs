@@ -313,6 +313,9 @@ fn chapter_9_two_launchers_rehearse_two_nodes() {
     // Without a node name of their own, both "nodes" are this host: nothing crosses TCP.
     let host = field(&j, "host")[0].clone();
     assert_eq!(field(&j, "host"), vec![host; 4], "{a}");
+    let pairs = j["transports"].as_object().expect("the transports");
+    assert_eq!(pairs.len(), 6, "{a}");
+    assert!(pairs.values().all(|t| t == "shm"), "every pair shares memory: {a}");
 }
 
 #[test]
@@ -333,6 +336,16 @@ fn chapter_9_with_a_node_name_each_the_rehearsal_crosses_tcp_between_nodes() {
     assert_eq!(field(&j, "local_rank"), ["0", "1", "0", "1"], "{a}");
     assert_eq!(field(&j, "device"), ["cpu:0", "cpu:1", "cpu:0", "cpu:1"], "{a}");
     assert!(b.stdout.is_empty(), "only rank 0, on node 0, prints: {b}");
+    for (pair, via) in [
+        ("0-1", "shm"),
+        ("2-3", "shm"),
+        ("0-2", "tcp"),
+        ("0-3", "tcp"),
+        ("1-2", "tcp"),
+        ("1-3", "tcp"),
+    ] {
+        assert_eq!(j["transports"][pair], via, "{pair}: {a}");
+    }
 
     // The commands of EXERCISES.md 9, as they print on a terminal: one line per pair.
     let port = testkit::free_port().to_string();
