@@ -255,7 +255,11 @@ fn chapter_7_one_broadcast_per_tensor_is_several_times_slower_than_one_packed() 
         let r = run(sync.to_str().unwrap(), &args).ok();
         r.json()["time_us"].as_f64().unwrap()
     };
-    let (each, packed) = (time("each"), time("packed"));
+    // The best of three runs of each: on a loaded machine (the other tests run beside this
+    // one) a single run can be slowed several times over, and the best is what the methods
+    // cost, not what the neighbours did.
+    let best = |method: &str| (0..3).map(|_| time(method)).fold(f64::INFINITY, f64::min);
+    let (each, packed) = (best("each"), best("packed"));
     assert!(each > 2.0 * packed, "each {each} us, packed {packed} us");
     let r = run(sync.to_str().unwrap(), &["--nproc-per-node", "2", "--iters", "1"]).ok();
     assert!(
