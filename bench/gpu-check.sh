@@ -333,7 +333,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     [ "$ex" = 07-nccl-perf ] && more=(--op all -o all -d all -b 4 -e 16M -f 64)
     run_step "$ex" 600 "$log" "$bins/$ex" --backend nccl --nproc-per-node "$gpus" --timeout 60 "${more[@]}"
     case $ex in
-      00-nccl-hello-world) want="^Hello from $gpus ranks:" ;;
+      00-nccl-hello-world) want="^Hello from $gpus rank$([ "$gpus" = 1 ] || echo s):" ;;
       01-nccl-broadcast) want="^Check: OK, all $gpus ranks hold 42 " ;;
       02-nccl-allreduce) want="^Check: OK, all $gpus ranks hold $gpus " ;;
       0[3-6]-*) want="^Check: OK, all $gpus ranks hold the expected values" ;;

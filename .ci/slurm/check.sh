@@ -38,7 +38,7 @@ expect() {
   local file=$1 example=$2 ranks=$3 backend=$4 per_node=$5
   if grep -q $'\e' "$file"; then fail "$file has terminal escape codes"; fi
   case $example in
-    00-nccl-hello-world) grep -q "^Hello from $ranks ranks:" "$file" || fail "$file: no roll call of $ranks ranks" ;;
+    00-nccl-hello-world) grep -q "^Hello from $ranks rank$([ "$ranks" = 1 ] || echo s):" "$file" || fail "$file: no roll call of $ranks ranks" ;;
     01-nccl-broadcast) grep -q "^Check: OK, all $ranks ranks hold 42 " "$file" || fail "$file: broadcast check missing" ;;
     02-nccl-allreduce) grep -q "^Check: OK, all $ranks ranks hold $ranks " "$file" || fail "$file: all-reduce check missing" ;;
     # The lessons of 03-06 start from their defaults (4 elements per block, root 0, sum).

@@ -371,7 +371,8 @@ impl Session {
                 ]
             })
             .collect();
-        self.say(&format!("Hello from {} ranks:", self.world_size()));
+        let n = self.world_size();
+        self.say(&format!("Hello from {n} rank{}:", if n == 1 { "" } else { "s" }));
         self.say(&table::with_header(
             &["rank", "local rank", "host", "pid", "device", "backend"],
             &rows,

@@ -22,14 +22,43 @@ pub struct Code {
     pub cases: fn(usize) -> Vec<Case>,
 }
 
+/// Which copy of an exercise's code a check builds.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The student's: exercises/.
+    Exercise,
+    /// The reference solution: solutions/.
+    Solution,
+    /// The starting file as shipped, kept where the student does not edit it
+    /// (workbook/starting/): what the workbook's own tests check, so that a solved
+    /// workbook stays green.
+    Starting,
+    /// A program of workbook/fixtures/ by its binary's name: a wrong answer of a known kind,
+    /// for the workbook's own tests.
+    Fixture(String),
+}
+
 impl Code {
-    /// The package and binary of the starting file or of the solution.
-    pub fn target(&self, number: u32, solution: bool) -> (String, String) {
+    /// The package and binary of the student's code, of the solution or of the pristine
+    /// starting file.
+    pub fn target(&self, number: u32, source: &Source) -> (String, String) {
         let name = self.dir.split_once('_').map_or(self.dir, |(_, n)| n).replace('_', "-");
-        if solution {
-            (format!("solution-{number:02}-{name}"), format!("sol{number:02}-{name}"))
-        } else {
-            (format!("exercise-{number:02}-{name}"), format!("ex{number:02}-{name}"))
+        match source {
+            Source::Exercise => (format!("exercise-{number:02}-{name}"), format!("ex{number:02}-{name}")),
+            Source::Solution => (format!("solution-{number:02}-{name}"), format!("sol{number:02}-{name}")),
+            Source::Starting => ("workbook-fixtures".into(), format!("start{number:02}-{name}")),
+            Source::Fixture(bin) => ("workbook-fixtures".into(), bin.clone()),
+        }
+    }
+
+    /// The file the student edits (or its solution, or its pristine copy), from the
+    /// workspace's root.
+    pub fn file(&self, source: &Source) -> String {
+        match source {
+            Source::Exercise => format!("exercises/{}/src/main.rs", self.dir),
+            Source::Solution => format!("solutions/{}/src/main.rs", self.dir),
+            Source::Starting => format!("workbook/fixtures/starting/{}.rs", self.dir),
+            Source::Fixture(bin) => format!("workbook/fixtures (the program {bin})"),
         }
     }
 }

@@ -6,7 +6,7 @@
 mod exercises;
 
 use clap::{Parser, Subcommand};
-use exercises::{Case, Code, Exercise};
+use exercises::{Case, Code, Exercise, Source};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -35,6 +35,14 @@ enum Cmd {
         /// Check the reference solution (solutions/) instead of your code (exercises/).
         #[arg(long)]
         solution: bool,
+        /// Check the starting file as shipped (workbook/starting/), which you do not edit: the
+        /// workbook's own tests do, so that they pass in a workbook whose exercises are solved.
+        #[arg(long, hide = true, conflicts_with = "solution")]
+        starting: bool,
+        /// Check a program of workbook/fixtures/ (a wrong answer of a known kind), by its
+        /// binary's name: for the workbook's own tests.
+        #[arg(long, hide = true, value_name = "BIN", conflicts_with_all = ["solution", "starting"])]
+        fixture: Option<String>,
         /// Show the exercise's hint when a case fails.
         #[arg(long)]
         hint: bool,
@@ -57,7 +65,7 @@ enum Cmd {
 
 /// The options of one `check`.
 struct Options {
-    solution: bool,
+    source: Source,
     hint: bool,
     keep_going: bool,
     backend: String,
@@ -90,13 +98,21 @@ fn main() -> ExitCode {
             number,
             all: every,
             solution,
+            starting,
+            fixture,
             hint,
             keep_going,
             backend,
             max_world,
         } => {
+            let source = match (solution, starting, fixture) {
+                (true, _, _) => Source::Solution,
+                (_, true, _) => Source::Starting,
+                (_, _, Some(bin)) => Source::Fixture(bin),
+                _ => Source::Exercise,
+            };
             let opts = Options {
-                solution,
+                source,
                 hint,
                 keep_going,
                 backend,
@@ -171,8 +187,12 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
         );
         return true;
     };
-    let folder = format!("{}/{}", if opts.solution { "solutions" } else { "exercises" }, code.dir);
-    let (package, bin) = code.target(ex.number, opts.solution);
+    let file = code.file(&opts.source);
+    let folder = match opts.source {
+        Source::Exercise | Source::Solution => file.trim_end_matches("/src/main.rs").to_string(),
+        _ => file.clone(),
+    };
+    let (package, bin) = code.target(ex.number, &opts.source);
     let exe = match build(&package, &bin) {
         Ok(exe) => exe,
         Err(why) => {
@@ -209,14 +229,13 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
         println!("Exercise {} passes: every case is right.", ex.number);
         return true;
     }
-    if opts.solution {
+    if opts.source == Source::Solution {
         println!(
             "The reference solution of exercise {} FAILS: this is a bug in the workbook.",
             ex.number
         );
     } else {
-        let file = format!("{folder}/src/main.rs");
-        let todo_left = match std::fs::read_to_string(&file) {
+        let todo_left = match std::fs::read_to_string(workspace().join(&file)) {
             Ok(text) => text.contains("TODO"),
             Err(_) => true,
         };
@@ -256,6 +275,8 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, String> {
         "--message-format=json-render-diagnostics",
         "-p",
         package,
+        "--bin",
+        bin,
     ]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
@@ -314,6 +335,7 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
         } else {
             lines.extend(errors);
         }
+        lines.extend(deadlock(&run.stderr));
         return Err(lines);
     };
     let mut lines = compare(&report, case);
@@ -330,8 +352,157 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
     } else if run.code != Some(0) {
         lines.push(format!("the job failed ({}), saying:", exit_text(run.code)));
         lines.extend(errors);
+        lines.extend(deadlock(&run.stderr));
     }
     if lines.is_empty() { Ok(()) } else { Err(lines) }
+}
+
+/// What a rank was doing when its `--timeout` ran out, read from its error line: waiting
+/// in a send to `peer` or in a receive from `peer`.
+#[derive(Debug, PartialEq)]
+struct Stuck {
+    rank: usize,
+    sending: bool,
+    peer: usize,
+    /// On NCCL, where a rank's calls run one after the other on its GPU: the call waited
+    /// for may be queued behind another, which is the one stuck.
+    on_gpu: bool,
+    /// Its own --timeout ran out; else its peer exited while it waited (after that peer's
+    /// own timeout, in a deadlock).
+    timed_out: bool,
+}
+
+/// The ranks' own error lines, rank by rank (the first line of each), read for what each
+/// was stuck in; `None` for a rank whose error is not a send or receive that timed out.
+/// The CPU backend says `sending 7 elements to (rank 1 ...): nothing moved to or from rank
+/// 1 for the whole --timeout`; NCCL `timed out after 10 s (--timeout) waiting for the GPU to
+/// finish send to rank 1 (ncclSend)` (or `receive from rank 1 (ncclRecv)`).
+fn stuck_ranks(stderr: &str) -> Vec<(usize, Option<Stuck>)> {
+    let mut seen: Vec<(usize, Option<Stuck>)> = Vec::new();
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix("error: rank ") else {
+            continue;
+        };
+        let Some((rank, what)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Ok(rank) = rank.parse::<usize>() else {
+            continue;
+        };
+        if seen.iter().any(|(r, _)| *r == rank) {
+            continue;
+        }
+        seen.push((rank, stuck_in(rank, what)));
+    }
+    seen
+}
+
+/// The rank after `prefix` in `text`: `rank 3` → 3.
+fn rank_after(text: &str, prefix: &str) -> Option<usize> {
+    let (_, rest) = text.split_once(prefix)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn stuck_in(rank: usize, what: &str) -> Option<Stuck> {
+    // CPU: "[rank 2 failed first (its connection closed): ]sending|receiving N elements
+    // to|from (...): nothing moved to or from rank P for the whole --timeout: ..."
+    // Or, when the peer it waited for ended first: "... elements from (...): lost rank P:
+    // its connection closed ...".
+    let timed_out = what.contains("for the whole --timeout");
+    if timed_out || what.contains(": lost rank ") {
+        let sending = what.contains("sending ") && what.contains(" elements to ");
+        let receiving = what.contains("receiving ") && what.contains(" elements from ");
+        if sending == receiving {
+            return None;
+        }
+        let peer = match timed_out {
+            true => rank_after(what, "nothing moved to or from rank ")?,
+            false => rank_after(what, ": lost rank ")?,
+        };
+        return Some(Stuck {
+            rank,
+            sending,
+            peer,
+            on_gpu: false,
+            timed_out,
+        });
+    }
+    // NCCL: "timed out after ... (--timeout) waiting for the GPU to finish send to rank P
+    // (ncclSend): every rank is alive, ..."
+    if what.contains("(--timeout) waiting for") && what.contains("every rank is alive") {
+        let (sending, peer) = if what.contains("(ncclSend)") {
+            (true, rank_after(what, "send to rank ")?)
+        } else if what.contains("(ncclRecv)") {
+            (false, rank_after(what, "receive from rank ")?)
+        } else {
+            return None;
+        };
+        return Some(Stuck {
+            rank,
+            sending,
+            peer,
+            on_gpu: true,
+            timed_out: true,
+        });
+    }
+    None
+}
+
+/// When the ranks that failed were all stuck sending or receiving, each waiting for
+/// another of them, until their `--timeout` ran out: the words that say this is a
+/// deadlock, and its usual causes. Nothing otherwise (a rank that crashed, a wrong
+/// count, a rank waiting for one that had finished).
+fn deadlock(stderr: &str) -> Vec<String> {
+    let ranks = stuck_ranks(stderr);
+    let stuck: Vec<&Stuck> = ranks.iter().filter_map(|(_, s)| s.as_ref()).collect();
+    if stuck.len() < 2 || stuck.len() != ranks.len() || !stuck.iter().any(|s| s.timed_out) {
+        return Vec::new();
+    }
+    if !stuck.iter().all(|s| stuck.iter().any(|t| t.rank == s.peer)) {
+        return Vec::new();
+    }
+    let mut sorted = stuck.clone();
+    sorted.sort_by_key(|s| s.rank);
+    let waits: Vec<String> = sorted
+        .iter()
+        .map(|s| match (s.on_gpu, s.sending) {
+            (false, true) => format!("rank {} was sending to rank {}", s.rank, s.peer),
+            (false, false) => format!("rank {} was receiving from rank {}", s.rank, s.peer),
+            (true, true) => format!(
+                "rank {} was waiting for its GPU to finish a send to rank {}",
+                s.rank, s.peer
+            ),
+            (true, false) => format!(
+                "rank {} was waiting for its GPU to finish a receive from rank {}",
+                s.rank, s.peer
+            ),
+        })
+        .collect();
+    let sends = sorted.iter().filter(|s| s.sending).count();
+    let recvs = sorted.len() - sends;
+    let why = if sorted.iter().any(|s| s.on_gpu) {
+        "On NCCL a rank's sends and receives run one after the other on its GPU, so a send waits for every \
+         receive called before it: put the send and the receive of a step in one ncclGroupStart/ncclGroupEnd \
+         (send_recv does)."
+    } else if recvs == 0 {
+        "Here every rank sends first: a small message fits in a buffer on the way and its send returns at once, \
+         but a large one waits until the receiver takes it, and the receiver is itself sending."
+    } else if sends == 0 {
+        "Here every rank receives first: nobody sends, so nothing ever arrives."
+    } else {
+        "Here some ranks wait in a send and others in a receive, but never the pairs that match."
+    };
+    let text = format!(
+        "This is a deadlock: {}. Each rank waited for a rank that was itself waiting, so none could ever go \
+         on, and --timeout ended the job. A send must meet the matching receive on its peer; the usual \
+         causes are that both ranks of a pair send first, or both receive first, or a ring in which every \
+         rank waits for its left neighbour before it sends to its right. {why} Order the calls so that one \
+         side of every pair sends while the other receives (in a chain, the first rank only sends), or use \
+         send_recv, which sends and receives at once.",
+        waits.join("; ")
+    );
+    wrap(&text, 90).lines().map(str::to_string).collect()
 }
 
 /// The shown elements of every rank at the case's stage, against what they must be.
@@ -375,7 +546,7 @@ fn compare(report: &serde_json::Value, case: &Case) -> Vec<String> {
 
 /// The command that runs `case` by hand, to see the tables.
 fn by_hand(code: &Code, number: u32, opts: &Options, case: &Case) -> String {
-    let (_, bin) = code.target(number, opts.solution);
+    let (_, bin) = code.target(number, &opts.source);
     let release = if cfg!(debug_assertions) { "" } else { " --release" };
     // With the checker's own deadline: a deadlocked exercise run by hand then says so in
     // seconds, not after the programs' default minute.
@@ -433,4 +604,65 @@ fn wrap(text: &str, width: usize) -> String {
         line += word.len();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Lines as the ranks printed them, copied from real runs.
+    const RECV_FIRST: &str = "\
+error: rank 2: receiving 7 elements from (rank 1 over shared memory): nothing moved to or from rank 1 for the whole --timeout: it is stuck or gone
+error: rank 1: rank 2 failed first (its connection closed): receiving 7 elements from (rank 0 over shared memory): nothing moved to or from rank 0 for the whole --timeout: it is stuck or gone
+error: rank 0: rank 2 failed first (its connection closed): receiving 7 elements from (rank 2 over shared memory): nothing moved to or from rank 2 for the whole --timeout: it is stuck or gone
+launcher: rank 1 failed first (exit status 1)
+";
+
+    #[test]
+    fn every_rank_stuck_on_another_stuck_rank_is_a_deadlock() {
+        let said = deadlock(RECV_FIRST).join(" ");
+        assert!(
+            said.starts_with(
+                "This is a deadlock: rank 0 was receiving from rank 2; rank 1 was receiving from rank 0; rank 2 \
+                 was receiving from rank 1."
+            ),
+            "{said}"
+        );
+        let tcp = "\
+error: rank 0: receiving 7 elements from (rank 1 at 127.0.0.1:34130): nothing moved to or from rank 1 for the whole --timeout: it is stuck or gone
+error: rank 1: receiving 7 elements from (rank 0 at 127.0.0.1:41025): nothing moved to or from rank 0 for the whole --timeout: it is stuck or gone
+";
+        assert!(deadlock(tcp).join(" ").contains("Here every rank receives first"));
+        // Rank 0 saw rank 2 exit (after rank 2's own timeout) before its own ran out.
+        let raced = RECV_FIRST.replace(
+            "nothing moved to or from rank 2 for the whole --timeout: it is stuck or gone",
+            "lost rank 2: its connection closed (it exited, crashed or was killed)",
+        );
+        assert_ne!(raced, RECV_FIRST);
+        assert!(
+            deadlock(&raced)
+                .join(" ")
+                .starts_with("This is a deadlock: rank 0 was receiving from rank 2;")
+        );
+    }
+
+    #[test]
+    fn other_failures_are_no_deadlock() {
+        // A rank that failed otherwise, and the others waiting for it.
+        let crashed = RECV_FIRST.replace(
+            "error: rank 2: receiving 7 elements from (rank 1 over shared memory): nothing moved to or from rank 1 \
+             for the whole --timeout: it is stuck or gone",
+            "error: rank 2: --root 4 is not a rank: the world has ranks 0 to 2",
+        );
+        assert_eq!(deadlock(&crashed), Vec::<String>::new());
+        // One rank stuck, waiting for a rank that did not fail (it finished, or never came).
+        let alone = "error: rank 1: receiving 7 elements from (rank 0 over shared memory): nothing moved to or from \
+                     rank 0 for the whole --timeout: it is stuck or gone\n";
+        assert_eq!(deadlock(alone), Vec::<String>::new());
+        let lost = "error: rank 0: receiving 7 elements from (rank 1 over shared memory): lost rank 1: its connection \
+                    closed (it exited, crashed or was killed)\nerror: rank 1: receiving 7 elements from (rank 0 over \
+                    shared memory): lost rank 0: its connection closed (it exited, crashed or was killed)\n";
+        assert_eq!(deadlock(lost), Vec::<String>::new());
+        assert_eq!(deadlock(""), Vec::<String>::new());
+    }
 }

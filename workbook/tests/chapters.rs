@@ -37,7 +37,11 @@ fn chapter_1_device_is_rank_mod_device_count_with_one_row_per_process() {
         let pids: std::collections::HashSet<_> = field(&j, "pid").into_iter().collect();
         assert_eq!(pids.len(), n, "one process per rank: {r}");
     }
+    // One rank is "1 rank", not "1 ranks".
+    let r = run(hello.to_str().unwrap(), &["--nproc-per-node", "1"]).ok();
+    assert!(r.stdout.lines().any(|l| l == "Hello from 1 rank:"), "{r}");
     let r = run(hello.to_str().unwrap(), &["--nproc-per-node", "5"]).ok();
+    assert!(r.stdout.lines().any(|l| l == "Hello from 5 ranks:"), "{r}");
     assert!(
         r.stdout
             .lines()
@@ -251,7 +255,11 @@ fn chapter_7_one_broadcast_per_tensor_is_several_times_slower_than_one_packed() 
         let r = run(sync.to_str().unwrap(), &args).ok();
         r.json()["time_us"].as_f64().unwrap()
     };
-    let (each, packed) = (time("each"), time("packed"));
+    // The best of three runs of each: on a loaded machine (the other tests run beside this
+    // one) a single run can be slowed several times over, and the best is what the methods
+    // cost, not what the neighbours did.
+    let best = |method: &str| (0..3).map(|_| time(method)).fold(f64::INFINITY, f64::min);
+    let (each, packed) = (best("each"), best("packed"));
     assert!(each > 2.0 * packed, "each {each} us, packed {packed} us");
     let r = run(sync.to_str().unwrap(), &["--nproc-per-node", "2", "--iters", "1"]).ok();
     assert!(
@@ -306,6 +314,115 @@ fn chapter_9_two_launchers_rehearse_two_nodes() {
     let j = a.json();
     assert_eq!(field(&j, "local_rank"), ["0", "1", "0", "1"], "{a}");
     assert_eq!(field(&j, "device"), ["cpu:0", "cpu:1", "cpu:0", "cpu:1"], "{a}");
+    // Without a node name of their own, both "nodes" are this host: nothing crosses TCP.
+    let host = field(&j, "host")[0].clone();
+    assert_eq!(field(&j, "host"), vec![host; 4], "{a}");
+    let pairs = j["transports"].as_object().expect("the transports");
+    assert_eq!(pairs.len(), 6, "{a}");
+    assert!(pairs.values().all(|t| t == "shm"), "every pair shares memory: {a}");
+}
+
+#[test]
+fn chapter_9_with_a_node_name_each_the_rehearsal_crosses_tcp_between_nodes() {
+    // Chapter 1's trick: SLURMD_NODENAME names the node a launcher (and its ranks) is on.
+    let hello = built("00-nccl-hello-world");
+    let hello = hello.to_str().unwrap();
+    let with_names = |node: usize, args: &[&str]| {
+        let mut cmd = command(hello, &[args, &["--nproc-per-node", "2"]].concat());
+        cmd.env("SLURMD_NODENAME", format!("node{node}"))
+            .env("NCCL_DEBUG", "INFO");
+        cmd
+    };
+    let [a, b] = testkit::two_nodes(with_names);
+    let (a, b) = (a.ok(), b.ok());
+    let j = a.json();
+    assert_eq!(field(&j, "host"), ["node0", "node0", "node1", "node1"], "{a}");
+    assert_eq!(field(&j, "local_rank"), ["0", "1", "0", "1"], "{a}");
+    assert_eq!(field(&j, "device"), ["cpu:0", "cpu:1", "cpu:0", "cpu:1"], "{a}");
+    assert!(b.stdout.is_empty(), "only rank 0, on node 0, prints: {b}");
+    for (pair, via) in [
+        ("0-1", "shm"),
+        ("2-3", "shm"),
+        ("0-2", "tcp"),
+        ("0-3", "tcp"),
+        ("1-2", "tcp"),
+        ("1-3", "tcp"),
+    ] {
+        assert_eq!(j["transports"][pair], via, "{pair}: {a}");
+    }
+
+    // The commands of EXERCISES.md 9, as they print on a terminal: one line per pair.
+    let port = testkit::free_port().to_string();
+    let node = |n: usize| {
+        let rank = n.to_string();
+        let args = [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            &rank,
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+        ];
+        spawn(with_names(n, &args))
+    };
+    let (a, b) = (node(0), node(1));
+    let (a, b) = (finish(a, LIMIT).ok(), finish(b, LIMIT).ok());
+    assert!(b.stdout.is_empty(), "only rank 0, on node 0, prints: {b}");
+    let said = format!("{}{}", a.stdout, a.stderr);
+    for line in [
+        "cpu INFO 0[node0] <-> 1[node0] via SHM/shared memory (same host)",
+        "cpu INFO 0[node0] <-> 2[node1] via NET/TCP (different hosts)",
+        "cpu INFO 0[node0] <-> 3[node1] via NET/TCP (different hosts)",
+        "cpu INFO 1[node0] <-> 2[node1] via NET/TCP (different hosts)",
+        "cpu INFO 1[node0] <-> 3[node1] via NET/TCP (different hosts)",
+        "cpu INFO 2[node1] <-> 3[node1] via SHM/shared memory (same host)",
+    ] {
+        assert!(said.lines().any(|l| l == line), "missing {line:?}:\n{a}");
+    }
+    assert!(a.stdout.contains("| 2    | 0          | node1 |"), "{a}");
+}
+
+/// Every question of EXERCISES.md has its answer folded under it, and the introduction
+/// links the glossary, which defines the terms it promises.
+#[test]
+fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../EXERCISES.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let questions: Vec<&str> = text.split("**Question ").skip(1).collect();
+    assert!(questions.len() >= 15, "{} questions", questions.len());
+    for q in &questions {
+        let name = q.split("**").next().unwrap();
+        let before_next_heading = q.split("\n## ").next().unwrap();
+        assert!(
+            before_next_heading.contains("<details><summary>Answer</summary>"),
+            "question {name} has no folded answer"
+        );
+    }
+    let intro = text.split("\n## ").next().unwrap();
+    assert!(
+        intro.contains("[glossary](#glossary)"),
+        "the introduction links the glossary"
+    );
+    let glossary = text.split("\n## Glossary\n").nth(1).expect("a glossary");
+    for term in [
+        "**Rank**",
+        "**Local rank**",
+        "**World**",
+        "**Root**",
+        "**Rendezvous** and **store**",
+        "**Reduce-scatter**",
+        "**All-gather**",
+        "**algbw** and **busbw**",
+        "**α and β**",
+        "**SHM**",
+        "**P2P** and **NET**",
+        "**Eager** and **rendezvous protocols**",
+        "**Deadlock**",
+    ] {
+        assert!(glossary.contains(&format!("- {term}")), "the glossary has no {term}");
+    }
 }
 
 /// EXERCISES.md 6, against the benchmark: rows whose algbw is size / time, whose busbw is

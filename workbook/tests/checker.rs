@@ -1,9 +1,11 @@
-//! The checker against the committed exercises: every starting file fails every case of
-//! its check, every reference solution passes every case, for the world sizes and counts
-//! EXERCISES.md names, and the failures say which ranks and elements are wrong.
+//! The checker against the starting files and the solutions: every starting file fails
+//! every case of its check, every reference solution passes every case, for the world sizes
+//! and counts EXERCISES.md names, and the failures say which ranks and elements are wrong,
+//! and when a wrong answer deadlocks, that it is a deadlock.
 //!
-//! These guard the starting files as committed: in a copy where you have solved an
-//! exercise, `every_starting_file_fails` fails for it, as it should.
+//! The starting files checked are the pristine copies in workbook/fixtures/starting/
+//! (`check N --starting`), not exercises/, which the student edits: a workbook whose
+//! exercises are solved stays green. The wrong answers are workbook/fixtures/wrong/.
 
 use testkit::{LIMIT, Run, command, finish, spawn};
 
@@ -83,15 +85,12 @@ fn required(number: u32) -> Vec<String> {
 fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
     for number in [3, 4, 5, 7, 8] {
         let n = number.to_string();
-        let r = workbook(&["check", &n, "--keep-going"]);
+        let r = workbook(&["check", &n, "--starting", "--keep-going"]);
         assert_eq!(r.code, Some(1), "exercise {number}: {r}");
         let cases = cases(&r);
         assert_eq!(cases.len(), announced(&r), "exercise {number}: {r}");
         for (passed, label) in &cases {
-            assert!(
-                !passed,
-                "exercise {number}'s starting file passes '{label}' (did you solve it in this copy?):\n{r}"
-            );
+            assert!(!passed, "exercise {number}'s starting file passes '{label}':\n{r}");
         }
         for label in required(number) {
             assert!(
@@ -99,7 +98,8 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
                 "exercise {number}: no case '{label}':\n{r}"
             );
         }
-        assert!(r.stdout.contains("look for TODO in exercises/"), "{r}");
+        assert!(r.stdout.contains("look for TODO in workbook/fixtures/starting/"), "{r}");
+        assert!(!r.stdout.contains("deadlock"), "wrong values are no deadlock: {r}");
         assert!(r.stdout.contains(&format!("`cargo workbook hint {number}`")), "{r}");
     }
 }
@@ -127,7 +127,7 @@ fn every_solution_passes_every_case() {
 fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
     // The starting ring does nothing: rank r keeps r + 1 + 10 (i mod 1000), where every
     // rank should hold the sum 3 + 20 (i mod 1000) on 2 ranks.
-    let r = workbook(&["check", "5"]);
+    let r = workbook(&["check", "5", "--starting"]);
     assert_eq!(r.code, Some(1), "{r}");
     let lines: Vec<&str> = r.stdout.lines().map(str::trim).collect();
     for line in [
@@ -135,7 +135,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
         "rank 0: element 0 is 1 instead of 3",
         "rank 1: element 0 is 2 instead of 3",
         "the program's own check of every element: check FAILED, 2 wrong elements: rank 0: 1 wrong (element 0 is 1 instead of 3); rank 1: 1 wrong (element 0 is 2 instead of 3)",
-        "run it yourself: cargo run --bin ex05-ring-allreduce -- --nproc-per-node 2 --timeout 20s --count 1",
+        "run it yourself: cargo run --bin start05-ring-allreduce -- --nproc-per-node 2 --timeout 20s --count 1",
     ] {
         assert!(lines.contains(&line), "missing {line:?}:\n{r}");
     }
@@ -143,7 +143,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
     assert_eq!(cases(&r).len(), 1, "{r}");
 
     // The broadcast from root 1: rank 0 never received, so it still holds zeros.
-    let r = workbook(&["check", "4", "--hint"]);
+    let r = workbook(&["check", "4", "--starting", "--hint"]);
     assert!(
         r.stdout
             .contains("rank 0: element 0 is 0 instead of 42 (7 of the 7 elements shown are wrong)"),
@@ -153,7 +153,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
 
     // The starting sharded step does nothing: the parameters keep their i + 1, where one
     // step on 2 ranks (average gradient 1.5 (i + 1), lr 0.25) leaves 0.625 (i + 1).
-    let r = workbook(&["check", "8"]);
+    let r = workbook(&["check", "8", "--starting"]);
     assert_eq!(r.code, Some(1), "{r}");
     let lines: Vec<&str> = r.stdout.lines().map(str::trim).collect();
     for line in [
@@ -161,7 +161,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
         "rank 0: element 0 is 1 instead of 0.625",
         "rank 1: element 0 is 1 instead of 0.625",
         "the program's own check of every element: check FAILED, 2 wrong elements: rank 0: 1 wrong (element 0 is 1 instead of 0.625); rank 1: 1 wrong (element 0 is 1 instead of 0.625)",
-        "run it yourself: cargo run --bin ex08-sharded-update -- --nproc-per-node 2 --timeout 20s --count 1",
+        "run it yourself: cargo run --bin start08-sharded-update -- --nproc-per-node 2 --timeout 20s --count 1",
     ] {
         assert!(lines.contains(&line), "missing {line:?}:\n{r}");
     }
@@ -229,8 +229,97 @@ fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
         assert!(r.stdout.contains("runs on the nccl backend"), "{r}");
         assert!(cases(&r).iter().all(|(passed, _)| *passed), "{r}");
     }
-    let args = ["check", "5", "--backend", "nccl", "--max-world", "4"];
+    let args = ["check", "5", "--starting", "--backend", "nccl", "--max-world", "4"];
     let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
     assert_eq!(r.code, Some(1), "{r}");
     assert!(r.stdout.contains("rank 1: element 0 is 2 instead of 3"), "{r}");
+}
+
+/// The deadlock's explanation, as the checker prints it: one paragraph over several lines.
+fn explanation(r: &Run) -> String {
+    let from = r
+        .stdout
+        .find("This is a deadlock: ")
+        .unwrap_or_else(|| panic!("no deadlock named:\n{r}"));
+    let to = r.stdout[from..]
+        .find("run it yourself")
+        .map_or(r.stdout.len(), |i| from + i);
+    r.stdout[from..to].split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn a_deadlock_is_named_as_one_with_its_usual_causes() {
+    // Every rank receives from its left neighbour before it sends to its right (a real
+    // program, workbook/fixtures/wrong/04_receive_first.rs): nobody ever sends.
+    let r = workbook(&["check", "4", "--fixture", "wrong04-receive-first", "--timeout", "3s"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert_eq!(
+        cases(&r),
+        [(false, "world 2, --algo star --root 1 --count 7".to_string())],
+        "{r}"
+    );
+    // The ranks' own lines still come first.
+    assert!(
+        r.stdout.contains("error: rank 1: receiving 7 elements from (rank 0 ")
+            || r.stdout.contains("error: rank 0: receiving 7 elements from (rank 1 "),
+        "{r}"
+    );
+    let said = explanation(&r);
+    for words in [
+        "This is a deadlock: rank 0 was receiving from rank 1; rank 1 was receiving from rank 0.",
+        "Each rank waited for a rank that was itself waiting, so none could ever go on, and --timeout ended the job.",
+        "both ranks of a pair send first, or both receive first, or a ring in which every rank waits for its left \
+         neighbour before it sends to its right.",
+        "Here every rank receives first: nobody sends, so nothing ever arrives.",
+        "or use send_recv, which sends and receives at once.",
+    ] {
+        assert!(said.contains(words), "missing {words:?} in {said:?}:\n{r}");
+    }
+
+    // Every rank of a ring sends first (EXERCISES.md 5c): the small cases pass, the large
+    // one deadlocks, every rank in its send to the right.
+    let r = workbook(&["check", "5", "--fixture", "wrong05-send-first", "--timeout", "3s"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    let failed: Vec<_> = cases(&r).into_iter().filter(|(ok, _)| !ok).collect();
+    assert_eq!(failed, [(false, "world 3, --count 8000000".to_string())], "{r}");
+    let said = explanation(&r);
+    assert!(
+        said.contains(
+            "This is a deadlock: rank 0 was sending to rank 1; rank 1 was sending to rank 2; rank 2 was sending to rank 0."
+        ),
+        "{said:?}:\n{r}"
+    );
+    assert!(said.contains("Here every rank sends first"), "{said:?}:\n{r}");
+}
+
+#[test]
+fn on_nccl_a_deadlock_is_named_as_one_too() {
+    let args = [
+        "check",
+        "4",
+        "--fixture",
+        "wrong04-receive-first",
+        "--timeout",
+        "3s",
+        "--backend",
+        "nccl",
+        "--max-world",
+        "3",
+    ];
+    let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 3)), LIMIT * 4);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stdout.contains("(ncclSend)") || r.stdout.contains("(ncclRecv)"),
+        "{r}"
+    );
+    let said = explanation(&r);
+    assert!(
+        said.starts_with("This is a deadlock: rank 0 was waiting for its GPU to finish a "),
+        "{said:?}:\n{r}"
+    );
+    assert!(
+        said.contains("put the send and the receive of a step in one ncclGroupStart/ncclGroupEnd"),
+        "{said:?}:\n{r}"
+    );
+    assert!(said.contains("both receive first"), "{said:?}:\n{r}");
 }
