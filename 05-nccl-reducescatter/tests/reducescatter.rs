@@ -82,7 +82,7 @@ fn the_text_output_labels_each_block_with_the_rank_it_goes_to() {
         "  CPU 0 | 6  |",
         "  CPU 2 | 18 |",
         "Rank b holds the sum of every rank's block b.",
-        "Check: OK, all 3 ranks hold the expected values in all 1 elements",
+        "Check: OK, all 3 ranks hold the expected values in their one element",
     ] {
         assert!(r.stdout.lines().any(|l| l == line), "missing {line:?} in:\n{r}");
     }

@@ -718,10 +718,16 @@ impl Session {
             wrong: total as u64,
         });
         if total == 0 {
-            self.say(&format!(
-                "Check: OK, all {world} ranks hold {holds} in all {} elements",
-                all.len()
-            ));
+            let who = match world {
+                1 => "the one rank holds".to_string(),
+                n => format!("all {n} ranks hold"),
+            };
+            let elements = match (all.len(), world) {
+                (1, 1) => "its one element".to_string(),
+                (1, _) => "their one element".to_string(),
+                (n, _) => format!("all {n} elements"),
+            };
+            self.say(&format!("Check: OK, {who} {holds} in {elements}"));
             return Ok(());
         }
         let bad: Vec<String> = results

@@ -52,6 +52,10 @@ enum Cmd {
         /// The backend the jobs use: `cpu` (runs anywhere), `nccl` (one GPU per rank) or `auto`.
         #[arg(long, default_value = "cpu", value_parser = ["cpu", "nccl", "auto"])]
         backend: String,
+        /// Run the jobs on the NCCL backend with N simulated GPUs (host memory, no GPU
+        /// needed): the same NCCL calls as on a GPU node. Worlds larger than N are left out.
+        #[arg(long, value_name = "N", conflicts_with = "backend", value_parser = clap::value_parser!(u32).range(2..=64))]
+        simulate_gpus: Option<u32>,
         /// The largest world size to run (with NCCL: at most your number of GPUs).
         #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=5))]
         max_world: u32,
@@ -69,8 +73,28 @@ struct Options {
     hint: bool,
     keep_going: bool,
     backend: String,
+    /// `--simulate-gpus N`: the jobs run on N simulated GPUs.
+    simulate_gpus: Option<u32>,
     max_world: usize,
     timeout: String,
+}
+
+impl Options {
+    /// The jobs' backend, as the checker's first line names it.
+    fn describe(&self) -> String {
+        match self.simulate_gpus {
+            Some(n) => format!("nccl backend on {n} simulated GPUs (host memory)"),
+            None => format!("{} backend", self.backend),
+        }
+    }
+
+    /// The flags that pick the jobs' backend.
+    fn backend_flags(&self) -> Vec<String> {
+        match self.simulate_gpus {
+            Some(n) => vec!["--simulate-gpus".into(), n.to_string()],
+            None => vec!["--backend".into(), self.backend.clone()],
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -103,6 +127,7 @@ fn main() -> ExitCode {
             hint,
             keep_going,
             backend,
+            simulate_gpus,
             max_world,
         } => {
             let source = match (solution, starting, fixture) {
@@ -116,7 +141,9 @@ fn main() -> ExitCode {
                 hint,
                 keep_going,
                 backend,
-                max_world: max_world as usize,
+                simulate_gpus,
+                // One rank per GPU: NCCL refuses two on one.
+                max_world: simulate_gpus.map_or(max_world, |n| n.min(max_world)) as usize,
                 timeout: format!("{}ms", cli.timeout.as_millis()),
             };
             if every {
@@ -202,11 +229,11 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
     };
     let cases = (code.cases)(opts.max_world);
     println!(
-        "Exercise {} ({}): {folder}, {} runs on the {} backend",
+        "Exercise {} ({}): {folder}, {} runs on the {}",
         ex.number,
         ex.title,
         cases.len(),
-        opts.backend
+        opts.describe()
     );
     let mut failed = 0;
     for case in &cases {
@@ -301,11 +328,12 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, String> {
 /// exercise demands; the error is what a person should read, line by line.
 fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> {
     let world = case.world.to_string();
+    let backend = opts.backend_flags();
     let mut args = vec![
         "--nproc-per-node",
         &world,
-        "--backend",
-        &opts.backend,
+        &backend[0],
+        &backend[1],
         "--format",
         "json",
         "--timeout",
@@ -559,8 +587,8 @@ fn by_hand(code: &Code, number: u32, opts: &Options, case: &Case) -> String {
         format!("--nproc-per-node {}", case.world),
         format!("--timeout {timeout}"),
     ];
-    if opts.backend != "cpu" {
-        flags.push(format!("--backend {}", opts.backend));
+    if opts.simulate_gpus.is_some() || opts.backend != "cpu" {
+        flags.push(opts.backend_flags().join(" "));
     }
     let own = case.label();
     let own = own.split_once(", ").map_or("", |(_, rest)| rest);

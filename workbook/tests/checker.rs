@@ -235,6 +235,30 @@ fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
     assert!(r.stdout.contains("rank 1: element 0 is 2 instead of 3"), "{r}");
 }
 
+#[test]
+fn on_simulated_gpus_the_checker_runs_unchanged() {
+    // --simulate-gpus: the NCCL backend with no GPU and no setup; worlds above 3 left out.
+    let r = workbook(&["check", "5", "--solution", "--simulate-gpus", "3"]);
+    assert_eq!(r.code, Some(0), "{r}");
+    assert!(
+        r.stdout
+            .contains("runs on the nccl backend on 3 simulated GPUs (host memory)"),
+        "{r}"
+    );
+    let worlds: Vec<String> = cases(&r)
+        .iter()
+        .map(|(_, c)| c.split(',').next().unwrap().to_string())
+        .collect();
+    assert!(worlds.iter().all(|w| w == "world 2" || w == "world 3"), "{worlds:?}");
+    assert!(worlds.contains(&"world 3".to_string()), "{r}");
+    let r = workbook(&["check", "5", "--starting", "--simulate-gpus", "2"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(r.stdout.contains("rank 1: element 0 is 2 instead of 3"), "{r}");
+    assert!(r.stdout.contains("--simulate-gpus 2 --count 1"), "the rerun line:\n{r}");
+    let r = workbook(&["check", "5", "--simulate-gpus", "2", "--backend", "nccl"]);
+    assert_eq!(r.code, Some(2), "{r}");
+}
+
 /// The deadlock's explanation, as the checker prints it: one paragraph over several lines.
 fn explanation(r: &Run) -> String {
     let from = r
