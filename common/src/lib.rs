@@ -16,14 +16,18 @@ pub mod launch;
 pub mod launcher;
 pub mod meeting;
 pub mod nccl_library;
+pub mod nvtx;
 pub mod perf;
 pub mod plot;
 pub mod rank;
+pub mod record;
 pub mod rendezvous;
 pub mod report;
 pub mod session;
 pub mod simulate;
+pub mod steps;
 pub mod table;
+pub mod trace;
 pub mod transport;
 pub mod units;
 pub mod wire;
@@ -114,6 +118,14 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
         Ok(role) => role,
         Err(e) => return fail(None, &e),
     };
+    // `--trace FILE` is checked where it will be written (rank 0's host), before anything starts.
+    let (here, who) = match &role {
+        launch::Role::Launcher(_) => (run.node_rank == 0, None),
+        launch::Role::Rank(id) => (id.rank == 0, Some(id.rank)),
+    };
+    if let Err(e) = check_trace(run, here) {
+        return fail(who, &e);
+    }
     match role {
         launch::Role::Launcher(plan) => match launch_ranks(run, &plan) {
             Ok(code) => ExitCode::from(code),
@@ -130,6 +142,14 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
                 Err(e) => fail(Some(rank), &e),
             }
         }
+    }
+}
+
+/// `--trace FILE`, if `here` is where it will be written: its folder must be there.
+fn check_trace(run: &RunArgs, here: bool) -> Result<()> {
+    match &run.trace {
+        Some(path) if here => trace::check_path(path),
+        _ => Ok(()),
     }
 }
 

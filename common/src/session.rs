@@ -165,6 +165,10 @@ pub struct Session {
     device_count: usize,
     /// Why a check failed: the session still finishes, then fails.
     failed: Option<String>,
+    /// `--steps` on the CPU backend, until the timed runs: rank 0 prints the steps.
+    steps: bool,
+    /// `--trace FILE`: rank 0 writes every rank's timeline there at the end.
+    trace: Option<std::path::PathBuf>,
 }
 
 impl Session {
@@ -185,6 +189,13 @@ impl Session {
                 print_out(
                     "--show-calls: the CPU backend makes no NCCL or CUDA call (it runs NCCL's ring algorithms \
                      itself); to see NCCL's calls on a machine with no GPU, add --simulate-gpus N",
+                );
+            }
+            if run.steps && kind == Kind::Nccl {
+                print_out(
+                    "--steps: NCCL runs a collective's steps inside its own kernels, where this program cannot \
+                     see them; --show-calls shows the NCCL calls each rank makes, and --backend cpu runs the same \
+                     ring step by step where --steps shows it",
                 );
             }
         }
@@ -304,8 +315,12 @@ impl Session {
             seq: 0,
             device_count,
             failed: None,
+            steps: run.steps && kind == Kind::Cpu && run.format == Format::Text,
+            trace: run.trace.clone(),
         };
         session.say_transports();
+        // Every rank leaves the rendezvous at about the same moment: the traces' common start.
+        crate::record::start(session.steps, session.trace.is_some());
         Ok(session)
     }
 
@@ -453,6 +468,7 @@ impl Session {
     /// the title's first word), with the rows' labels and which cells changed since the
     /// last table: `None` on the other ranks.
     fn gather_rows<T: Element>(&mut self, title: &str, mine: &[T]) -> Result<Option<Rows>> {
+        self.flush_steps()?;
         let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
         self.store
@@ -584,9 +600,14 @@ impl Session {
             .count_of(send.map(|s| s.len()), recv.len(), world)
             .map_err(|why| crate::error::usage(format!("rank {rank}: {why}")))?;
         let (send_len, recv_len) = (coll.counts)(count, world);
-        self.last_op = Some((coll, send_len.max(recv_len) * size_of::<T>()));
+        let bytes = send_len.max(recv_len) * size_of::<T>();
+        self.last_op = Some((coll, bytes));
+        let _span = crate::record::collective(coll.title, bytes as u64);
+        let _range = self.nvtx(coll.nccl_name);
         let done = match &mut self.backend {
-            Backend::Cpu(cpu) => (coll.cpu)(
+            Backend::Cpu(cpu) => {
+                crate::record::watch(coll.title, host(recv), send.map(host), true);
+                (coll.cpu)(
                 cpu,
                 HostCall {
                     send: send.map(|s| as_bytes(host(s))),
@@ -595,7 +616,8 @@ impl Session {
                     root,
                     reduction: Reduction::of::<T>(op),
                 },
-            ),
+            )
+            }
             Backend::Nccl(nccl) => {
                 let layout = (coll.in_place)(count, world, rank);
                 nccl.with_pointers(send, recv, layout, |send, recv| {
@@ -619,6 +641,7 @@ impl Session {
     pub fn barrier(&mut self) -> Result<()> {
         let key = self.next_key("barrier");
         let (rank, world) = (self.rank(), self.world_size());
+        let _span = crate::record::wait("barrier");
         self.store.barrier(&key, rank, world)
     }
 
@@ -697,6 +720,8 @@ impl Session {
         holds: &str,
         expected: impl Fn(usize) -> T,
     ) -> Result<()> {
+        self.flush_steps()?;
+        let _range = self.nvtx("check");
         let mut all = self.backend.download(buf, buf.len())?;
         corrupt_for_tests(self.rank(), &mut all);
         let bad = |i: &usize| !all[*i].matches(expected(*i));
@@ -787,6 +812,11 @@ impl Session {
     /// back, wait for the last run, and return every rank's mean seconds per run, in rank
     /// order.
     pub fn time_runs(&mut self, iters: u32, mut op: impl FnMut(&mut Session) -> Result<()>) -> Result<Vec<f64>> {
+        // --steps shows the first, checked runs; the timed ones are not recorded.
+        self.flush_steps()?;
+        self.steps = false;
+        crate::record::stop_steps();
+        let _range = self.nvtx("timed runs");
         self.synchronize()?;
         self.barrier()?;
         let start = Instant::now();
@@ -802,6 +832,8 @@ impl Session {
     /// still needs it), then rank 0 prints the JSON report.
     pub fn finish(mut self) -> Result<()> {
         let (rank, world) = (self.rank(), self.world_size());
+        self.flush_steps()?;
+        self.write_trace()?;
         self.store.barrier("end", rank, world)?;
         self.backend.close()?;
         self.store.bye();
@@ -836,6 +868,83 @@ impl Session {
             Err(_) if self.rank() != 0 => err.context("rank 0, which hosts the store, is gone too"),
             Err(_) => err,
         }
+    }
+
+    /// An NVTX range named `name`, on the NCCL backend (Nsight Systems shows it).
+    fn nvtx(&self, name: &str) -> Option<crate::nvtx::Range> {
+        (self.backend.name() == "nccl").then(|| crate::nvtx::range(name))
+    }
+
+    /// `--steps`: gathers on rank 0 what every rank recorded since the last time, and
+    /// prints its steps. Every rank calls it at the same points (tables, checks, the
+    /// timed runs, the end), whatever it recorded.
+    fn flush_steps(&mut self) -> Result<()> {
+        if !self.steps {
+            return Ok(());
+        }
+        let (events, too_big) = crate::record::take_steps();
+        if let Some(n) = too_big {
+            self.say(&format!(
+                "--steps: the buffer has {n} elements; steps are shown for buffers of at most {} (try --count 6)",
+                crate::record::STEPS_MAX
+            ));
+            self.steps = false;
+            crate::record::stop_steps();
+            return Ok(());
+        }
+        let key = self.next_key("steps");
+        let (rank, world) = (self.rank(), self.world_size());
+        self.store.set(&format!("{key}/{rank}"), &serde_json::to_vec(&events)?)?;
+        if rank != 0 {
+            return Ok(());
+        }
+        let keys: Vec<_> = (0..world).map(|r| (format!("{key}/{r}"), r)).collect();
+        let all: Vec<Vec<crate::record::Event>> = self
+            .store
+            .wait(&keys, "every rank's steps")?
+            .iter()
+            .map(|v| serde_json::from_slice(v))
+            .collect::<Result<_, _>>()?;
+        let labels: Vec<String> = (0..world).map(|r| format!("CPU {r}")).collect();
+        let lines = crate::steps::render(&all, &labels);
+        if !lines.is_empty() {
+            self.say(&format!("{}\n", lines.join("\n")));
+        }
+        Ok(())
+    }
+
+    /// `--trace FILE`: every rank's events, gathered on rank 0 and written as one
+    /// Chrome trace.
+    fn write_trace(&mut self) -> Result<()> {
+        let Some(path) = self.trace.clone() else {
+            return Ok(());
+        };
+        let (events, dropped) = crate::record::take_all();
+        let (rank, world) = (self.rank(), self.world_size());
+        let mine = crate::trace::RankTrace {
+            host: self.members[rank].host.clone(),
+            events,
+            dropped,
+        };
+        self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)?;
+        if rank != 0 {
+            return Ok(());
+        }
+        let keys: Vec<_> = (0..world).map(|r| (format!("trace/{r}"), r)).collect();
+        let all: Vec<crate::trace::RankTrace> = self
+            .store
+            .wait(&keys, "every rank's trace")?
+            .iter()
+            .map(|v| serde_json::from_slice(v))
+            .collect::<Result<_, _>>()?;
+        crate::trace::write(&path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
+        let count: usize = all.iter().map(|t| t.events.len()).sum();
+        self.say(&format!(
+            "Trace: {count} events of {world} ranks written to {}: open it in https://ui.perfetto.dev (or \
+             chrome://tracing)",
+            path.display()
+        ));
+        Ok(())
     }
 
     fn next_key(&mut self, what: &str) -> String {

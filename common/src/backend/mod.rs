@@ -14,7 +14,7 @@ pub mod cpu;
 pub mod nccl;
 pub mod watchdog;
 
-use crate::element::Element;
+use crate::element::{Element, as_bytes};
 use anyhow::Result;
 
 /// A rank's buffer: host memory on the CPU backend, device memory on NCCL.
@@ -87,7 +87,13 @@ impl Backend {
     /// Sends the whole buffer to `peer`, which must `recv` the same number of elements.
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         match (self, &buf.storage) {
-            (Backend::Cpu(c), Storage::Host(v)) => c.send(v, peer),
+            (Backend::Cpu(c), Storage::Host(v)) => {
+                use crate::record::{self, Dir, How};
+                record::watch("the point-to-point calls", v, None, false);
+                let t = record::clock();
+                c.send(v, peer)
+                    .map(|()| record::op(t, "send", &[(Dir::Send, peer, as_bytes(v), How::Copy)]))
+            }
             (Backend::Nccl(n), _) => n.send(buf, peer),
             (Backend::Cpu(_), Storage::Device(_)) => unreachable!("device buffers only come from NCCL"),
         }
@@ -96,7 +102,14 @@ impl Backend {
     /// Receives the whole buffer from `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         match self {
-            Backend::Cpu(c) => c.recv(host_mut(buf), peer),
+            Backend::Cpu(c) => {
+                use crate::record::{self, Dir, How};
+                let v = host_mut(buf);
+                record::watch("the point-to-point calls", v, None, false);
+                let t = record::clock();
+                c.recv(v, peer)
+                    .map(|()| record::op(t, "recv", &[(Dir::Recv, peer, as_bytes(v), How::Copy)]))
+            }
             Backend::Nccl(n) => n.recv(buf, peer),
         }
     }

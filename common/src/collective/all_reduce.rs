@@ -5,6 +5,7 @@ use super::ring::all_gather_steps;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
 use crate::backend::cpu::{Cpu, REDUCE_PIECE, STREAM_ABOVE, chunk_range, keep, split_two};
 use crate::backend::nccl::Nccl;
+use crate::record::{self, Dir, How};
 use crate::transport::shm::SLOT_BYTES;
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
@@ -83,7 +84,10 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     };
     let streaming = data.len() >= STREAM_ABOVE;
     let mut scratch = vec![0u8; REDUCE_PIECE];
+    record::algorithm("the ring, step by step");
+    record::phase("reduce-scatter");
     for step in 0..n - 1 {
+        let t = record::clock();
         let (sent, got) = ((r + n - step) % n, (r + 2 * n - step - 1) % n);
         let (partial, acc) = split_two(data, chunk(sent), chunk(got));
         // Out of place, the first chunk sent and every chunk reduced come from `send`.
@@ -103,10 +107,16 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             })
         })
         .with_context(|| format!("all-reduce, reduce-scatter step {} of {}", step + 1, n - 1))?;
+        record::op(
+            t,
+            "send/recv",
+            &[(Dir::Send, right, out, How::Copy), (Dir::Recv, left, acc, How::Reduce)],
+        );
     }
     // Rank r now holds chunk r + 1 finished: average it before it travels.
     let own = chunk((r + 1) % n);
-    red.finish(&mut data[own], n);
+    red.finish(&mut data[own.clone()], n);
+    record::wrote(&data[own]);
     all_gather_steps(cpu, tag, data, &chunk, 1, streaming, "all-reduce, all-gather")
 }
 
@@ -134,6 +144,7 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
     let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
     let streaming = data.len() >= STREAM_ABOVE;
     let mut scratch = vec![0u8; REDUCE_PIECE];
+    record::algorithm("the ring, piece by piece (pipelined)");
     for k in 0..longest.div_ceil(per).max(1) {
         // Piece k of chunk c, in bytes (chunks differ by one element at most: a last
         // piece may be empty).
@@ -144,23 +155,30 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
         };
         let step = |what: &str| format!("all-reduce, piece {k}: {what}");
         // Reduce-scatter: our own piece of chunk r goes right...
+        record::phase("reduce-scatter");
         let own = piece(r);
         let first = src.map_or(&data[own.clone()], |src| &src[own]);
+        let t = record::clock();
         cpu.link(right)
             .send(tag, first)
             .map_err(|e| cpu.lost(e, right))
             .with_context(|| step("send"))?;
+        record::op(t, "send", &[(Dir::Send, right, first, How::Copy)]);
         // ...then each partial result arriving from the left gets ours reduced in and goes on.
         for s in 0..n - 2 {
             let p = piece(r + 2 * n - s - 1);
             let mine = src.map_or(&data[p.clone()], |src| &src[p]);
+            let t = record::clock();
             cpu.recv_then_send(tag, (left, right), mine.len(), &mut scratch, |out, off, inp| {
                 (red.combine)(out, &mine[off..], inp)
             })
             .with_context(|| step("recvReduceSend"))?;
+            let part = [(Dir::Recv, left, mine, How::Partial), (Dir::Send, right, mine, How::Partial)];
+            record::op(t, "recvReduceSend", &part);
         }
         // The last reduction makes the full result of chunk r + 1: passed on, and kept.
         let p = piece(r + 1);
+        let t = record::clock();
         cpu.recv_then_send(tag, (left, right), p.len(), &mut scratch, |out, off, inp| {
             let at = p.start + off..p.end;
             let mine = src.map_or(&data[at.clone()], |src| &src[at.clone()]);
@@ -169,23 +187,38 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
             keep(&mut data[at], out, streaming);
         })
         .with_context(|| step("recvReduceCopySend"))?;
+        let done = &data[p];
+        record::op(
+            t,
+            "recvReduceCopySend",
+            &[(Dir::Recv, left, done, How::Reduce), (Dir::Send, right, done, How::Copy)],
+        );
+        record::phase("all-gather");
         // All-gather: each finished result arriving from the left is kept and passed on...
         for s in 0..n - 2 {
             let dst = &mut data[piece(r + n - s)];
+            let t = record::clock();
             cpu.recv_then_send(tag, (left, right), dst.len(), &mut scratch, |out, off, inp| {
                 out.copy_from_slice(inp);
                 keep(&mut dst[off..], inp, streaming);
             })
             .with_context(|| step("recvCopySend"))?;
+            record::op(
+                t,
+                "recvCopySend",
+                &[(Dir::Recv, left, dst, How::Copy), (Dir::Send, right, dst, How::Copy)],
+            );
         }
         // ...and the last one only kept.
         let dst = &mut data[piece(r + 2)];
+        let t = record::clock();
         match streaming {
             true => cpu.link(left).recv_into_streaming(tag, dst),
             false => cpu.link(left).recv_into(tag, dst),
         }
         .map_err(|e| cpu.lost(e, left))
         .with_context(|| step("recv"))?;
+        record::op(t, "recv", &[(Dir::Recv, left, dst, How::Copy)]);
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
 use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
 use crate::backend::nccl::Nccl;
+use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
 
@@ -52,10 +53,12 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (left, right) = cpu.neighbours();
     let streaming = buf.len() >= STREAM_ABOVE;
     let tag = BROADCAST.tag;
+    record::algorithm("a chain round the ring from the root, piece by piece (pipelined)");
     for (i, piece) in buf.chunks_mut(PIECE).enumerate() {
         let at =
             |what: &str, peer: usize| format!("broadcast from rank {root}: {what} piece {i} {}", cpu.peer_name(peer));
         if pos > 0 {
+            let t = record::clock();
             let link = cpu.link(left);
             match streaming && pos == n - 1 {
                 // The last rank of the chain only stores what it receives.
@@ -64,16 +67,21 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             }
             .map_err(|e| cpu.lost(e, left))
             .with_context(|| at("receiving", left))?;
+            record::op(t, "recv", &[(Dir::Recv, left, piece, How::Copy)]);
         }
         let mine = root_src.map(|s| &s[i * PIECE..][..piece.len()]);
         if pos < n - 1 {
+            let t = record::clock();
+            let out = mine.unwrap_or(piece);
             cpu.link(right)
-                .send(tag, mine.unwrap_or(piece))
+                .send(tag, out)
                 .map_err(|e| cpu.lost(e, right))
                 .with_context(|| at("sending", right))?;
+            record::op(t, "send", &[(Dir::Send, right, out, How::Copy)]);
         }
         if let Some(mine) = mine {
             keep(piece, mine, streaming);
+            record::wrote(piece);
         }
     }
     Ok(())

@@ -113,6 +113,7 @@ fn step(
 ) -> Result<()> {
     let tag = REDUCE_SCATTER.tag;
     let (left, right) = cpu.neighbours();
+    let t = crate::record::clock();
     cpu.exchange(tag, (partial, right), (partial.len(), left), |link, slice| {
         link.recv_pieces(tag, slice.len(), pieces, &mut |off, piece| {
             let at = slice.start + off;
@@ -122,5 +123,12 @@ fn step(
                 None => (red.accumulate)(out, piece),
             }
         })
-    })
+    })?;
+    use crate::record::{Dir, How};
+    crate::record::op(
+        t,
+        "send/recv",
+        &[(Dir::Send, right, partial, How::Copy), (Dir::Recv, left, dst, How::Reduce)],
+    );
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! reduce-scatter: each rank passes the finished chunks round the ring, one per step.
 
 use crate::backend::cpu::{Cpu, split_two};
+use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
 use std::ops::Range;
 
@@ -21,7 +22,9 @@ pub fn all_gather_steps(
 ) -> Result<()> {
     let (n, r) = (cpu.world(), cpu.rank());
     let (left, right) = cpu.neighbours();
+    record::phase("all-gather");
     for step in 0..n - 1 {
+        let t = record::clock();
         let (send, recv) = ((r + first + n - step) % n, (r + first + 2 * n - step - 1) % n);
         let (out, dst) = split_two(data, chunk(send), chunk(recv));
         cpu.exchange(tag, (out, right), (dst.len(), left), |link, slice| match streaming {
@@ -29,6 +32,11 @@ pub fn all_gather_steps(
             false => link.recv_into(tag, &mut dst[slice]),
         })
         .with_context(|| format!("{what} step {} of {}", step + 1, n - 1))?;
+        record::op(
+            t,
+            "send/recv",
+            &[(Dir::Send, right, out, How::Copy), (Dir::Recv, left, dst, How::Copy)],
+        );
     }
     Ok(())
 }

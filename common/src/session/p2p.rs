@@ -21,7 +21,8 @@ use crate::args::DataArgs;
 use crate::backend::cpu::{Cpu, split_two};
 use crate::backend::{Backend, Buffer, Storage};
 use crate::collective::Collective;
-use crate::element::{Element, ReduceOp};
+use crate::element::{Element, ReduceOp, as_bytes};
+use crate::record::{self, Dir, How};
 use crate::error::{SharedError, usage};
 use crate::report::Timing;
 use anyhow::{Context, Result, anyhow};
@@ -86,7 +87,13 @@ impl Session {
         check_range(&range, buf.len())?;
         let rank = self.rank();
         let sent = match (&self.backend, &buf.storage) {
-            (Backend::Cpu(c), Storage::Host(v)) => c.send(&v[range], peer),
+            (Backend::Cpu(c), Storage::Host(v)) => {
+                record::watch("the point-to-point calls", v, None, false);
+                let t = record::clock();
+                let part = &v[range];
+                c.send(part, peer)
+                    .map(|()| record::op(t, "send_part", &[(Dir::Send, peer, as_bytes(part), How::Copy)]))
+            }
             _ => self.staged(buf, Some((range, peer)), None).map(|_| ()),
         };
         sent.with_context(|| format!("rank {rank}"))
@@ -173,14 +180,21 @@ impl Session {
         check_range(&range, buf.len())?;
         let rank = self.rank();
         let got = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
+            let (name, noted) = match how {
+                Arrive::Replace => ("recv_part", How::Copy),
+                Arrive::Add => ("recv_add_part", How::Reduce),
+            };
+            record::watch(name, v, None, false);
+            let t = record::clock();
             let dst = &mut v[range];
-            match how {
+            let got = match how {
                 Arrive::Replace => c.recv(dst, peer),
                 Arrive::Add => {
                     let mut tmp = vec![T::default(); dst.len()];
                     c.recv(&mut tmp, peer).map(|()| add(dst, &tmp))
                 }
-            }
+            };
+            got.map(|()| record::op(t, name, &[(Dir::Recv, peer, as_bytes(dst), noted)]))
         } else {
             self.staged(buf, None, Some((range, peer, how)))
                 .map(|b| *buf = b.expect("a received buffer"))
@@ -206,14 +220,22 @@ impl Session {
         }
         let rank = self.rank();
         let done = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
+            let (name, noted) = match how {
+                Arrive::Replace => ("send_recv", How::Copy),
+                Arrive::Add => ("send_recv_add", How::Reduce),
+            };
+            record::watch(name, v, None, false);
+            let t = record::clock();
             let (out, dst) = split_two(v, send, recv);
-            match how {
+            let done = match how {
                 Arrive::Replace => cpu_exchange(c, out, to, dst, from),
                 Arrive::Add => {
                     let mut tmp = vec![T::default(); dst.len()];
                     cpu_exchange(c, out, to, &mut tmp, from).map(|()| add(dst, &tmp))
                 }
-            }
+            };
+            let parts = [(Dir::Send, to, as_bytes(out), How::Copy), (Dir::Recv, from, as_bytes(dst), noted)];
+            done.map(|()| record::op(t, name, &parts))
         } else {
             self.staged(buf, Some((send, to)), Some((recv, from, how)))
                 .map(|b| *buf = b.expect("a received buffer"))

@@ -1,0 +1,423 @@
+//! The recorder: what this rank's collectives and point-to-point calls did, noted once
+//! and read by two views: `--steps` ([`crate::steps`]: every step of a small collective,
+//! per rank, as text) and `--trace FILE` ([`crate::trace`]: a Chrome trace timeline).
+//!
+//! Each rank is a process of its own, so the log is one per process. The CPU backend's
+//! algorithms note each *operation* (a send, a receive, or both at once: one step of a
+//! ring) with its parts: which peer, how many bytes, and where in the rank's buffer the
+//! part lies (a slice's place is found from its address against the buffer's). Off, a
+//! note costs one branch: [`clock`] returns `None` and every note is skipped.
+//!
+//! The NCCL backend cannot be seen inside; its calls can be timed with [`span`]:
+//!
+//! ```ignore
+//! let _span = common::record::span("ncclAllReduce", bytes); // noted when dropped
+//! ```
+
+use crate::element::Element;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// The largest buffer `--steps` shows, in elements.
+pub const STEPS_MAX: usize = 64;
+/// The most events one rank keeps (a long timed loop under `--trace`); later ones are
+/// counted, not kept.
+pub const MAX_EVENTS: usize = 50_000;
+
+static ON: AtomicBool = AtomicBool::new(false);
+static LOG: Mutex<Option<Log>> = Mutex::new(None);
+
+/// What kind of span an event is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cat {
+    /// A buffer starts being watched: `values` holds its elements before anything moved.
+    Watch,
+    /// One collective, from the session's call to its return.
+    Collective,
+    /// One operation of an algorithm: a ring step, or a point-to-point call.
+    Op,
+    /// Waiting for the other ranks (a barrier).
+    Wait,
+    /// A call into a library (NCCL), timed from outside.
+    Call,
+}
+
+/// Which way a part of an operation goes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Send,
+    Recv,
+}
+
+/// What happens to what a part moves.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    /// Sent as it is, or received in place of what the buffer held.
+    Copy,
+    /// Received and reduced into the buffer (added, for a sum).
+    Reduce,
+    /// Received, reduced with this rank's own elements, and sent on without being kept:
+    /// a partial result (or sent: a partial result going on).
+    Partial,
+}
+
+/// One part of an operation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Part {
+    pub dir: Dir,
+    pub peer: usize,
+    pub bytes: u64,
+    /// The elements of the watched buffer it lies over (`None`: elsewhere).
+    pub range: Option<(usize, usize)>,
+    pub how: How,
+}
+
+/// One noted event.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Event {
+    pub cat: Cat,
+    /// "all-reduce", "send_recv_add", "recvReduceSend", "ncclAllReduce", "barrier".
+    pub name: String,
+    /// Microseconds since this rank's start ([`start`]), and how long it lasted.
+    pub t0: f64,
+    pub dur: f64,
+    /// The phase of the algorithm it belongs to ("reduce-scatter"), if the algorithm said.
+    pub phase: Option<String>,
+    /// Collectives: how the CPU backend ran it ("ring, step by step").
+    pub algorithm: Option<String>,
+    /// Bytes of a collective or a call.
+    pub bytes: u64,
+    /// Operations: what moved, in the order it moved.
+    pub parts: Vec<Part>,
+    /// `--steps`: the watched buffer's elements afterwards (a `Watch`: before).
+    pub values: Option<Vec<f64>>,
+}
+
+/// The buffer operations are placed against.
+struct Watched {
+    base: usize,
+    len: usize,
+    send: Option<(usize, usize)>,
+    elem: usize,
+    /// `--steps`: a copy kept up to date from every noted write.
+    shadow: Option<Vec<u8>>,
+    decode: fn(&[u8]) -> Vec<f64>,
+}
+
+struct Log {
+    origin: Instant,
+    steps: bool,
+    trace: bool,
+    events: Vec<Event>,
+    /// Where the events not yet shown by `--steps` begin.
+    shown: usize,
+    dropped: usize,
+    phase: Option<&'static str>,
+    algorithm: Option<&'static str>,
+    watched: Option<Watched>,
+    /// `--steps` met a buffer larger than [`STEPS_MAX`] elements: how large.
+    too_big: Option<usize>,
+}
+
+fn log() -> MutexGuard<'static, Option<Log>> {
+    LOG.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts recording on this rank: `steps` keeps the buffer's values after each
+/// operation; `trace` keeps every event, timed runs included. Times count from now.
+pub fn start(steps: bool, trace: bool) {
+    *log() = (steps || trace).then(|| Log {
+        origin: Instant::now(),
+        steps,
+        trace,
+        events: vec![],
+        shown: 0,
+        dropped: 0,
+        phase: None,
+        algorithm: None,
+        watched: None,
+        too_big: None,
+    });
+    ON.store(steps || trace, Ordering::Relaxed);
+}
+
+/// Whether anything is being recorded.
+#[inline]
+pub fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Whether `--steps` is still recording (before the timed runs).
+pub fn steps_on() -> bool {
+    on() && log().as_ref().is_some_and(|l| l.steps)
+}
+
+/// Whether `--trace` is recording.
+pub fn trace_on() -> bool {
+    on() && log().as_ref().is_some_and(|l| l.trace)
+}
+
+/// `--steps` is done (the timed runs start): no more values; recording goes on only
+/// for `--trace`.
+pub fn stop_steps() {
+    let mut g = log();
+    if let Some(l) = g.as_mut() {
+        l.steps = false;
+        if let Some(w) = l.watched.as_mut() {
+            w.shadow = None;
+        }
+        if !l.trace {
+            *g = None;
+            ON.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The start of something to note, when recording.
+#[inline]
+pub fn clock() -> Option<Instant> {
+    on().then(Instant::now)
+}
+
+fn micros(l: &Log, t: Instant) -> f64 {
+    t.saturating_duration_since(l.origin).as_secs_f64() * 1e6
+}
+
+fn push(l: &mut Log, e: Event) {
+    if l.events.len() - l.shown.min(l.events.len()) >= MAX_EVENTS {
+        l.dropped += 1;
+    } else {
+        l.events.push(e);
+    }
+}
+
+fn event(l: &Log, cat: Cat, name: &str, t: Instant) -> Event {
+    Event {
+        cat,
+        name: name.to_string(),
+        t0: micros(l, t),
+        dur: t.elapsed().as_secs_f64() * 1e6,
+        phase: l.phase.map(str::to_string),
+        algorithm: None,
+        bytes: 0,
+        parts: vec![],
+        values: None,
+    }
+}
+
+fn decode<T: Element>(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(size_of::<T>())
+        // SAFETY: `chunk` holds exactly one T's bytes; T is a plain number (any bits are valid).
+        .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<T>()) }.to_f64())
+        .collect()
+}
+
+fn span_of(s: &[u8]) -> (usize, usize) {
+    (s.as_ptr() as usize, s.len())
+}
+
+/// The buffer of what follows (a collective's receive buffer, or the buffer of a
+/// point-to-point call), and its send buffer if any. A buffer other than the one
+/// watched (or `fresh`: a new collective) is noted with its values as they are now.
+pub(crate) fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fresh: bool) {
+    if !on() {
+        return;
+    }
+    let mut g = log();
+    let Some(l) = g.as_mut() else { return };
+    let bytes = crate::element::as_bytes(recv);
+    let (base, len) = span_of(bytes);
+    let same = l.watched.as_ref().is_some_and(|w| w.base == base && w.len == len);
+    let steps = l.steps && recv.len() <= STEPS_MAX;
+    if l.steps && recv.len() > STEPS_MAX {
+        l.too_big.get_or_insert(recv.len());
+    }
+    let shadow = steps.then(|| bytes.to_vec());
+    if same && !fresh {
+        // The same buffer again (the next call of an exercise): take what the program
+        // itself did to it in between.
+        if let Some(w) = l.watched.as_mut() {
+            w.shadow = shadow;
+        }
+        return;
+    }
+    l.watched = Some(Watched {
+        base,
+        len,
+        send: send.map(|s| span_of(crate::element::as_bytes(s))),
+        elem: size_of::<T>(),
+        shadow,
+        decode: decode::<T>,
+    });
+    if !fresh {
+        l.phase = None;
+        l.algorithm = None;
+    }
+    let mut e = event(l, Cat::Watch, name, Instant::now());
+    e.dur = 0.0;
+    e.values = steps.then(|| decode::<T>(bytes));
+    push(l, e);
+}
+
+/// Names the phase of the algorithm the next operations belong to ("reduce-scatter").
+pub(crate) fn phase(name: &'static str) {
+    if on()
+        && let Some(l) = log().as_mut()
+    {
+        l.phase = Some(name);
+    }
+}
+
+/// Names how the CPU backend runs the current collective ("ring, step by step").
+pub(crate) fn algorithm(name: &'static str) {
+    if on()
+        && let Some(l) = log().as_mut()
+    {
+        l.algorithm = Some(name);
+    }
+}
+
+/// Where `s` lies in the watched buffers: elements of the receive buffer, or of the
+/// send buffer (`in_send`).
+fn place(w: &Watched, s: &[u8]) -> Option<(usize, usize)> {
+    let (p, n) = span_of(s);
+    let within = |(base, len): (usize, usize)| {
+        (p >= base && p + n <= base + len).then(|| ((p - base) / w.elem, (p - base + n) / w.elem))
+    };
+    within((w.base, w.len)).or_else(|| w.send.and_then(within))
+}
+
+/// Notes one operation, begun at `t` (from [`clock`]): its parts, in the order they
+/// moved, each a direction, a peer, the slice it moved (or, for a partial result, the
+/// slice of the buffer it is the result for) and what became of it. The slices of
+/// received parts that land in the buffer are read for `--steps`.
+pub(crate) fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
+    let Some(t) = t else { return };
+    let mut g = log();
+    let Some(l) = g.as_mut() else { return };
+    let mut e = event(l, Cat::Op, name, t);
+    for (dir, peer, slice, how) in parts {
+        let range = l.watched.as_ref().and_then(|w| place(w, slice));
+        e.parts.push(Part {
+            dir: *dir,
+            peer: *peer,
+            bytes: slice.len() as u64,
+            range,
+            how: *how,
+        });
+        if *dir == Dir::Recv && *how != How::Partial {
+            copy_in(l, slice);
+        }
+    }
+    e.values = values(l);
+    push(l, e);
+}
+
+/// Notes a change the algorithm made to the buffer by itself (a finished average, the
+/// root's own copy): `--steps` shows it with the next operation.
+pub(crate) fn wrote(slice: &[u8]) {
+    if on()
+        && let Some(l) = log().as_mut()
+    {
+        copy_in(l, slice);
+    }
+}
+
+fn copy_in(l: &mut Log, slice: &[u8]) {
+    if let Some(w) = l.watched.as_mut()
+        && let Some(shadow) = w.shadow.as_mut()
+    {
+        let (p, n) = span_of(slice);
+        if p >= w.base && p + n <= w.base + w.len {
+            shadow[p - w.base..p - w.base + n].copy_from_slice(slice);
+        }
+    }
+}
+
+fn values(l: &Log) -> Option<Vec<f64>> {
+    let w = l.watched.as_ref()?;
+    w.shadow.as_ref().map(|s| (w.decode)(s))
+}
+
+/// A span noted when dropped: a collective, a wait, or a library call.
+#[must_use = "the span is noted when this guard is dropped"]
+pub struct Span {
+    start: Option<(Instant, Cat, String, u64)>,
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        let Some((t, cat, name, bytes)) = self.start.take() else { return };
+        let mut g = log();
+        let Some(l) = g.as_mut() else { return };
+        let mut e = event(l, cat, &name, t);
+        e.bytes = bytes;
+        if cat == Cat::Collective {
+            e.phase = None;
+            e.algorithm = l.algorithm.map(str::to_string);
+        }
+        push(l, e);
+    }
+}
+
+fn open(cat: Cat, name: &str, bytes: u64) -> Span {
+    Span {
+        start: on().then(|| (Instant::now(), cat, name.to_string(), bytes)),
+    }
+}
+
+/// Times a call into a library (NCCL) of `bytes`, as a span named `name` on this rank's
+/// track of `--trace`: noted when the guard is dropped. Costs one branch when nothing
+/// is recorded.
+pub fn span(name: &str, bytes: u64) -> Span {
+    open(Cat::Call, name, bytes)
+}
+
+/// Times a collective of `bytes` (the session, around each collective).
+pub(crate) fn collective(name: &str, bytes: u64) -> Span {
+    if on()
+        && let Some(l) = log().as_mut()
+    {
+        l.phase = None;
+        l.algorithm = None;
+    }
+    open(Cat::Collective, name, bytes)
+}
+
+/// Times a wait for the other ranks.
+pub(crate) fn wait(name: &str) -> Span {
+    open(Cat::Wait, name, 0)
+}
+
+/// The events `--steps` has not shown yet (they are kept for `--trace`, else dropped),
+/// and the size of a buffer too large to show, if one was met.
+pub(crate) fn take_steps() -> (Vec<Event>, Option<usize>) {
+    let mut g = log();
+    let Some(l) = g.as_mut() else { return (vec![], None) };
+    let new = l.events[l.shown.min(l.events.len())..].to_vec();
+    if l.trace {
+        l.shown = l.events.len();
+    } else {
+        l.events.clear();
+        l.shown = 0;
+    }
+    (new, l.too_big.take())
+}
+
+/// Every event kept for `--trace`, and how many were not kept.
+pub(crate) fn take_all() -> (Vec<Event>, usize) {
+    let mut g = log();
+    match g.as_mut() {
+        Some(l) => (std::mem::take(&mut l.events), std::mem::take(&mut l.dropped)),
+        None => (vec![], 0),
+    }
+}
+
+/// Stops recording and forgets everything (the end of a session).
+pub fn stop() {
+    ON.store(false, Ordering::Relaxed);
+    *log() = None;
+}

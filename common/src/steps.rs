@@ -1,0 +1,404 @@
+//! `--steps`: every step of a small collective, rank by rank, as text, from what each
+//! rank's recorder ([`crate::record`]) noted.
+//!
+//! A *step* is one message on every link at once: at step t a rank sends its t-th
+//! message and receives its left neighbour's t-th. Each rank notes its operations in
+//! order; here they are numbered into steps across ranks: a receive belongs to the step
+//! of the send it matches (the k-th message from a to b), and a send that follows a
+//! receive opens the next step. The ring's steps come out as the lesson draws them, and
+//! so do a student's own point-to-point calls.
+
+use crate::record::{Cat, Dir, Event, How, Part};
+use colored::Colorize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One rank's operations within one collective (or one batch of point-to-point calls).
+struct Segment<'a> {
+    name: &'a str,
+    algorithm: Option<&'a str>,
+    start: Option<&'a [f64]>,
+    ops: Vec<&'a Event>,
+}
+
+/// Cuts a rank's events where a buffer starts being watched.
+fn segments(events: &[Event]) -> Vec<Segment<'_>> {
+    let mut out: Vec<Segment> = vec![];
+    for e in events {
+        match e.cat {
+            Cat::Watch => out.push(Segment {
+                name: &e.name,
+                algorithm: None,
+                start: e.values.as_deref(),
+                ops: vec![],
+            }),
+            Cat::Op => {
+                if let Some(s) = out.last_mut() {
+                    s.ops.push(e);
+                }
+            }
+            Cat::Collective => {
+                if let Some(s) = out.last_mut() {
+                    s.algorithm = e.algorithm.as_deref();
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The step of every part of every rank's operations: `steps[r][op][part]`.
+fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
+    let world = ops.len();
+    let mut steps: Vec<Vec<Vec<usize>>> = ops
+        .iter()
+        .map(|o| o.iter().map(|e| vec![0; e.parts.len()]).collect())
+        .collect();
+    // Every rank's parts in order: (op, part).
+    let flat: Vec<Vec<(usize, usize)>> = ops
+        .iter()
+        .map(|o| {
+            o.iter()
+                .enumerate()
+                .flat_map(|(i, e)| (0..e.parts.len()).map(move |p| (i, p)))
+                .collect()
+        })
+        .collect();
+    let mut next = vec![0usize; world];
+    let mut cursor = vec![(0usize, false); world]; // (step, received in it)
+    let mut sent: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
+    let mut got: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    loop {
+        let mut moved = false;
+        for r in 0..world {
+            while let Some(&(i, p)) = flat[r].get(next[r]) {
+                let part: &Part = &ops[r][i].parts[p];
+                let (step, received) = &mut cursor[r];
+                match part.dir {
+                    Dir::Send => {
+                        if *received || *step == 0 {
+                            *step += 1;
+                            *received = false;
+                        }
+                        sent.entry((r, part.peer)).or_default().push(*step);
+                    }
+                    Dir::Recv => {
+                        let k = got.entry((part.peer, r)).or_default();
+                        let Some(&theirs) = sent.get(&(part.peer, r)).and_then(|s| s.get(*k)) else {
+                            break; // its send is not numbered yet
+                        };
+                        *k += 1;
+                        *step = (*step).max(1).max(theirs);
+                        *received = true;
+                    }
+                }
+                steps[r][i][p] = *step;
+                next[r] += 1;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    // Receives no send matches (not expected: every one of them ran): after the rest.
+    for r in 0..world {
+        while let Some(&(i, p)) = flat[r].get(next[r]) {
+            cursor[r].0 += 1;
+            steps[r][i][p] = cursor[r].0;
+            next[r] += 1;
+        }
+    }
+    steps
+}
+
+/// A number as the tables show it: `42`, not `42.0`.
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Names element ranges: "chunk 2" when the range is one of the chunks that every
+/// range seen cuts the buffer into, "the buffer" when there is only one.
+struct Chunks {
+    bounds: Vec<usize>,
+}
+
+impl Chunks {
+    fn name(&self, range: Option<(usize, usize)>) -> String {
+        let Some((a, b)) = range else {
+            return "a buffer of its own".into();
+        };
+        if a == b {
+            return "an empty chunk".into();
+        }
+        let i = self.bounds.iter().position(|x| *x == a);
+        match i {
+            Some(i) if self.bounds.get(i + 1) == Some(&b) && self.bounds.len() == 2 => "the buffer".into(),
+            Some(i) if self.bounds.get(i + 1) == Some(&b) => format!("chunk {i}"),
+            _ => format!("elements {a}..{b}"),
+        }
+    }
+}
+
+/// What a rank did in one step, in words.
+fn said(parts: &[&Part], chunks: &Chunks) -> String {
+    let words: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            let what = chunks.name(p.range);
+            match (p.dir, p.how) {
+                (Dir::Send, How::Partial) => format!("sent that partial sum of {what} → rank {}", p.peer),
+                (Dir::Send, _) => format!("sent {what} → rank {}", p.peer),
+                (Dir::Recv, How::Copy) => format!("got {what} from rank {}", p.peer),
+                (Dir::Recv, How::Reduce) => format!("got {what} from rank {} (+)", p.peer),
+                (Dir::Recv, How::Partial) => {
+                    format!("got {what} from rank {} (+), a partial sum sent on next step, not kept", p.peer)
+                }
+            }
+        })
+        .collect();
+    match words.is_empty() {
+        true => "-".into(),
+        false => words.join(", "),
+    }
+}
+
+/// A rank's buffer as one line: chunk boundaries as `|`, changed cells in colour (on a
+/// terminal) or in brackets.
+fn row(values: &[f64], before: Option<&[f64]>, chunks: &Chunks, width: usize) -> String {
+    let colour = colored::control::SHOULD_COLORIZE.should_colorize();
+    let mut out = String::from("|");
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 && chunks.bounds.contains(&i) {
+            out.push_str(" |");
+        }
+        let text = format!("{:>width$}", num(*v));
+        let changed = before.is_some_and(|b| b.get(i).is_some_and(|w| w.to_bits() != v.to_bits()));
+        out.push_str(&match (changed, colour) {
+            (true, true) => format!(" {} ", text.green().bold()),
+            (true, false) => format!("[{text}]"),
+            (false, _) => format!(" {text} "),
+        });
+    }
+    out.push_str(" |");
+    out
+}
+
+/// The steps of every segment, from every rank's events (`all[r]`), as lines for rank
+/// 0 to print; `labels[r]` names rank r's row ("CPU 0"). Empty when nothing moved.
+pub fn render(all: &[Vec<Event>], labels: &[String]) -> Vec<String> {
+    let segs: Vec<Vec<Segment>> = all.iter().map(|e| segments(e)).collect();
+    let count = segs.iter().map(Vec::len).min().unwrap_or(0);
+    let mut out = vec![];
+    for k in 0..count {
+        let ranks: Vec<&Segment> = segs.iter().map(|s| &s[k]).collect();
+        if ranks.iter().all(|s| s.ops.is_empty()) {
+            continue;
+        }
+        out.extend(render_segment(&ranks, labels));
+    }
+    out
+}
+
+fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
+    let world = ranks.len();
+    let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
+    let steps = number(&ops);
+    let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
+    let len = ranks.iter().filter_map(|s| s.start.map(<[f64]>::len)).max().unwrap_or(0);
+    let mut bounds: BTreeSet<usize> = [0, len].into();
+    for e in ops.iter().flatten() {
+        for p in &e.parts {
+            if let Some((a, b)) = p.range {
+                bounds.extend([a.min(len), b.min(len)]);
+            }
+        }
+    }
+    let chunks = Chunks {
+        bounds: bounds.into_iter().collect(),
+    };
+    // Each rank's buffer after each step: after the last operation with a part in it.
+    let start: Vec<Option<Vec<f64>>> = ranks.iter().map(|s| s.start.map(<[f64]>::to_vec)).collect();
+    let after = |r: usize, step: usize| -> Option<Vec<f64>> {
+        ops[r]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| steps[r][*i].iter().min().is_some_and(|s| *s <= step))
+            .filter_map(|(_, e)| e.values.clone())
+            .next_back()
+            .or_else(|| start[r].clone())
+    };
+    let width = ranks
+        .iter()
+        .filter_map(|s| s.start)
+        .chain(ops.iter().flatten().filter_map(|e| e.values.as_deref()))
+        .flatten()
+        .map(|v| num(*v).len())
+        .max()
+        .unwrap_or(1);
+    let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let name = ranks[0].name;
+    let how = ranks[0].algorithm.unwrap_or("as this program called them");
+    let pieces = match chunks.bounds.len() - 1 {
+        1 => "one piece".to_string(),
+        n => format!("{n} chunks"),
+    };
+    let colour = colored::control::SHOULD_COLORIZE.should_colorize();
+    let mut legend = vec![match colour {
+        true => format!("{} changed in that step", "green".green().bold()),
+        false => "[x] changed in that step".to_string(),
+    }];
+    if chunks.bounds.len() > 2 {
+        legend.insert(0, "| separates the chunks".into());
+    }
+    if ops.iter().flatten().flat_map(|e| &e.parts).any(|p| p.how != How::Copy) {
+        legend.push("(+) the chunk that came in was added to this rank's own".into());
+    }
+    let mut out = vec![
+        format!("Steps of {name} on {world} ranks ({how}): {len} elements in {pieces}."),
+        format!("  ({})", legend.join("; ")),
+    ];
+    let row_of = |values: Option<&Vec<f64>>, before: Option<&Vec<f64>>| match values {
+        Some(v) => row(v, before.map(Vec::as_slice), &chunks, width),
+        None => String::from("(values not recorded)"),
+    };
+    out.push("  start".into());
+    for r in 0..world {
+        out.push(format!(
+            "    {:>label_width$} {}",
+            labels[r],
+            row_of(start[r].as_ref(), None)
+        ));
+    }
+    // Each step's phase: that of the operations receiving in it (or sending, if none does).
+    let phase_of = |step: usize| -> Option<String> {
+        let mut sending = None;
+        for r in 0..world {
+            for (i, e) in ops[r].iter().enumerate() {
+                for (p, part) in e.parts.iter().enumerate() {
+                    if steps[r][i][p] == step {
+                        match part.dir {
+                            Dir::Recv => return e.phase.clone(),
+                            Dir::Send => sending = sending.or(Some(e.phase.clone())),
+                        }
+                    }
+                }
+            }
+        }
+        sending.flatten()
+    };
+    let phases: Vec<Option<String>> = (1..=last).map(phase_of).collect();
+    for step in 1..=last {
+        let phase = &phases[step - 1];
+        let of_phase: Vec<usize> = (1..=last).filter(|s| phases[s - 1] == *phase).collect();
+        let i = of_phase.iter().position(|s| *s == step).unwrap_or(0) + 1;
+        let heading = match phase {
+            Some(p) => format!("{p} step {i} of {}", of_phase.len()),
+            None => format!("step {step} of {last}"),
+        };
+        out.push(format!("  {heading}"));
+        for r in 0..world {
+            let mut parts: Vec<&Part> = vec![];
+            for (i, e) in ops[r].iter().enumerate() {
+                for (p, part) in e.parts.iter().enumerate() {
+                    if steps[r][i][p] == step {
+                        parts.push(part);
+                    }
+                }
+            }
+            let now = after(r, step);
+            let before = after(r, step - 1);
+            out.push(format!(
+                "    {:>label_width$} {}  {}",
+                labels[r],
+                row_of(now.as_ref(), before.as_ref()),
+                said(&parts, &chunks)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Cat, Event, Part};
+
+    fn op(phase: &str, parts: Vec<Part>, values: Vec<f64>) -> Event {
+        Event {
+            cat: Cat::Op,
+            name: "send/recv".into(),
+            t0: 0.0,
+            dur: 0.0,
+            phase: Some(phase.into()),
+            algorithm: None,
+            bytes: 0,
+            parts,
+            values: Some(values),
+        }
+    }
+
+    fn part(dir: Dir, peer: usize, range: (usize, usize), how: How) -> Part {
+        Part {
+            dir,
+            peer,
+            bytes: 4,
+            range: Some(range),
+            how,
+        }
+    }
+
+    #[test]
+    fn a_send_after_a_receive_opens_the_next_step_and_a_receive_waits_for_its_send() {
+        // A chain 0 → 1 → 2 (a broadcast): rank 1 receives in step 1 and sends in step 2.
+        let send = |to| op("", vec![part(Dir::Send, to, (0, 2), How::Copy)], vec![1.0, 1.0]);
+        let recv = |from| op("", vec![part(Dir::Recv, from, (0, 2), How::Copy)], vec![1.0, 1.0]);
+        let (s0, r1, s1, r2) = (send(1), recv(0), send(2), recv(1));
+        let ops = vec![vec![&s0], vec![&r1, &s1], vec![&r2]];
+        assert_eq!(number(&ops), vec![vec![vec![1]], vec![vec![1], vec![2]], vec![vec![2]]]);
+    }
+
+    #[test]
+    fn two_ranks_exchanging_chunks_show_the_partial_sums_and_the_chunks() {
+        // Two ranks, 2 elements, one chunk each: step 1 adds, step 2 copies.
+        let mut all = vec![];
+        for r in 0..2usize {
+            let peer = 1 - r;
+            let watch = Event {
+                cat: Cat::Watch,
+                name: "all-reduce".into(),
+                values: Some(vec![(r + 1) as f64; 2]),
+                ..op("", vec![], vec![])
+            };
+            let mine = ((r + 1) % 2, (r + 1) % 2 + 1);
+            let theirs = (r, r + 1);
+            let mut v = vec![(r + 1) as f64; 2];
+            v[mine.0] = 3.0;
+            let a = op(
+                "reduce-scatter",
+                vec![part(Dir::Send, peer, theirs, How::Copy), part(Dir::Recv, peer, mine, How::Reduce)],
+                v,
+            );
+            let b = op(
+                "all-gather",
+                vec![part(Dir::Send, peer, mine, How::Copy), part(Dir::Recv, peer, theirs, How::Copy)],
+                vec![3.0, 3.0],
+            );
+            all.push(vec![watch, a, b]);
+        }
+        colored::control::set_override(false);
+        let lines = render(&all, &["CPU 0".into(), "CPU 1".into()]);
+        let text = lines.join("\n");
+        assert!(text.contains("reduce-scatter step 1 of 1"), "{text}");
+        assert!(text.contains("all-gather step 1 of 1"), "{text}");
+        assert!(
+            text.contains("CPU 0 |  1  | [3] |  sent chunk 0 → rank 1, got chunk 1 from rank 1 (+)"),
+            "{text}"
+        );
+        assert!(text.contains("CPU 1 | [3] |  2  |"), "{text}");
+    }
+}
