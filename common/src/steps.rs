@@ -180,7 +180,7 @@ fn row(values: &[f64], before: Option<&[f64]>, chunks: &Chunks, width: usize) ->
         let changed = before.is_some_and(|b| b.get(i).is_some_and(|w| w.to_bits() != v.to_bits()));
         out.push_str(&match (changed, colour) {
             (true, true) => format!(" {} ", text.green().bold()),
-            (true, false) => format!("[{text}]"),
+            (true, false) => format!("{:>w$}", format!("[{}]", num(*v)), w = width + 2),
             (false, _) => format!(" {text} "),
         });
     }
@@ -259,7 +259,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         legend.push("(+) the chunk that came in was added to this rank's own".into());
     }
     let mut out = vec![
-        format!("Steps of {name} on {world} ranks ({how}): {len} elements in {pieces}."),
+        format!("Steps of {name} on {world} ranks, {how}: {len} elements in {pieces}."),
         format!("  ({})", legend.join("; ")),
     ];
     let row_of = |values: Option<&Vec<f64>>, before: Option<&Vec<f64>>| match values {

@@ -84,7 +84,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     };
     let streaming = data.len() >= STREAM_ABOVE;
     let mut scratch = vec![0u8; REDUCE_PIECE];
-    record::algorithm("the ring, step by step");
+    record::algorithm("the ring step by step");
     record::phase("reduce-scatter");
     for step in 0..n - 1 {
         let t = record::clock();
@@ -144,7 +144,7 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
     let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
     let streaming = data.len() >= STREAM_ABOVE;
     let mut scratch = vec![0u8; REDUCE_PIECE];
-    record::algorithm("the ring, piece by piece (pipelined)");
+    record::algorithm("the ring piece by piece (pipelined)");
     for k in 0..longest.div_ceil(per).max(1) {
         // Piece k of chunk c, in bytes (chunks differ by one element at most: a last
         // piece may be empty).

@@ -53,7 +53,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (left, right) = cpu.neighbours();
     let streaming = buf.len() >= STREAM_ABOVE;
     let tag = BROADCAST.tag;
-    record::algorithm("a chain round the ring from the root, piece by piece (pipelined)");
+    record::algorithm("a chain from the root round the ring, piece by piece (pipelined)");
     for (i, piece) in buf.chunks_mut(PIECE).enumerate() {
         let at =
             |what: &str, peer: usize| format!("broadcast from rank {root}: {what} piece {i} {}", cpu.peer_name(peer));

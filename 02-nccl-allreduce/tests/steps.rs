@@ -1,0 +1,309 @@
+//! `--steps` and `--trace` on the all-reduce, as real multi-process jobs: the printed
+//! steps follow the ring's schedule with the partial sums a ring computes (worked out
+//! here, independently), and the trace holds what ran.
+
+use serde_json::Value;
+use testkit::run;
+
+const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+
+/// The numbers of a printed row: `| 1  1  |[4][4] |` → [1, 1, 4, 4], and which changed.
+fn cells(row: &str) -> Vec<(f64, bool)> {
+    let mut out = vec![];
+    for word in row.replace('|', " ").split_whitespace() {
+        let changed = word.starts_with('[');
+        for v in word.split(['[', ']']).filter(|v| !v.is_empty()) {
+            out.push((v.parse().unwrap_or_else(|_| panic!("a number in '{row}'")), changed));
+        }
+    }
+    out
+}
+
+/// The printed steps: for each heading, each rank's row values, changed cells and words.
+type Printed = Vec<(String, Vec<(Vec<(f64, bool)>, String)>)>;
+
+fn printed(stdout: &str, world: usize) -> Printed {
+    let mut out: Printed = vec![];
+    let mut lines = stdout.lines().skip_while(|l| !l.starts_with("Steps of all-reduce"));
+    lines.next().expect("a Steps block");
+    for line in lines {
+        if line.is_empty() {
+            break;
+        }
+        if line.trim_start().starts_with('(') {
+            continue; // the legend
+        }
+        if !line.starts_with("    ") {
+            out.push((line.trim().to_string(), vec![]));
+            continue;
+        }
+        let after_label = &line[line.find('|').expect("a row")..];
+        let (row, words) = after_label.rsplit_once("|  ").unwrap_or((after_label, ""));
+        out.last_mut().expect("a heading").1.push((cells(row), words.to_string()));
+    }
+    for (heading, rows) in &out {
+        assert_eq!(rows.len(), world, "{heading}: one row per rank");
+    }
+    out
+}
+
+/// Chunk i of n over `len` elements, as the ring cuts a buffer.
+fn chunk(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
+    len * (i % n) / n..len * (i % n + 1) / n
+}
+
+/// The ring step by step, simulated: each rank's buffer after each of the 2(n-1) steps,
+/// with the chunk each rank sent and received at that step.
+fn ring(n: usize, len: usize) -> Vec<Vec<(Vec<f64>, usize, usize)>> {
+    let mut bufs: Vec<Vec<f64>> = (0..n).map(|r| vec![(r + 1) as f64; len]).collect();
+    let mut out = vec![];
+    for step in 0..2 * (n - 1) {
+        let reduce = step < n - 1;
+        let s = step % (n - 1);
+        // Reduce-scatter: rank r sends chunk r - s; all-gather: chunk r + 1 - s.
+        let sent = |r: usize| if reduce { (r + n - s) % n } else { (r + 1 + n - s) % n };
+        let before = bufs.clone();
+        let mut this = vec![];
+        for r in 0..n {
+            let left = (r + n - 1) % n;
+            let c = chunk(len, n, sent(left));
+            for i in c {
+                bufs[r][i] = if reduce { bufs[r][i] + before[left][i] } else { before[left][i] };
+            }
+            this.push((bufs[r].clone(), sent(r), sent(left)));
+        }
+        out.push(this);
+    }
+    out
+}
+
+#[test]
+fn steps_of_the_step_by_step_ring_follow_its_schedule_and_partial_sums() {
+    for (n, count) in [(3usize, 6usize), (4, 7)] {
+        let (w, c) = (n.to_string(), count.to_string());
+        let args = [
+            "--backend",
+            "cpu",
+            "--nproc-per-node",
+            &w,
+            "--count",
+            &c,
+            "--init",
+            "rank",
+            "--transport",
+            "tcp",
+            "--steps",
+            "--iters",
+            "3",
+        ];
+        let r = run(BIN, &args).ok();
+        assert!(r.stdout.contains("Check: OK"), "{r}");
+        // One block: the checked run only, not the three timed ones.
+        assert_eq!(r.stdout.matches("Steps of all-reduce").count(), 1, "{r}");
+        assert!(r.stdout.contains("the ring step by step"), "{r}");
+        let steps = printed(&r.stdout, n);
+        let want = ring(n, count);
+        assert_eq!(steps.len(), 1 + want.len(), "start + 2(n-1) steps: {r}");
+        assert_eq!(steps[0].0, "start");
+        for (rank, (row, _)) in steps[0].1.iter().enumerate() {
+            assert!(row.iter().all(|(v, changed)| *v == (rank + 1) as f64 && !changed), "{r}");
+        }
+        for (k, ((heading, rows), want)) in steps[1..].iter().zip(&want).enumerate() {
+            let (phase, i) = if k < n - 1 { ("reduce-scatter", k + 1) } else { ("all-gather", k + 2 - n) };
+            assert_eq!(heading, &format!("{phase} step {i} of {}", n - 1), "{r}");
+            for (rank, ((row, words), (values, sent, got))) in rows.iter().zip(want).enumerate() {
+                let shown: Vec<f64> = row.iter().map(|(v, _)| *v).collect();
+                assert_eq!(&shown, values, "{heading}, rank {rank}: {r}");
+                // Exactly the cells of the chunk that came in are marked as changed
+                // (those whose value changed: an all-gather may bring what is there).
+                let prev = if k == 0 {
+                    vec![(rank + 1) as f64; count]
+                } else {
+                    want_prev(&ring(n, count), k, rank)
+                };
+                for (i, (v, changed)) in row.iter().enumerate() {
+                    assert_eq!(*changed, *v != prev[i], "{heading}, rank {rank}, cell {i}: {r}");
+                }
+                let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
+                let plus = if k < n - 1 { " (+)" } else { "" };
+                assert_eq!(
+                    words,
+                    &format!("sent chunk {sent} → rank {right}, got chunk {got} from rank {left}{plus}"),
+                    "{heading}, rank {rank}: {r}"
+                );
+            }
+        }
+    }
+}
+
+fn want_prev(steps: &[Vec<(Vec<f64>, usize, usize)>], k: usize, rank: usize) -> Vec<f64> {
+    steps[k - 1][rank].0.clone()
+}
+
+#[test]
+fn steps_of_the_pipelined_ring_keep_partial_sums_out_of_the_buffer() {
+    let args = "--backend cpu --nproc-per-node 3 --count 6 --init rank --transport shm --steps --iters 2";
+    let r = run(BIN, &args.split_whitespace().collect::<Vec<_>>()).ok();
+    assert!(r.stdout.contains("the ring piece by piece (pipelined)"), "{r}");
+    let steps = printed(&r.stdout, 3);
+    let headings: Vec<&str> = steps.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(
+        headings,
+        [
+            "start",
+            "reduce-scatter step 1 of 2",
+            "reduce-scatter step 2 of 2",
+            "all-gather step 1 of 2",
+            "all-gather step 2 of 2"
+        ],
+        "{r}"
+    );
+    // After the first step no buffer has changed: the partial sums travel on.
+    for (rank, (row, words)) in steps[1].1.iter().enumerate() {
+        assert!(row.iter().all(|(v, c)| *v == (rank + 1) as f64 && !c), "{r}");
+        assert!(words.contains("a partial sum sent on next step, not kept"), "{r}");
+    }
+    // After the second, each rank holds the full sum (6) of chunk rank + 1, and only it.
+    for (rank, (row, _)) in steps[2].1.iter().enumerate() {
+        let own = chunk(6, 3, rank + 1);
+        for (i, (v, changed)) in row.iter().enumerate() {
+            let want = if own.contains(&i) { 6.0 } else { (rank + 1) as f64 };
+            assert_eq!((*v, *changed), (want, own.contains(&i)), "rank {rank}, cell {i}: {r}");
+        }
+    }
+    for (row, _) in &steps[4].1 {
+        assert!(row.iter().all(|(v, _)| *v == 6.0), "{r}");
+    }
+}
+
+#[test]
+fn steps_change_no_result_and_say_when_they_cannot_show() {
+    // JSON: the same results, and stdout stays one JSON document.
+    let args = "--backend cpu --nproc-per-node 3 --count 5 --init rank --steps --iters 1 --format json";
+    let j = run(BIN, &args.split_whitespace().collect::<Vec<_>>()).ok().json();
+    assert_eq!(j["check"]["ok"], true);
+    assert_eq!(testkit::stage(&j, "after"), vec![vec![6.0; 5]; 3]);
+    // A buffer too large to show: one line, and the run goes on.
+    let args = "--backend cpu --nproc-per-node 2 --count 100 --steps --iters 1";
+    let r = run(BIN, &args.split_whitespace().collect::<Vec<_>>()).ok();
+    let said: Vec<&str> = r.stdout.lines().filter(|l| l.contains("--steps")).collect();
+    assert_eq!(said.len(), 1, "{r}");
+    assert!(said[0].contains("at most 64"), "{r}");
+    assert!(r.stdout.contains("Check: OK"), "{r}");
+}
+
+/// A trace file in a fresh temporary folder, removed when dropped.
+struct TempTrace(std::path::PathBuf);
+
+impl TempTrace {
+    fn new(name: &str) -> TempTrace {
+        let dir = std::env::temp_dir().join(format!("nccl-workbook-trace-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempTrace(dir)
+    }
+    fn file(&self) -> std::path::PathBuf {
+        self.0.join("trace.json")
+    }
+}
+
+impl Drop for TempTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spans<'a>(events: &'a [Value], pid: usize, cat: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["cat"] == cat)
+        .collect()
+}
+
+fn within(child: &Value, parent: &Value) -> bool {
+    let (t, d) = (child["ts"].as_f64().unwrap(), child["dur"].as_f64().unwrap());
+    let (pt, pd) = (parent["ts"].as_f64().unwrap(), parent["dur"].as_f64().unwrap());
+    t >= pt - 1e-3 && t + d <= pt + pd + 1e-3
+}
+
+#[test]
+fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_collective() {
+    let count = 6usize;
+    let iters = 3usize;
+    for (n, via) in [(2usize, "shm"), (3, "tcp"), (3, "shm")] {
+        let dir = TempTrace::new(&format!("{n}-{via}"));
+        let file = dir.file();
+        let (w, c, i) = (n.to_string(), count.to_string(), iters.to_string());
+        let args = [
+            "--backend",
+            "cpu",
+            "--nproc-per-node",
+            &w,
+            "--count",
+            &c,
+            "--iters",
+            &i,
+            "--transport",
+            via,
+            "--trace",
+            file.to_str().unwrap(),
+        ];
+        let r = run(BIN, &args).ok();
+        assert!(r.stdout.contains("Check: OK"), "{r}");
+        assert!(r.stdout.contains("ui.perfetto.dev"), "{r}");
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(doc["displayTimeUnit"], "ns");
+        let events = doc["traceEvents"].as_array().unwrap();
+        let bytes = count * 4;
+        for rank in 0..n {
+            let name = events
+                .iter()
+                .find(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == rank)
+                .unwrap_or_else(|| panic!("no track for rank {rank}: {r}"));
+            assert!(
+                name["args"]["name"].as_str().unwrap().starts_with(&format!("rank {rank} (")),
+                "{name}"
+            );
+            assert!(events.iter().filter(|e| e["ph"] == "X").all(|e| e["tid"] == e["pid"]));
+            // The checked run and the timed ones.
+            let colls = spans(events, rank, "collective");
+            assert_eq!(colls.len(), 1 + iters, "{n} ranks over {via}, rank {rank}: {r}");
+            let steps = spans(events, rank, "step");
+            let sends = spans(events, rank, "send");
+            for coll in &colls {
+                assert_eq!(coll["name"], "all-reduce");
+                assert_eq!(coll["args"]["bytes"], bytes);
+                let inside: Vec<_> = steps.iter().filter(|s| within(s, coll)).collect();
+                assert!(!inside.is_empty(), "{coll}");
+                let sent: u64 = sends
+                    .iter()
+                    .filter(|s| within(s, coll))
+                    .map(|s| s["args"]["bytes"].as_u64().unwrap())
+                    .sum();
+                // Each rank sends 2(n-1)/n of the buffer.
+                assert_eq!(sent as usize, 2 * (n - 1) * bytes / n, "{n} ranks over {via}, rank {rank}");
+            }
+            // Every step lies in a collective, every send and receive in a step.
+            for s in &steps {
+                assert!(colls.iter().any(|c| within(s, c)), "{s}");
+            }
+            for cat in ["send", "recv", "reduce"] {
+                for s in spans(events, rank, cat) {
+                    assert!(steps.iter().any(|p| within(s, p)), "{s}");
+                    assert!(s["args"]["peer"].as_u64().unwrap() < n as u64);
+                }
+            }
+            let firsts: Vec<&str> = steps.iter().take(1).map(|s| s["name"].as_str().unwrap()).collect();
+            assert!(firsts[0].starts_with("reduce-scatter step 1"), "{firsts:?}");
+            assert!(!spans(events, rank, "wait").is_empty(), "the timed runs' barrier");
+        }
+    }
+}
+
+#[test]
+fn a_trace_into_a_missing_folder_is_refused_before_anything_runs() {
+    let r = run(BIN, &["--backend", "cpu", "--trace", "/nonexistent-folder/x/trace.json"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
+    assert!(r.stderr.contains("does not exist"), "{r}");
+    assert!(r.stdout.is_empty(), "{r}");
+}
