@@ -184,7 +184,7 @@ impl Session {
                 Arrive::Replace => ("recv_part", How::Copy),
                 Arrive::Add => ("recv_add_part", How::Reduce),
             };
-            record::watch(name, v, None, false);
+            record::watch("the point-to-point calls", v, None, false);
             let t = record::clock();
             let dst = &mut v[range];
             let got = match how {
@@ -224,7 +224,7 @@ impl Session {
                 Arrive::Replace => ("send_recv", How::Copy),
                 Arrive::Add => ("send_recv_add", How::Reduce),
             };
-            record::watch(name, v, None, false);
+            record::watch("the point-to-point calls", v, None, false);
             let t = record::clock();
             let (out, dst) = split_two(v, send, recv);
             let done = match how {
