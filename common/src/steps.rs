@@ -112,6 +112,21 @@ fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
     steps
 }
 
+/// What happens in a phase of the ring, said under its first step.
+fn explain(phase: &str) -> Option<&'static str> {
+    match phase {
+        "reduce-scatter" => Some(
+            "each rank sends a chunk to its right neighbour and adds its own part to the chunk arriving from its \
+             left; after n - 1 steps each rank holds the full sum of one chunk",
+        ),
+        "all-gather" => Some(
+            "each rank passes a finished chunk to its right; what arrives from the left replaces its own, until \
+             every rank holds every chunk",
+        ),
+        _ => None,
+    }
+}
+
 /// A number as the tables show it: `42`, not `42.0`.
 fn num(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
@@ -262,6 +277,13 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         format!("Steps of {name} on {world} ranks, {how}: {len} elements in {pieces}."),
         format!("  ({})", legend.join("; ")),
     ];
+    if ops.iter().flatten().flat_map(|e| &e.parts).any(|p| p.how == How::Partial) {
+        out.push(
+            "  (pipelined: a partial sum travels on in the next message and is never written to the buffer; a \
+             rank's buffer changes only when a chunk is finished)"
+                .into(),
+        );
+    }
     let row_of = |values: Option<&Vec<f64>>, before: Option<&Vec<f64>>| match values {
         Some(v) => row(v, before.map(Vec::as_slice), &chunks, width),
         None => String::from("(values not recorded)"),
@@ -301,6 +323,11 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
             None => format!("step {step} of {last}"),
         };
         out.push(format!("  {heading}"));
+        if i == 1
+            && let Some(what) = phase.as_deref().and_then(explain)
+        {
+            out.push(format!("  ({what})"));
+        }
         for r in 0..world {
             let mut parts: Vec<&Part> = vec![];
             for (i, e) in ops[r].iter().enumerate() {
@@ -396,9 +423,9 @@ mod tests {
         assert!(text.contains("reduce-scatter step 1 of 1"), "{text}");
         assert!(text.contains("all-gather step 1 of 1"), "{text}");
         assert!(
-            text.contains("CPU 0 |  1  | [3] |  sent chunk 0 → rank 1, got chunk 1 from rank 1 (+)"),
+            text.contains("CPU 0 | 1  |[3] |  sent chunk 0 → rank 1, got chunk 1 from rank 1 (+)"),
             "{text}"
         );
-        assert!(text.contains("CPU 1 | [3] |  2  |"), "{text}");
+        assert!(text.contains("CPU 1 |[3] | 2  |"), "{text}");
     }
 }
