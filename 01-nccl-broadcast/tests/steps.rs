@@ -9,7 +9,19 @@ const BIN: &str = env!("CARGO_BIN_EXE_01-nccl-broadcast");
 fn steps_show_the_buffer_passed_down_the_chain_from_the_root() {
     let r = run(
         BIN,
-        &["--backend", "cpu", "--nproc-per-node", "4", "--root", "2", "--count", "3", "--steps", "--iters", "2"],
+        &[
+            "--backend",
+            "cpu",
+            "--nproc-per-node",
+            "4",
+            "--root",
+            "2",
+            "--count",
+            "3",
+            "--steps",
+            "--iters",
+            "2",
+        ],
     )
     .ok();
     assert!(r.stdout.contains("Check: OK"), "{r}");
@@ -23,7 +35,11 @@ fn steps_show_the_buffer_passed_down_the_chain_from_the_root() {
     // Only the checked run: the two timed ones are not shown.
     assert_eq!(r.stdout.matches("Steps of broadcast").count(), 1, "{r}");
     // The chain from root 2: 2 → 3, then 3 → 0, then 0 → 1, one step each.
-    let headings: Vec<&str> = block.iter().filter(|l| l.starts_with("  step")).map(|l| l.trim()).collect();
+    let headings: Vec<&str> = block
+        .iter()
+        .filter(|l| l.starts_with("  step"))
+        .map(|l| l.trim())
+        .collect();
     assert_eq!(headings, ["step 1 of 3", "step 2 of 3", "step 3 of 3"], "{r}");
     let chain = [(2usize, 3usize), (3, 0), (0, 1)];
     for (s, (from, to)) in chain.iter().enumerate() {

@@ -39,7 +39,10 @@ fn printed(stdout: &str, world: usize) -> Printed {
         }
         let after_label = &line[line.find('|').expect("a row")..];
         let (row, words) = after_label.rsplit_once("|  ").unwrap_or((after_label, ""));
-        out.last_mut().expect("a heading").1.push((cells(row), words.to_string()));
+        out.last_mut()
+            .expect("a heading")
+            .1
+            .push((cells(row), words.to_string()));
     }
     for (heading, rows) in &out {
         assert_eq!(rows.len(), world, "{heading}: one row per rank");
@@ -64,13 +67,16 @@ fn ring(n: usize, len: usize) -> Vec<Vec<(Vec<f64>, usize, usize)>> {
         let sent = |r: usize| if reduce { (r + n - s) % n } else { (r + 1 + n - s) % n };
         let before = bufs.clone();
         let mut this = vec![];
-        for r in 0..n {
+        for (r, buf) in bufs.iter_mut().enumerate() {
             let left = (r + n - 1) % n;
-            let c = chunk(len, n, sent(left));
-            for i in c {
-                bufs[r][i] = if reduce { bufs[r][i] + before[left][i] } else { before[left][i] };
+            for i in chunk(len, n, sent(left)) {
+                buf[i] = if reduce {
+                    buf[i] + before[left][i]
+                } else {
+                    before[left][i]
+                };
             }
-            this.push((bufs[r].clone(), sent(r), sent(left)));
+            this.push((buf.clone(), sent(r), sent(left)));
         }
         out.push(this);
     }
@@ -106,10 +112,17 @@ fn steps_of_the_step_by_step_ring_follow_its_schedule_and_partial_sums() {
         assert_eq!(steps.len(), 1 + want.len(), "start + 2(n-1) steps: {r}");
         assert_eq!(steps[0].0, "start");
         for (rank, (row, _)) in steps[0].1.iter().enumerate() {
-            assert!(row.iter().all(|(v, changed)| *v == (rank + 1) as f64 && !changed), "{r}");
+            assert!(
+                row.iter().all(|(v, changed)| *v == (rank + 1) as f64 && !changed),
+                "{r}"
+            );
         }
         for (k, ((heading, rows), want)) in steps[1..].iter().zip(&want).enumerate() {
-            let (phase, i) = if k < n - 1 { ("reduce-scatter", k + 1) } else { ("all-gather", k + 2 - n) };
+            let (phase, i) = if k < n - 1 {
+                ("reduce-scatter", k + 1)
+            } else {
+                ("all-gather", k + 2 - n)
+            };
             assert_eq!(heading, &format!("{phase} step {i} of {}", n - 1), "{r}");
             for (rank, ((row, words), (values, sent, got))) in rows.iter().zip(want).enumerate() {
                 let shown: Vec<f64> = row.iter().map(|(v, _)| *v).collect();
@@ -260,7 +273,10 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
                 .find(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == rank)
                 .unwrap_or_else(|| panic!("no track for rank {rank}: {r}"));
             assert!(
-                name["args"]["name"].as_str().unwrap().starts_with(&format!("rank {rank} (")),
+                name["args"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("rank {rank} (")),
                 "{name}"
             );
             assert!(events.iter().filter(|e| e["ph"] == "X").all(|e| e["tid"] == e["pid"]));
@@ -280,7 +296,11 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
                     .map(|s| s["args"]["bytes"].as_u64().unwrap())
                     .sum();
                 // Each rank sends 2(n-1)/n of the buffer.
-                assert_eq!(sent as usize, 2 * (n - 1) * bytes / n, "{n} ranks over {via}, rank {rank}");
+                assert_eq!(
+                    sent as usize,
+                    2 * (n - 1) * bytes / n,
+                    "{n} ranks over {via}, rank {rank}"
+                );
             }
             // Every step lies in a collective, every send and receive in a step.
             for s in &steps {
@@ -301,7 +321,10 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
 
 #[test]
 fn a_trace_into_a_missing_folder_is_refused_before_anything_runs() {
-    let r = run(BIN, &["--backend", "cpu", "--trace", "/nonexistent-folder/x/trace.json"]);
+    let r = run(
+        BIN,
+        &["--backend", "cpu", "--trace", "/nonexistent-folder/x/trace.json"],
+    );
     assert_eq!(r.code, Some(2), "{r}");
     assert_eq!(r.stderr.lines().count(), 1, "{r}");
     assert!(r.stderr.contains("does not exist"), "{r}");

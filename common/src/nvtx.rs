@@ -56,13 +56,19 @@ pub struct Range {
 /// guard is dropped. Does nothing without NVTX's library.
 pub fn range(name: &str) -> Range {
     let Some((push, _)) = FNS.get_or_init(load) else {
-        return Range { open: false, _here: std::marker::PhantomData };
+        return Range {
+            open: false,
+            _here: std::marker::PhantomData,
+        };
     };
     // A name with a NUL in it is cut there.
     let name = CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default();
     // SAFETY: a valid C string for the duration of the call; NVTX copies it.
     unsafe { push(name.as_ptr()) };
-    Range { open: true, _here: std::marker::PhantomData }
+    Range {
+        open: true,
+        _here: std::marker::PhantomData,
+    }
 }
 
 impl Drop for Range {

@@ -20,11 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+/// The name under which the session's point-to-point calls watch their buffer.
+pub const P2P: &str = "the point-to-point calls";
+
 /// The largest buffer `--steps` shows, in elements.
 pub const STEPS_MAX: usize = 64;
 /// The most events one rank keeps (a long timed loop under `--trace`); later ones are
 /// counted, not kept.
-pub const MAX_EVENTS: usize = 50_000;
+pub const MAX_EVENTS: usize = 20_000;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
@@ -323,6 +326,11 @@ pub(crate) fn wrote(slice: &[u8]) {
         && let Some(l) = log().as_mut()
     {
         copy_in(l, slice);
+        // Before the first operation: part of where the collective starts from.
+        let now = values(l);
+        if let Some(e) = l.events.last_mut().filter(|e| e.cat == Cat::Watch && now.is_some()) {
+            e.values = now;
+        }
     }
 }
 
@@ -350,7 +358,9 @@ pub struct Span {
 
 impl Drop for Span {
     fn drop(&mut self) {
-        let Some((t, cat, name, bytes)) = self.start.take() else { return };
+        let Some((t, cat, name, bytes)) = self.start.take() else {
+            return;
+        };
         let mut g = log();
         let Some(l) = g.as_mut() else { return };
         let mut e = event(l, cat, &name, t);

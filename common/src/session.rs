@@ -608,15 +608,15 @@ impl Session {
             Backend::Cpu(cpu) => {
                 crate::record::watch(coll.title, host(recv), send.map(host), true);
                 (coll.cpu)(
-                cpu,
-                HostCall {
-                    send: send.map(|s| as_bytes(host(s))),
-                    buf: as_bytes_mut(host_mut(recv)),
-                    count,
-                    root,
-                    reduction: Reduction::of::<T>(op),
-                },
-            )
+                    cpu,
+                    HostCall {
+                        send: send.map(|s| as_bytes(host(s))),
+                        buf: as_bytes_mut(host_mut(recv)),
+                        count,
+                        root,
+                        reduction: Reduction::of::<T>(op),
+                    },
+                )
             }
             Backend::Nccl(nccl) => {
                 let layout = (coll.in_place)(count, world, rank);
@@ -894,7 +894,8 @@ impl Session {
         }
         let key = self.next_key("steps");
         let (rank, world) = (self.rank(), self.world_size());
-        self.store.set(&format!("{key}/{rank}"), &serde_json::to_vec(&events)?)?;
+        self.store
+            .set(&format!("{key}/{rank}"), &serde_json::to_vec(&events)?)?;
         if rank != 0 {
             return Ok(());
         }

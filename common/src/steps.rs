@@ -145,7 +145,7 @@ struct Chunks {
 impl Chunks {
     fn name(&self, range: Option<(usize, usize)>) -> String {
         let Some((a, b)) = range else {
-            return "a buffer of its own".into();
+            return "a partial sum".into();
         };
         if a == b {
             return "an empty chunk".into();
@@ -171,7 +171,10 @@ fn said(parts: &[&Part], chunks: &Chunks) -> String {
                 (Dir::Recv, How::Copy) => format!("got {what} from rank {}", p.peer),
                 (Dir::Recv, How::Reduce) => format!("got {what} from rank {} (+)", p.peer),
                 (Dir::Recv, How::Partial) => {
-                    format!("got {what} from rank {} (+), a partial sum sent on next step, not kept", p.peer)
+                    format!(
+                        "got {what} from rank {} (+), a partial sum sent on next step, not kept",
+                        p.peer
+                    )
                 }
             }
         })
@@ -224,7 +227,11 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
     let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
     let steps = number(&ops);
     let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
-    let len = ranks.iter().filter_map(|s| s.start.map(<[f64]>::len)).max().unwrap_or(0);
+    let len = ranks
+        .iter()
+        .filter_map(|s| s.start.map(<[f64]>::len))
+        .max()
+        .unwrap_or(0);
     let mut bounds: BTreeSet<usize> = [0, len].into();
     for e in ops.iter().flatten() {
         for p in &e.parts {
@@ -257,7 +264,11 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         .unwrap_or(1);
     let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
     let name = ranks[0].name;
-    let how = ranks[0].algorithm.unwrap_or("as this program called them");
+    let how = match (ranks[0].algorithm, name) {
+        (Some(a), _) => format!(", {a}"),
+        (None, crate::record::P2P) => ", as this program called them".into(),
+        (None, _) => String::new(),
+    };
     let pieces = match chunks.bounds.len() - 1 {
         1 => "one piece".to_string(),
         n => format!("{n} chunks"),
@@ -274,10 +285,15 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         legend.push("(+) the chunk that came in was added to this rank's own".into());
     }
     let mut out = vec![
-        format!("Steps of {name} on {world} ranks, {how}: {len} elements in {pieces}."),
+        format!("Steps of {name} on {world} ranks{how}: {len} elements in {pieces}."),
         format!("  ({})", legend.join("; ")),
     ];
-    if ops.iter().flatten().flat_map(|e| &e.parts).any(|p| p.how == How::Partial) {
+    if ops
+        .iter()
+        .flatten()
+        .flat_map(|e| &e.parts)
+        .any(|p| p.how == How::Partial)
+    {
         out.push(
             "  (pipelined: a partial sum travels on in the next message and is never written to the buffer; a \
              rank's buffer changes only when a chunk is finished)"
@@ -407,12 +423,18 @@ mod tests {
             v[mine.0] = 3.0;
             let a = op(
                 "reduce-scatter",
-                vec![part(Dir::Send, peer, theirs, How::Copy), part(Dir::Recv, peer, mine, How::Reduce)],
+                vec![
+                    part(Dir::Send, peer, theirs, How::Copy),
+                    part(Dir::Recv, peer, mine, How::Reduce),
+                ],
                 v,
             );
             let b = op(
                 "all-gather",
-                vec![part(Dir::Send, peer, mine, How::Copy), part(Dir::Recv, peer, theirs, How::Copy)],
+                vec![
+                    part(Dir::Send, peer, mine, How::Copy),
+                    part(Dir::Recv, peer, theirs, How::Copy),
+                ],
                 vec![3.0, 3.0],
             );
             all.push(vec![watch, a, b]);

@@ -31,7 +31,9 @@ pub struct RankTrace {
 pub fn check_path(path: &Path) -> Result<()> {
     let shown = path.display();
     if path.is_dir() {
-        return Err(crate::error::usage(format!("--trace {shown}: that is a folder; give a file name")));
+        return Err(crate::error::usage(format!(
+            "--trace {shown}: that is a folder; give a file name"
+        )));
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -55,14 +57,14 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         out.push(json!({"name": "process_sort_index", "ph": "M", "pid": r, "tid": r, "args": {"sort_index": r}}));
         out.push(json!({"name": "thread_name", "ph": "M", "pid": r, "tid": r, "args": {"name": name}}));
         if rank.dropped > 0 {
-            out.push(json!({"name": format!("{} more events not kept", rank.dropped), "ph": "i", "s": "t",
-                "pid": r, "tid": r, "ts": rank.events.last().map_or(0.0, |e| e.t0 + e.dur)}));
+            out.push(
+                json!({"name": format!("{} more events not kept", rank.dropped), "ph": "i", "s": "t",
+                "pid": r, "tid": r, "ts": rank.events.last().map_or(0.0, |e| e.t0 + e.dur)}),
+            );
         }
         // Steps are numbered per phase, from each collective's start.
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        let span = |name: String, cat: &str, e: &Event, args: Value| {
-            json!({"name": name, "cat": cat, "ph": "X", "ts": e.t0, "dur": e.dur, "pid": r, "tid": r, "args": args})
-        };
+        let span = |name: String, cat: &str, e: &Event, args: Value| json!({"name": name, "cat": cat, "ph": "X", "ts": e.t0, "dur": e.dur, "pid": r, "tid": r, "args": args});
         for e in &rank.events {
             match e.cat {
                 Cat::Watch => counts.clear(),

@@ -89,7 +89,7 @@ impl Backend {
         match (self, &buf.storage) {
             (Backend::Cpu(c), Storage::Host(v)) => {
                 use crate::record::{self, Dir, How};
-                record::watch("the point-to-point calls", v, None, false);
+                record::watch(record::P2P, v, None, false);
                 let t = record::clock();
                 c.send(v, peer)
                     .map(|()| record::op(t, "send", &[(Dir::Send, peer, as_bytes(v), How::Copy)]))
@@ -105,7 +105,7 @@ impl Backend {
             Backend::Cpu(c) => {
                 use crate::record::{self, Dir, How};
                 let v = host_mut(buf);
-                record::watch("the point-to-point calls", v, None, false);
+                record::watch(record::P2P, v, None, false);
                 let t = record::clock();
                 c.recv(v, peer)
                     .map(|()| record::op(t, "recv", &[(Dir::Recv, peer, as_bytes(v), How::Copy)]))

@@ -173,7 +173,10 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
                 (red.combine)(out, &mine[off..], inp)
             })
             .with_context(|| step("recvReduceSend"))?;
-            let part = [(Dir::Recv, left, mine, How::Partial), (Dir::Send, right, mine, How::Partial)];
+            let part = [
+                (Dir::Recv, left, mine, How::Partial),
+                (Dir::Send, right, mine, How::Partial),
+            ];
             record::op(t, "recvReduceSend", &part);
         }
         // The last reduction makes the full result of chunk r + 1: passed on, and kept.
@@ -191,7 +194,10 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
         record::op(
             t,
             "recvReduceCopySend",
-            &[(Dir::Recv, left, done, How::Reduce), (Dir::Send, right, done, How::Copy)],
+            &[
+                (Dir::Recv, left, done, How::Reduce),
+                (Dir::Send, right, done, How::Copy),
+            ],
         );
         record::phase("all-gather");
         // All-gather: each finished result arriving from the left is kept and passed on...

@@ -6,6 +6,7 @@ use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole}
 use crate::backend::calls::Call;
 use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
 use crate::backend::nccl::Nccl;
+use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
 use std::ffi::{c_int, c_void};
@@ -108,14 +109,22 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     // A buffer larger than the caches is written around them (nothing reads it back soon).
     let streaming = buf.len() >= STREAM_ABOVE;
     keep(&mut buf[blk(r)], &src[blk(r)], streaming);
+    record::wrote(&buf[blk(r)]);
+    record::algorithm("pairwise: at step s each rank sends to rank + s and receives from rank - s");
     for s in 1..n {
         let (to, from) = ((r + s) % n, (r + n - s) % n);
         let dst = &mut buf[blk(from)];
+        let t = record::clock();
         cpu.exchange(tag, (&src[blk(to)], to), (block, from), |link, slice| match streaming {
             true => link.recv_into_streaming(tag, &mut dst[slice]),
             false => link.recv_into(tag, &mut dst[slice]),
         })
         .with_context(|| format!("all-to-all step {s} of {}: to rank {to}, from rank {from}", n - 1))?;
+        let parts = [
+            (Dir::Send, to, &src[blk(to)], How::Copy),
+            (Dir::Recv, from, &*dst, How::Copy),
+        ];
+        record::op(t, "send/recv", &parts);
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
 use crate::backend::cpu::{Cpu, REDUCE_PIECE};
 use crate::backend::nccl::Nccl;
+use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
 
@@ -63,6 +64,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         return Ok(());
     }
     let len = buf.len();
+    record::algorithm("a chain round the ring to the root, piece by piece (pipelined)");
     for (i, start) in (0..len.max(1)).step_by(PIECE).enumerate() {
         let at = start..(start + PIECE).min(len);
         let step = |what: &str, peer: usize| format!("reduce to rank {root}: {what} piece {i} {}", cpu.peer_name(peer));
@@ -71,6 +73,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             // the finished piece is ours.
             let dst = &mut buf[at.clone()];
             let mine = send.map(|s| &s[at.clone()]);
+            let t = record::clock();
             cpu.link(left)
                 .recv_pieces(tag, dst.len(), &mut scratch, &mut |off, piece| {
                     let out = &mut dst[off..off + piece.len()];
@@ -82,19 +85,27 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
                 .map_err(|e| cpu.lost(e, left))
                 .with_context(|| step("receiving", left))?;
             red.finish(dst, n);
+            record::op(t, "recv", &[(Dir::Recv, left, dst, How::Reduce)]);
             continue;
         }
         let mine = send.map_or(&buf[at.clone()], |s| &s[at.clone()]);
+        let t = record::clock();
         if pos == 0 {
             cpu.link(right)
                 .send(tag, mine)
                 .map_err(|e| cpu.lost(e, right))
                 .with_context(|| step("sending", right))?;
+            record::op(t, "send", &[(Dir::Send, right, mine, How::Copy)]);
         } else {
             cpu.recv_then_send(tag, (left, right), mine.len(), &mut scratch, |out, off, inp| {
                 (red.combine)(out, &mine[off..], inp)
             })
             .with_context(|| step("passing on", right))?;
+            let parts = [
+                (Dir::Recv, left, mine, How::Partial),
+                (Dir::Send, right, mine, How::Partial),
+            ];
+            record::op(t, "recvReduceSend", &parts);
         }
     }
     Ok(())

@@ -56,6 +56,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         ..
     } = call;
     let blk = |i: usize| i * block..(i + 1) * block;
+    crate::record::algorithm("the ring");
     if n == 1 {
         if let Some(src) = send {
             buf.copy_from_slice(&src[blk(0)]);
@@ -128,7 +129,10 @@ fn step(
     crate::record::op(
         t,
         "send/recv",
-        &[(Dir::Send, right, partial, How::Copy), (Dir::Recv, left, dst, How::Reduce)],
+        &[
+            (Dir::Send, right, partial, How::Copy),
+            (Dir::Recv, left, dst, How::Reduce),
+        ],
     );
     Ok(())
 }

@@ -22,8 +22,8 @@ use crate::backend::cpu::{Cpu, split_two};
 use crate::backend::{Backend, Buffer, Storage};
 use crate::collective::Collective;
 use crate::element::{Element, ReduceOp, as_bytes};
-use crate::record::{self, Dir, How};
 use crate::error::{SharedError, usage};
+use crate::record::{self, Dir, How};
 use crate::report::Timing;
 use anyhow::{Context, Result, anyhow};
 use std::ops::Range;
@@ -88,7 +88,7 @@ impl Session {
         let rank = self.rank();
         let sent = match (&self.backend, &buf.storage) {
             (Backend::Cpu(c), Storage::Host(v)) => {
-                record::watch("the point-to-point calls", v, None, false);
+                record::watch(record::P2P, v, None, false);
                 let t = record::clock();
                 let part = &v[range];
                 c.send(part, peer)
@@ -184,7 +184,7 @@ impl Session {
                 Arrive::Replace => ("recv_part", How::Copy),
                 Arrive::Add => ("recv_add_part", How::Reduce),
             };
-            record::watch("the point-to-point calls", v, None, false);
+            record::watch(record::P2P, v, None, false);
             let t = record::clock();
             let dst = &mut v[range];
             let got = match how {
@@ -224,7 +224,7 @@ impl Session {
                 Arrive::Replace => ("send_recv", How::Copy),
                 Arrive::Add => ("send_recv_add", How::Reduce),
             };
-            record::watch("the point-to-point calls", v, None, false);
+            record::watch(record::P2P, v, None, false);
             let t = record::clock();
             let (out, dst) = split_two(v, send, recv);
             let done = match how {
@@ -234,7 +234,10 @@ impl Session {
                     cpu_exchange(c, out, to, &mut tmp, from).map(|()| add(dst, &tmp))
                 }
             };
-            let parts = [(Dir::Send, to, as_bytes(out), How::Copy), (Dir::Recv, from, as_bytes(dst), noted)];
+            let parts = [
+                (Dir::Send, to, as_bytes(out), How::Copy),
+                (Dir::Recv, from, as_bytes(dst), noted),
+            ];
             done.map(|()| record::op(t, name, &parts))
         } else {
             self.staged(buf, Some((send, to)), Some((recv, from, how)))
