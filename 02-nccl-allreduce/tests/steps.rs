@@ -329,4 +329,23 @@ fn a_trace_into_a_missing_folder_is_refused_before_anything_runs() {
     assert_eq!(r.stderr.lines().count(), 1, "{r}");
     assert!(r.stderr.contains("does not exist"), "{r}");
     assert!(r.stdout.is_empty(), "{r}");
+    // A file that cannot be written after all: rank 0 says so at the end, the others finish.
+    let r = run(
+        BIN,
+        &[
+            "--backend",
+            "cpu",
+            "--iters",
+            "1",
+            "--trace",
+            "/proc/no-trace-here.json",
+        ],
+    );
+    assert_eq!(r.code, Some(1), "{r}");
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(
+        errors,
+        ["error: rank 0: writing the trace to /proc/no-trace-here.json: No such file or directory (os error 2)"],
+        "{r}"
+    );
 }

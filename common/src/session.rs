@@ -833,12 +833,22 @@ impl Session {
     pub fn finish(mut self) -> Result<()> {
         let (rank, world) = (self.rank(), self.world_size());
         self.flush_steps()?;
-        self.write_trace()?;
+        let trace = self.gather_trace()?;
         self.store.barrier("end", rank, world)?;
         self.backend.close()?;
         self.store.bye();
         if let Some(server) = &self.server {
             server.drain(self.timeout.min(Duration::from_secs(5)));
+        }
+        // Written once the others are done: a file that cannot be written fails rank 0 alone.
+        if let (Some(path), Some(all)) = (&self.trace, trace) {
+            crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
+            let count: usize = all.iter().map(|t| t.events.len()).sum();
+            self.say(&format!(
+                "Trace: {count} events of {world} ranks written to {}: open it in https://ui.perfetto.dev (or \
+                 chrome://tracing)",
+                path.display()
+            ));
         }
         if rank == 0 && self.format == Format::Json {
             print_out(&serde_json::to_string_pretty(&self.report)?);
@@ -914,12 +924,12 @@ impl Session {
         Ok(())
     }
 
-    /// `--trace FILE`: every rank's events, gathered on rank 0 and written as one
-    /// Chrome trace.
-    fn write_trace(&mut self) -> Result<()> {
-        let Some(path) = self.trace.clone() else {
-            return Ok(());
-        };
+    /// `--trace FILE`: every rank's events, gathered on rank 0 (`None` elsewhere, or
+    /// without `--trace`).
+    fn gather_trace(&mut self) -> Result<Option<Vec<crate::trace::RankTrace>>> {
+        if self.trace.is_none() {
+            return Ok(None);
+        }
         let (events, dropped) = crate::record::take_all();
         let (rank, world) = (self.rank(), self.world_size());
         let mine = crate::trace::RankTrace {
@@ -929,7 +939,7 @@ impl Session {
         };
         self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)?;
         if rank != 0 {
-            return Ok(());
+            return Ok(None);
         }
         let keys: Vec<_> = (0..world).map(|r| (format!("trace/{r}"), r)).collect();
         let all: Vec<crate::trace::RankTrace> = self
@@ -938,14 +948,7 @@ impl Session {
             .iter()
             .map(|v| serde_json::from_slice(v))
             .collect::<Result<_, _>>()?;
-        crate::trace::write(&path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
-        let count: usize = all.iter().map(|t| t.events.len()).sum();
-        self.say(&format!(
-            "Trace: {count} events of {world} ranks written to {}: open it in https://ui.perfetto.dev (or \
-             chrome://tracing)",
-            path.display()
-        ));
-        Ok(())
+        Ok(Some(all))
     }
 
     fn next_key(&mut self, what: &str) -> String {
