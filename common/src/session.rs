@@ -904,23 +904,22 @@ impl Session {
         }
         let key = self.next_key("steps");
         let (rank, world) = (self.rank(), self.world_size());
-        self.store
-            .set(&format!("{key}/{rank}"), &serde_json::to_vec(&events)?)?;
-        if rank != 0 {
-            return Ok(());
-        }
-        let keys: Vec<_> = (0..world).map(|r| (format!("{key}/{r}"), r)).collect();
+        // Shared with every rank, so that all decide alike whether steps were shown.
         let all: Vec<Vec<crate::record::Event>> = self
             .store
-            .wait(&keys, "every rank's steps")?
+            .share(&key, rank, world, &serde_json::to_vec(&events)?, "every rank's steps")?
             .iter()
             .map(|v| serde_json::from_slice(v))
             .collect::<Result<_, _>>()?;
         let labels: Vec<String> = (0..world).map(|r| format!("CPU {r}")).collect();
         let lines = crate::steps::render(&all, &labels);
-        if !lines.is_empty() {
-            self.say(&format!("{}\n", lines.join("\n")));
+        if lines.is_empty() {
+            return Ok(());
         }
+        self.say(&format!("{}\n", lines.join("\n")));
+        // The first steps shown are the last: a lesson's checked collective, not what follows.
+        self.steps = false;
+        crate::record::stop_steps();
         Ok(())
     }
 

@@ -112,19 +112,36 @@ fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
     steps
 }
 
-/// What happens in a phase of the ring, said under its first step.
-fn explain(phase: &str) -> Option<&'static str> {
+/// What happens in a phase of the ring on `world` ranks, said under its first step.
+fn explain(phase: &str, world: usize) -> Option<String> {
+    let steps = world.saturating_sub(1);
     match phase {
-        "reduce-scatter" => Some(
+        "reduce-scatter" => Some(format!(
             "each rank sends a chunk to its right neighbour and adds its own part to the chunk arriving from its \
-             left; after n - 1 steps each rank holds the full sum of one chunk",
-        ),
+             left; after {steps} steps (n - 1 on n ranks) each rank holds the full sum of one chunk"
+        )),
         "all-gather" => Some(
             "each rank passes a finished chunk to its right; what arrives from the left replaces its own, until \
-             every rank holds every chunk",
+             every rank holds every chunk"
+                .into(),
         ),
         _ => None,
     }
+}
+
+/// A line naming the chunks above a row drawn by [`row`]: `chunk 0` centred over each,
+/// or its number alone where the name does not fit.
+fn chunk_names(chunks: &Chunks, width: usize) -> String {
+    let mut out = String::from(" ");
+    for (k, w) in chunks.bounds.windows(2).enumerate() {
+        let seg = (w[1] - w[0]) * (width + 2) + 1;
+        let name = [format!("chunk {k}"), k.to_string()]
+            .into_iter()
+            .find(|n| n.len() <= seg)
+            .unwrap_or_default();
+        out.push_str(&format!("{name:^seg$} "));
+    }
+    out.trim_end().to_string()
 }
 
 /// A number as the tables show it: `42`, not `42.0`.
@@ -212,9 +229,11 @@ pub fn render(all: &[Vec<Event>], labels: &[String]) -> Vec<String> {
     let segs: Vec<Vec<Segment>> = all.iter().map(|e| segments(e)).collect();
     let count = segs.iter().map(Vec::len).min().unwrap_or(0);
     let mut out = vec![];
+    let mut shown = BTreeSet::new();
     for k in 0..count {
         let ranks: Vec<&Segment> = segs.iter().map(|s| &s[k]).collect();
-        if ranks.iter().all(|s| s.ops.is_empty()) {
+        // A collective run again (a warm-up, a benchmark's runs) is shown once.
+        if ranks.iter().all(|s| s.ops.is_empty()) || !shown.insert(ranks[0].name) {
             continue;
         }
         out.extend(render_segment(&ranks, labels));
@@ -273,6 +292,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         1 => "one piece".to_string(),
         n => format!("{n} chunks"),
     };
+    let elements = if len == 1 { "element" } else { "elements" };
     let colour = colored::control::SHOULD_COLORIZE.should_colorize();
     let mut legend = vec![match colour {
         true => format!("{} changed in that step", "green".green().bold()),
@@ -285,7 +305,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         legend.push("(+) the chunk that came in was added to this rank's own".into());
     }
     let mut out = vec![
-        format!("Steps of {name} on {world} ranks{how}: {len} elements in {pieces}."),
+        format!("Steps of {name} on {world} ranks{how}: {len} {elements} in {pieces}."),
         format!("  ({})", legend.join("; ")),
     ];
     if ops
@@ -305,6 +325,9 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         None => String::from("(values not recorded)"),
     };
     out.push("  start".into());
+    if chunks.bounds.len() > 2 {
+        out.push(format!("    {:>label_width$} {}", "", chunk_names(&chunks, width)));
+    }
     for r in 0..world {
         out.push(format!(
             "    {:>label_width$} {}",
@@ -340,7 +363,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         };
         out.push(format!("  {heading}"));
         if i == 1
-            && let Some(what) = phase.as_deref().and_then(explain)
+            && let Some(what) = phase.as_deref().and_then(|p| explain(p, world))
         {
             out.push(format!("  ({what})"));
         }
