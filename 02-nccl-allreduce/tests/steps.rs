@@ -30,8 +30,8 @@ fn printed(stdout: &str, world: usize) -> Printed {
         if line.is_empty() {
             break;
         }
-        if line.trim_start().starts_with('(') {
-            continue; // the legend
+        if line.trim_start().starts_with('(') || (line.starts_with("    ") && !line.contains('|')) {
+            continue; // the legend, the chunks' names
         }
         if !line.starts_with("    ") {
             out.push((line.trim().to_string(), vec![]));
