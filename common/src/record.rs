@@ -8,11 +8,21 @@
 //! part lies (a slice's place is found from its address against the buffer's). Off, a
 //! note costs one branch: [`clock`] returns `None` and every note is skipped.
 //!
-//! The NCCL backend cannot be seen inside; its calls can be timed with [`span`]:
+//! The NCCL backend cannot be seen inside. The session already times each collective
+//! (on both backends) and names it with an NVTX range; each NCCL call can be timed too,
+//! with [`span`], and named for Nsight with [`crate::nvtx::range`], as `Nccl::call` may
+//! do around the call itself:
 //!
 //! ```ignore
-//! let _span = common::record::span("ncclAllReduce", bytes); // noted when dropped
+//! let what = call.what(); // "all-reduce (ncclAllReduce)"
+//! let _span = crate::record::span(&what, bytes); // a `call` span on --trace, noted when dropped
+//! let _range = crate::nvtx::range(&what); // an NVTX range, popped when dropped
+//! let r = f(comm, stream);
 //! ```
+//!
+//! Both cost a branch when nothing records and no profiler is there. NCCL's calls are
+//! asynchronous: such a span is the launch; the GPU's work shows in the session's
+//! `synchronize` wait.
 
 use crate::element::Element;
 use serde::{Deserialize, Serialize};

@@ -315,7 +315,8 @@ impl Session {
             seq: 0,
             device_count,
             failed: None,
-            steps: run.steps && kind == Kind::Cpu && run.format == Format::Text,
+            // Recorded and gathered alike on every rank (whatever each prints): rank 0 prints.
+            steps: run.steps && kind == Kind::Cpu,
             trace: run.trace.clone(),
         };
         session.say_transports();
@@ -648,6 +649,7 @@ impl Session {
     /// Waits until every operation this rank queued has finished (NCCL runs them
     /// asynchronously; the CPU backend's are done when they return).
     pub fn synchronize(&self) -> Result<()> {
+        let _span = (self.backend.name() == "nccl").then(|| crate::record::wait("synchronize (the GPU's queue)"));
         self.backend.synchronize()
     }
 
