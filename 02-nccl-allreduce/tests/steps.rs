@@ -349,3 +349,74 @@ fn a_trace_into_a_missing_folder_is_refused_before_anything_runs() {
         "{r}"
     );
 }
+
+#[test]
+fn on_nccl_steps_say_why_in_one_line_and_the_trace_times_each_collective() {
+    let dir = TempTrace::new("nccl");
+    let file = dir.file();
+    let args = [
+        "--simulate-gpus",
+        "2",
+        "--count",
+        "4",
+        "--steps",
+        "--iters",
+        "2",
+        "--trace",
+        file.to_str().unwrap(),
+    ];
+    let r = run(BIN, &args).ok();
+    let said: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("--steps")).collect();
+    assert_eq!(said.len(), 1, "{r}");
+    assert!(
+        said[0].contains("inside its own kernels") && said[0].contains("--show-calls"),
+        "{r}"
+    );
+    assert!(!r.stdout.contains("Steps of"), "{r}");
+    assert!(r.stdout.contains("Check: OK"), "{r}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    for rank in 0..2 {
+        let colls = spans(events, rank, "collective");
+        assert_eq!(colls.len(), 3, "the checked run and two timed ones: {r}");
+        assert!(
+            colls
+                .iter()
+                .all(|c| c["name"] == "all-reduce" && c["args"]["bytes"] == 16)
+        );
+        assert!(
+            spans(events, rank, "wait")
+                .iter()
+                .any(|w| w["name"].as_str().unwrap().starts_with("synchronize"))
+        );
+    }
+}
+
+#[test]
+fn steps_and_trace_together_show_one_run_and_time_them_all() {
+    let dir = TempTrace::new("both");
+    let file = dir.file();
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        "2",
+        "--count",
+        "4",
+        "--steps",
+        "--iters",
+        "4",
+        "--trace",
+        file.to_str().unwrap(),
+    ];
+    let r = run(BIN, &args).ok();
+    assert_eq!(r.stdout.matches("Steps of all-reduce").count(), 1, "{r}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert_eq!(spans(events, 0, "collective").len(), 5, "{r}");
+    assert_eq!(
+        spans(events, 1, "step").len(),
+        5 * 2,
+        "two steps per all-reduce on 2 ranks: {r}"
+    );
+}
