@@ -77,8 +77,9 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub simulate_gpus: Option<u32>,
 
-    /// Print every step of the collective for a small buffer: per rank, which chunk went
-    /// to whom and which came in (and was added). Only the first, checked run is shown.
+    /// Print every step of the collective for a small buffer (CPU backend, up to 64
+    /// elements): per rank, which chunk went to whom and which came in (and was added).
+    /// Only the first, checked run is shown.
     #[arg(long)]
     pub steps: bool,
 

@@ -84,6 +84,9 @@ pub struct Part {
     pub bytes: u64,
     /// The elements of the watched buffer it lies over (`None`: elsewhere).
     pub range: Option<(usize, usize)>,
+    /// Whether `range` counts in the send buffer (out of place) rather than the buffer.
+    #[serde(default)]
+    pub in_send: bool,
     pub how: How,
 }
 
@@ -294,13 +297,16 @@ pub(crate) fn algorithm(name: &'static str) {
 }
 
 /// Where `s` lies in the watched buffers: elements of the receive buffer, or of the
-/// send buffer (`in_send`).
-fn place(w: &Watched, s: &[u8]) -> Option<(usize, usize)> {
+/// send buffer (`true`).
+fn place(w: &Watched, s: &[u8]) -> Option<((usize, usize), bool)> {
     let (p, n) = span_of(s);
     let within = |(base, len): (usize, usize)| {
         (p >= base && p + n <= base + len).then(|| ((p - base) / w.elem, (p - base + n) / w.elem))
     };
-    within((w.base, w.len)).or_else(|| w.send.and_then(within))
+    match within((w.base, w.len)) {
+        Some(r) => Some((r, false)),
+        None => w.send.and_then(within).map(|r| (r, true)),
+    }
 }
 
 /// Notes one operation, begun at `t` (from [`clock`]): its parts, in the order they
@@ -313,12 +319,13 @@ pub(crate) fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], Ho
     let Some(l) = g.as_mut() else { return };
     let mut e = event(l, Cat::Op, name, t);
     for (dir, peer, slice, how) in parts {
-        let range = l.watched.as_ref().and_then(|w| place(w, slice));
+        let placed = l.watched.as_ref().and_then(|w| place(w, slice));
         e.parts.push(Part {
             dir: *dir,
             peer: *peer,
             bytes: slice.len() as u64,
-            range,
+            range: placed.map(|(r, _)| r),
+            in_send: placed.is_some_and(|(_, s)| s),
             how: *how,
         });
         if *dir == Dir::Recv && *how != How::Partial {

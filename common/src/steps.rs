@@ -160,10 +160,17 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn name(&self, range: Option<(usize, usize)>) -> String {
-        let Some((a, b)) = range else {
+    fn name(&self, part: &Part) -> String {
+        let Some((a, b)) = part.range else {
             return "a partial sum".into();
         };
+        if part.in_send {
+            return match b - a {
+                0 => "an empty block of its send buffer".into(),
+                n if a % n == 0 => format!("block {} of its send buffer", a / n),
+                _ => format!("elements {a}..{b} of its send buffer"),
+            };
+        }
         if a == b {
             return "an empty chunk".into();
         }
@@ -181,8 +188,9 @@ fn said(parts: &[&Part], chunks: &Chunks) -> String {
     let words: Vec<String> = parts
         .iter()
         .map(|p| {
-            let what = chunks.name(p.range);
+            let what = chunks.name(p);
             match (p.dir, p.how) {
+                (Dir::Send, _) if p.range.is_none() => format!("sent its partial sum → rank {}", p.peer),
                 (Dir::Send, How::Partial) => format!("sent that partial sum of {what} → rank {}", p.peer),
                 (Dir::Send, _) => format!("sent {what} → rank {}", p.peer),
                 (Dir::Recv, How::Copy) => format!("got {what} from rank {}", p.peer),
@@ -253,7 +261,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         .unwrap_or(0);
     let mut bounds: BTreeSet<usize> = [0, len].into();
     for e in ops.iter().flatten() {
-        for p in &e.parts {
+        for p in e.parts.iter().filter(|p| !p.in_send) {
             if let Some((a, b)) = p.range {
                 bounds.extend([a.min(len), b.min(len)]);
             }
@@ -414,6 +422,7 @@ mod tests {
             peer,
             bytes: 4,
             range: Some(range),
+            in_send: false,
             how,
         }
     }
