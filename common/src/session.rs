@@ -469,7 +469,7 @@ impl Session {
     /// the title's first word), with the rows' labels and which cells changed since the
     /// last table: `None` on the other ranks.
     fn gather_rows<T: Element>(&mut self, title: &str, mine: &[T]) -> Result<Option<Rows>> {
-        self.flush_steps()?;
+        self.flush_steps(false)?;
         let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
         self.store
@@ -722,7 +722,7 @@ impl Session {
         holds: &str,
         expected: impl Fn(usize) -> T,
     ) -> Result<()> {
-        self.flush_steps()?;
+        self.flush_steps(false)?;
         let _range = self.nvtx("check");
         let mut all = self.backend.download(buf, buf.len())?;
         corrupt_for_tests(self.rank(), &mut all);
@@ -815,7 +815,7 @@ impl Session {
     /// order.
     pub fn time_runs(&mut self, iters: u32, mut op: impl FnMut(&mut Session) -> Result<()>) -> Result<Vec<f64>> {
         // --steps shows the first, checked runs; the timed ones are not recorded.
-        self.flush_steps()?;
+        self.flush_steps(true)?;
         self.steps = false;
         crate::record::stop_steps();
         let _range = self.nvtx("timed runs");
@@ -834,7 +834,7 @@ impl Session {
     /// still needs it), then rank 0 prints the JSON report.
     pub fn finish(mut self) -> Result<()> {
         let (rank, world) = (self.rank(), self.world_size());
-        self.flush_steps()?;
+        self.flush_steps(true)?;
         let trace = self.gather_trace()?;
         self.store.barrier("end", rank, world)?;
         self.backend.close()?;
@@ -889,8 +889,9 @@ impl Session {
 
     /// `--steps`: gathers on rank 0 what every rank recorded since the last time, and
     /// prints its steps. Every rank calls it at the same points (tables, checks, the
-    /// timed runs, the end), whatever it recorded.
-    fn flush_steps(&mut self) -> Result<()> {
+    /// timed runs, the end), whatever it recorded; `last` at the timed runs and the end,
+    /// where a run that showed nothing says so.
+    fn flush_steps(&mut self, last: bool) -> Result<()> {
         if !self.steps {
             return Ok(());
         }
@@ -916,6 +917,9 @@ impl Session {
         let labels: Vec<String> = (0..world).map(|r| format!("CPU {r}")).collect();
         let lines = crate::steps::render(&all, &labels);
         if lines.is_empty() {
+            if last {
+                self.say("--steps: no rank sent or received anything, so there is no step to show");
+            }
             return Ok(());
         }
         self.say(&format!("{}\n", lines.join("\n")));
