@@ -203,6 +203,18 @@ fn steps_change_no_result_and_say_when_they_cannot_show() {
     assert_eq!(said.len(), 1, "{r}");
     assert!(said[0].contains("at most 64"), "{r}");
     assert!(r.stdout.contains("Check: OK"), "{r}");
+    // One rank: nothing moves, and it says so once.
+    let r = run(
+        BIN,
+        &["--backend", "cpu", "--nproc-per-node", "1", "--steps", "--iters", "2"],
+    )
+    .ok();
+    let said: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("--steps")).collect();
+    assert_eq!(
+        said,
+        ["--steps: no rank sent or received anything, so there is no step to show"],
+        "{r}"
+    );
 }
 
 /// A trace file in a fresh temporary folder, removed when dropped.
