@@ -190,6 +190,29 @@ fn steps_of_the_pipelined_ring_keep_partial_sums_out_of_the_buffer() {
 }
 
 #[test]
+fn steps_of_a_maximum_say_what_was_kept_not_added() {
+    let args = "--backend cpu --nproc-per-node 3 --count 3 --init rank --op max --steps --iters 1";
+    let r = run(BIN, &args.split_whitespace().collect::<Vec<_>>()).ok();
+    let steps = printed(&r.stdout, 3);
+    assert_eq!(steps.len(), 5, "{r}");
+    assert!(
+        r.stdout
+            .contains("(max) the chunk that came in was compared with this rank's own"),
+        "{r}"
+    );
+    assert!(
+        r.stdout.contains("each rank holds the full maximum of one chunk"),
+        "{r}"
+    );
+    assert!(!r.stdout.contains("(+)") && !r.stdout.contains(" sum"), "{r}");
+    // After the reduce-scatter each rank holds the maximum (3) of its chunk.
+    for (rank, (row, words)) in steps[2].1.iter().enumerate() {
+        assert!(words.contains("(max)"), "{r}");
+        assert_eq!(row[(rank + 1) % 3], (3.0, rank != 2), "rank {rank}: {r}");
+    }
+}
+
+#[test]
 fn steps_change_no_result_and_say_when_they_cannot_show() {
     // JSON: the same results, and stdout stays one JSON document.
     let args = "--backend cpu --nproc-per-node 3 --count 5 --init rank --steps --iters 1 --format json";
@@ -401,6 +424,16 @@ fn on_nccl_steps_say_why_in_one_line_and_the_trace_times_each_collective() {
                 .iter()
                 .any(|w| w["name"].as_str().unwrap().starts_with("synchronize"))
         );
+        // Each collective made one NCCL call, timed inside it with its bytes.
+        let calls: Vec<&Value> = spans(events, rank, "call")
+            .into_iter()
+            .filter(|c| c["name"] == "ncclAllReduce")
+            .collect();
+        assert_eq!(calls.len(), 3, "one ncclAllReduce per collective: {r}");
+        for (call, coll) in calls.iter().zip(&colls) {
+            assert_eq!(call["args"]["bytes"], 16, "{call}");
+            assert!(within(call, coll), "{call} inside {coll}");
+        }
     }
 }
 

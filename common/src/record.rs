@@ -109,6 +109,11 @@ pub struct Event {
     pub parts: Vec<Part>,
     /// `--steps`: the watched buffer's elements afterwards (a `Watch`: before).
     pub values: Option<Vec<f64>>,
+    /// A `Watch` of a collective that reduces: how ("sum", "max": [`ReduceOp::name`]).
+    ///
+    /// [`ReduceOp::name`]: crate::element::ReduceOp::name
+    #[serde(default)]
+    pub op: Option<String>,
 }
 
 /// The buffer operations are placed against.
@@ -220,6 +225,7 @@ fn event(l: &Log, cat: Cat, name: &str, t: Instant) -> Event {
         bytes: 0,
         parts: vec![],
         values: None,
+        op: None,
     }
 }
 
@@ -276,6 +282,17 @@ pub(crate) fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fres
     e.dur = 0.0;
     e.values = steps.then(|| decode::<T>(bytes));
     push(l, e);
+}
+
+/// Says how the collective just watched combines its buffers (`op`: "sum", "max"), for
+/// `--steps` to word its steps ("added", "kept the larger").
+pub(crate) fn combining(op: &'static str) {
+    if on()
+        && let Some(l) = log().as_mut()
+        && let Some(e) = l.events.last_mut().filter(|e| e.cat == Cat::Watch)
+    {
+        e.op = Some(op.to_string());
+    }
 }
 
 /// Names the phase of the algorithm the next operations belong to ("reduce-scatter").

@@ -608,6 +608,9 @@ impl Session {
         let done = match &mut self.backend {
             Backend::Cpu(cpu) => {
                 crate::record::watch(coll.title, host(recv), send.map(host), true);
+                if coll.reduces {
+                    crate::record::combining(op.name());
+                }
                 (coll.cpu)(
                     cpu,
                     HostCall {

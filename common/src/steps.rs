@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 struct Segment<'a> {
     name: &'a str,
     algorithm: Option<&'a str>,
+    op: Option<&'a str>,
     start: Option<&'a [f64]>,
     ops: Vec<&'a Event>,
 }
@@ -28,6 +29,7 @@ fn segments(events: &[Event]) -> Vec<Segment<'_>> {
             Cat::Watch => out.push(Segment {
                 name: &e.name,
                 algorithm: None,
+                op: e.op.as_deref(),
                 start: e.values.as_deref(),
                 ops: vec![],
             }),
@@ -113,12 +115,17 @@ fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
 }
 
 /// What happens in a phase of the ring on `world` ranks, said under its first step.
-fn explain(phase: &str, world: usize) -> Option<String> {
+fn explain(phase: &str, world: usize, how: &Combine) -> Option<String> {
     let steps = world.saturating_sub(1);
+    let Combine { word, verb, .. } = how;
+    let after = match steps {
+        1 => "one step".to_string(),
+        n => format!("{n} steps"),
+    };
     match phase {
         "reduce-scatter" => Some(format!(
-            "each rank sends a chunk to its right neighbour and adds its own part to the chunk arriving from its \
-             left; after {steps} steps (n - 1 on n ranks) each rank holds the full sum of one chunk"
+            "each rank sends a chunk to its right neighbour and {verb} the chunk arriving from its left; after \
+             {after} (n - 1 on n ranks) each rank holds the full {word} of one chunk"
         )),
         "all-gather" => Some(
             "each rank passes a finished chunk to its right; what arrives from the left replaces its own, until \
@@ -153,6 +160,57 @@ fn num(v: f64) -> String {
     }
 }
 
+/// How a collective combines what comes in with a rank's own elements, in words: a sum
+/// unless the recorder said otherwise (`--op max`).
+struct Combine {
+    /// The mark after a receive that combined: `(+)`.
+    mark: &'static str,
+    /// "sum": a partial sum, the full sum.
+    word: &'static str,
+    /// "adds its own part to": what a rank does to the chunk arriving.
+    verb: &'static str,
+    /// "added to this rank's own": the legend of the mark.
+    legend: &'static str,
+}
+
+impl Combine {
+    fn of(op: Option<&str>) -> Combine {
+        let (mark, word, verb, legend) = match op {
+            Some("prod") => (
+                "(×)",
+                "product",
+                "multiplies its own part into",
+                "multiplied by this rank's own",
+            ),
+            Some("max") => (
+                "(max)",
+                "maximum",
+                "keeps the larger of its own part and",
+                "compared with this rank's own, the larger of each pair kept",
+            ),
+            Some("min") => (
+                "(min)",
+                "minimum",
+                "keeps the smaller of its own part and",
+                "compared with this rank's own, the smaller of each pair kept",
+            ),
+            Some("avg") => (
+                "(+)",
+                "sum",
+                "adds its own part to",
+                "added to this rank's own (avg: the full sum is divided by n at the end)",
+            ),
+            _ => ("(+)", "sum", "adds its own part to", "added to this rank's own"),
+        };
+        Combine {
+            mark,
+            word,
+            verb,
+            legend,
+        }
+    }
+}
+
 /// Names element ranges: "chunk 2" when the range is one of the chunks that every
 /// range seen cuts the buffer into, "the buffer" when there is only one.
 struct Chunks {
@@ -160,9 +218,9 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn name(&self, part: &Part) -> String {
+    fn name(&self, part: &Part, how: &Combine) -> String {
         let Some((a, b)) = part.range else {
-            return "a partial sum".into();
+            return format!("a partial {}", how.word);
         };
         if part.in_send {
             return match b - a {
@@ -184,20 +242,21 @@ impl Chunks {
 }
 
 /// What a rank did in one step, in words.
-fn said(parts: &[&Part], chunks: &Chunks) -> String {
+fn said(parts: &[&Part], chunks: &Chunks, how: &Combine) -> String {
+    let Combine { mark, word, .. } = how;
     let words: Vec<String> = parts
         .iter()
         .map(|p| {
-            let what = chunks.name(p);
+            let what = chunks.name(p, how);
             match (p.dir, p.how) {
-                (Dir::Send, _) if p.range.is_none() => format!("sent its partial sum → rank {}", p.peer),
-                (Dir::Send, How::Partial) => format!("sent that partial sum of {what} → rank {}", p.peer),
+                (Dir::Send, _) if p.range.is_none() => format!("sent its partial {word} → rank {}", p.peer),
+                (Dir::Send, How::Partial) => format!("sent that partial {word} of {what} → rank {}", p.peer),
                 (Dir::Send, _) => format!("sent {what} → rank {}", p.peer),
                 (Dir::Recv, How::Copy) => format!("got {what} from rank {}", p.peer),
-                (Dir::Recv, How::Reduce) => format!("got {what} from rank {} (+)", p.peer),
+                (Dir::Recv, How::Reduce) => format!("got {what} from rank {} {mark}", p.peer),
                 (Dir::Recv, How::Partial) => {
                     format!(
-                        "got {what} from rank {} (+), a partial sum sent on next step, not kept",
+                        "got {what} from rank {} {mark}, a partial {word} sent on next step, not kept",
                         p.peer
                     )
                 }
@@ -253,6 +312,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
     let world = ranks.len();
     let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
     let steps = number(&ops);
+    let combine = Combine::of(ranks[0].op);
     let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
     let len = ranks
         .iter()
@@ -310,7 +370,10 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         legend.insert(0, "| separates the chunks".into());
     }
     if ops.iter().flatten().flat_map(|e| &e.parts).any(|p| p.how != How::Copy) {
-        legend.push("(+) the chunk that came in was added to this rank's own".into());
+        legend.push(format!(
+            "{} the chunk that came in was {}",
+            combine.mark, combine.legend
+        ));
     }
     let mut out = vec![
         format!("Steps of {name} on {world} ranks{how}: {len} {elements} in {pieces}."),
@@ -322,11 +385,11 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         .flat_map(|e| &e.parts)
         .any(|p| p.how == How::Partial)
     {
-        out.push(
-            "  (pipelined: a partial sum travels on in the next message and is never written to the buffer; a \
-             rank's buffer changes only when a chunk is finished)"
-                .into(),
-        );
+        out.push(format!(
+            "  (pipelined: a partial {} travels on in the next message and is never written to the buffer; a \
+             rank's buffer changes only when a chunk is finished)",
+            combine.word
+        ));
     }
     let row_of = |values: Option<&Vec<f64>>, before: Option<&Vec<f64>>| match values {
         Some(v) => row(v, before.map(Vec::as_slice), &chunks, width),
@@ -371,7 +434,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         };
         out.push(format!("  {heading}"));
         if i == 1
-            && let Some(what) = phase.as_deref().and_then(|p| explain(p, world))
+            && let Some(what) = phase.as_deref().and_then(|p| explain(p, world, &combine))
         {
             out.push(format!("  ({what})"));
         }
@@ -390,7 +453,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
                 "    {:>label_width$} {}  {}",
                 labels[r],
                 row_of(now.as_ref(), before.as_ref()),
-                said(&parts, &chunks)
+                said(&parts, &chunks, &combine)
             ));
         }
     }
@@ -413,6 +476,7 @@ mod tests {
             bytes: 0,
             parts,
             values: Some(values),
+            op: None,
         }
     }
 

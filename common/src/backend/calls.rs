@@ -15,6 +15,7 @@ pub struct Call {
     doing: String,
     function: &'static str,
     args: Vec<(&'static str, String)>,
+    bytes: u64,
 }
 
 impl Call {
@@ -24,7 +25,24 @@ impl Call {
             doing: doing.into(),
             function,
             args: Vec::new(),
+            bytes: 0,
         }
+    }
+
+    /// The bytes the call moves (its buffer), for its span on `--trace`.
+    pub fn bytes(mut self, bytes: usize) -> Call {
+        self.bytes = bytes as u64;
+        self
+    }
+
+    /// The C function: `ncclAllReduce`.
+    pub fn function(&self) -> &'static str {
+        self.function
+    }
+
+    /// The bytes the call moves, as given to [`Call::bytes`] (0 if not).
+    pub fn moved(&self) -> u64 {
+        self.bytes
     }
 
     /// Adds the argument `name`, shown as `value`.

@@ -335,7 +335,8 @@ impl Nccl {
             .arg("sendbuff", format!("{src:#x}"))
             .arg("count", buf.len())
             .arg("datatype", format!("{:?}", T::as_nccl_type()))
-            .arg("peer", peer);
+            .arg("peer", peer)
+            .bytes(buf.len() * size_of::<T>());
         self.call(call, |comm, stream| unsafe {
             sys::ncclSend(src as _, buf.len(), T::as_nccl_type(), peer as c_int, comm, stream)
         })
@@ -349,7 +350,8 @@ impl Nccl {
             .arg("recvbuff", format!("{dst:#x}"))
             .arg("count", count)
             .arg("datatype", format!("{:?}", T::as_nccl_type()))
-            .arg("peer", peer);
+            .arg("peer", peer)
+            .bytes(count * size_of::<T>());
         self.call(call, |comm, stream| unsafe {
             sys::ncclRecv(dst as _, count, T::as_nccl_type(), peer as c_int, comm, stream)
         })
@@ -416,7 +418,11 @@ impl Nccl {
         let comm = self.live(&what)?;
         let stream = self.stream.cu_stream() as sys::cudaStream_t;
         self.last.replace(what.clone());
+        // A `call` span on this rank's track of --trace, and an NVTX range for Nsight.
+        let span = crate::record::span(call.function(), call.moved());
+        let range = crate::nvtx::range(call.function());
         let r = f(comm, stream);
+        drop((range, span));
         let call = call.ptr("comm", comm).ptr("stream", stream);
         self.shown.show(&call, Some(&r), "");
         self.called(r, &what)?;

@@ -53,6 +53,7 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
                 .arg("count", c.count)
                 .arg("datatype", format!("{:?}", c.datatype))
                 .arg("peer", peer)
+                .bytes(bytes)
         };
         let what = call(
             format!("all-to-all: send to rank {peer}"),

@@ -193,7 +193,8 @@ impl DeviceCall {
             .ptr("sendbuff", self.send)
             .ptr("recvbuff", self.recv)
             .arg(count, self.count)
-            .arg("datatype", format!("{:?}", self.datatype));
+            .arg("datatype", format!("{:?}", self.datatype))
+            .bytes(self.count * self.elem);
         if coll.reduces {
             call = call.arg("op", format!("{:?}", self.op.nccl()));
         }
