@@ -9,11 +9,14 @@
 #   bench/compare-mpi.sh --help
 #
 # It installs Debian's Open MPI (openmpi-bin, libopenmpi-dev) if mpicc or mpirun is missing,
-# builds bench/mpi_bench.c into bench/build/, builds 07-nccl-perf (cargo), then measures, for
-# every rank count, collective and size: ours (07-nccl-perf --backend cpu, in place and out of
-# place) and Open MPI's same collective (bench/mpi_bench.c). It prints one markdown table per
-# rank count. It is a benchmark, not a test: CI never runs it, and its numbers mean something
-# only on a quiet machine.
+# builds bench/mpi_bench.c and bench/floors.c into bench/build/, builds 07-nccl-perf (cargo),
+# then measures the machine's limits (a cache-line round trip between two processes, memcpy
+# with 1 and 2 threads), the CPU time of a rank kept waiting 10 s, and, for every rank
+# count, collective and size, --repeat times each: ours (07-nccl-perf --backend cpu, in place
+# and out of place) and Open MPI's same collective (bench/mpi_bench.c). It prints the limits
+# and one markdown table per rank count, each time the median of the repeats. It is a
+# benchmark, not a test: CI never runs it, and its numbers mean something only on a quiet
+# machine.
 set -euo pipefail
 
 usage() {
@@ -35,8 +38,16 @@ algbw = size / time per operation (GB/s = 1e9 B/s); a size is nccl-tests' size, 
 of the larger buffer, rounded as 07-nccl-perf rounds it (a whole number of floats per rank
 where the buffer is split among the ranks). In place is MPI_IN_PLACE on Open MPI's side.
 Both sides: one checked operation, the warm-up, a barrier, the timed operations; time =
-mean over ranks of (loop time / iterations). Each busbw is also given as a percentage of
-the single-thread memcpy bandwidth that 07-nccl-perf measures (median over its runs).
+mean over ranks of (loop time / iterations); each point is the median of --repeat runs,
+the two sides alternating. Each busbw is also given as a percentage of the single-thread
+memcpy bandwidth that 07-nccl-perf measures (median over its runs).
+
+The limits (bench/floors.c): a cache-line round trip between two processes (the floor of
+a 2-rank 4 B all-reduce: each rank must see the other's bytes), and memcpy with 1 and 2
+threads in memory (100 MiB each) and in cache (256 KiB each). Ours is given as a multiple
+of the round trip at the smallest size, and as a fraction of each memcpy at the largest.
+Then 07-nccl-perf on 2 ranks with rank 1 held 10 s before its first all-reduce
+(NCCL_WORKBOOK_FAULT=late:1:10000): the CPU time the job used while rank 0 waited.
 
 Options:
   --sizes LIST        sizes in bytes, K/M/G binary (default 4,1M,100M)
@@ -46,6 +57,7 @@ Options:
   -n, --iters N       timed operations per size (default: by size, 256 MiB / size,
                       at least 10, at most 1000: 4 B 1000, 1 MiB 256, 100 MiB 10)
   -w, --warmup N      warm-up operations per size (default: iterations / 10, at least 2)
+  --repeat R          runs of each side per point, the median kept (default 3)
   --json FILE         also write the results as JSON
   --save-results DIR  also write each side's runs as 07-nccl-perf results, one file per
                       collective and rank count (DIR/mpi-all_reduce-2ranks.json,
@@ -88,11 +100,12 @@ json=""
 save_results=""
 mpirun_args=""
 timeout_s=600
+repeat=3
 build=true
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
-        --sizes | --nproc | --ops | -n | --iters | -w | --warmup | --json | --save-results | --mpirun-args | --timeout)
+        --sizes | --nproc | --ops | -n | --iters | -w | --warmup | --json | --save-results | --mpirun-args | --timeout | --repeat)
             (($# >= 2)) || die "$1 needs a value (see --help)"
             case "$1" in
                 --sizes) sizes_arg=$2 ;;
@@ -104,6 +117,7 @@ while (($#)); do
                 --save-results) save_results=$2 ;;
                 --mpirun-args) mpirun_args=$2 ;;
                 --timeout) timeout_s=$2 ;;
+                --repeat) repeat=$2 ;;
             esac
             shift 2 ;;
         --no-build) build=false; shift ;;
@@ -148,6 +162,7 @@ for value in "$iters_arg" "$warmup_arg"; do
 done
 [[ "$iters_arg" == auto ]] || ((iters_arg >= 1)) || die "-n must be at least 1"
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || die "--timeout takes whole seconds ('$timeout_s')"
+[[ "$repeat" =~ ^[0-9]+$ ]] && ((repeat >= 1)) || die "--repeat takes a number of runs, 1 or more ('$repeat')"
 read -ra extra_mpirun <<<"$mpirun_args"
 
 # The size both sides measure: nccl-tests' size rounded as 07-nccl-perf rounds it, a whole
@@ -192,6 +207,8 @@ command -v python3 >/dev/null || die "python3 is needed to read the results and 
 mkdir -p "$build_dir"
 log "mpicc -O2 -o bench/build/mpi_bench bench/mpi_bench.c"
 mpicc -O2 -Wall -Wextra -o "$exe" "$bench_dir/mpi_bench.c"
+log "cc -O2 -pthread -o bench/build/floors bench/floors.c"
+mpicc -O2 -Wall -Wextra -pthread -o "$build_dir/floors" "$bench_dir/floors.c"
 
 cd "$repo_dir"
 if $build; then
@@ -225,12 +242,12 @@ wrong_only() { # status json-file
     (($1 == 1)) && grep -q '"wrong": [1-9]' "$2"
 }
 
-run_ours() { # op n
-    local op=$1 n=$2 size bytes iters warmup out status
+run_ours() { # op n repeat
+    local op=$1 n=$2 rep=$3 size bytes iters warmup out status
     for size in "${sizes[@]}"; do
         bytes=$(op_size "$op" "$n" "$size")
         iters=$(iters_for "$size") warmup=$(warmup_for "$size")
-        out="$work/ours-$op-$n-$bytes.json"
+        out="$work/ours-$op-$n-$bytes-$rep.json"
         status=0
         timeout "$timeout_s" "$perf_bin" --backend cpu --nproc-per-node "$n" --op "$op" \
             -b "$bytes" -e "$bytes" -w "$warmup" -n "$iters" --format json \
@@ -242,13 +259,13 @@ run_ours() { # op n
     done
 }
 
-run_mpi() { # op n
-    local op=$1 n=$2 size bytes list_sizes="" list_iters="" list_warmup="" out status=0
+run_mpi() { # op n repeat
+    local op=$1 n=$2 rep=$3 size bytes list_sizes="" list_iters="" list_warmup="" out status=0
     for size in "${sizes[@]}"; do
         bytes=$(op_size "$op" "$n" "$size")
         list_sizes+=",$bytes" list_iters+=",$(iters_for "$size")" list_warmup+=",$(warmup_for "$size")"
     done
-    out="$work/mpi-$op-$n.json"
+    out="$work/mpi-$op-$n-$rep.json"
     timeout "$timeout_s" "${mpirun_cmd[@]}" -np "$n" "${extra_mpirun[@]}" "$exe" "$op" \
         "${list_sizes#,}" "${list_iters#,}" "${list_warmup#,}" >"$out" 2>"$work/stderr" || status=$?
     if ((status != 0)) && ! wrong_only "$status" "$out"; then
@@ -259,21 +276,36 @@ run_mpi() { # op n
 
 loadavg=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$SECONDS
+
+# The machine's limits, and how much CPU a rank kept waiting uses.
+log "the machine's limits: bench/build/floors"
+"$build_dir/floors" >"$work/floors.json" || die "bench/build/floors failed"
+log "CPU time of a 2-rank job whose rank 1 starts its all-reduce 10 s late"
+idle_start=$SECONDS
+TIMEFORMAT='%U %S %R'
+{ time NCCL_WORKBOOK_FAULT=late:1:10000 timeout "$timeout_s" "$perf_bin" --backend cpu \
+    --nproc-per-node 2 --op all_reduce -b 4 -e 4 -w 0 -n 1 --format json >/dev/null 2>"$work/stderr"; } \
+    2>"$work/idle-time" || failed "07-nccl-perf with rank 1 held 10 s" "$work/stderr"
+unset TIMEFORMAT
+log "  ($((SECONDS - idle_start)) s)"
+
 i=0
-for n in "${nprocs[@]}"; do
-    for op in "${ops[@]}"; do
-        # The two sides in alternating order, so that a drift of the machine (another job,
-        # the clock) falls on both alike.
-        if ((i % 2 == 0)); then
-            log "$op, $n ranks: ours, then Open MPI"
-            run_ours "$op" "$n"
-            run_mpi "$op" "$n"
-        else
-            log "$op, $n ranks: Open MPI, then ours"
-            run_mpi "$op" "$n"
-            run_ours "$op" "$n"
-        fi
-        i=$((i + 1))
+for ((r = 1; r <= repeat; r++)); do
+    for n in "${nprocs[@]}"; do
+        for op in "${ops[@]}"; do
+            # The two sides in alternating order, so that a drift of the machine (another
+            # job, the clock) falls on both alike.
+            if ((i % 2 == 0)); then
+                log "run $r of $repeat: $op, $n ranks: ours, then Open MPI"
+                run_ours "$op" "$n" "$r"
+                run_mpi "$op" "$n" "$r"
+            else
+                log "run $r of $repeat: $op, $n ranks: Open MPI, then ours"
+                run_mpi "$op" "$n" "$r"
+                run_ours "$op" "$n" "$r"
+            fi
+            i=$((i + 1))
+        done
     done
 done
 log "measured in $((SECONDS - start)) s"
@@ -285,6 +317,7 @@ for size in "${sizes[@]}"; do
     iter_lines+=("$size:$(iters_for "$size"):$(warmup_for "$size")")
 done
 export CMP_COMMAND="$command_line" CMP_LOADAVG="$loadavg" CMP_JSON="$json" CMP_SAVE="$save_results"
+export CMP_FLOORS="$work/floors.json" CMP_IDLE="$work/idle-time" CMP_REPEAT="$repeat"
 export CMP_ITERS="${iter_lines[*]}" CMP_ITERS_AUTO="$iters_arg" CMP_WARMUP_AUTO="$warmup_arg" CMP_MPIRUN="${mpirun_cmd[*]} -np N${extra_mpirun[*]:+ ${extra_mpirun[*]}}"
 CMP_MPI_VERSION=$(mpirun --version 2>/dev/null | head -n 1)
 # Which transport Open MPI chose by default: its PML (ob1 moves messages through BTLs, vader
@@ -357,32 +390,63 @@ def place(doc_place, op, n, size):
             "wrong": int(doc_place["wrong"] or 0)}
 
 
+def merged(docs, op, n):
+    """One document from --repeat runs of one side: each row's times the median of the
+    runs' (bandwidths from that median), its wrong elements the sum."""
+    doc = dict(docs[0])
+    rows = {}
+    for d in docs:
+        for r in d["rows"]:
+            rows.setdefault(r["size"], []).append(r)
+    out = []
+    for size in sorted(rows):
+        runs = rows[size]
+        row = dict(runs[0])
+        for p in ("in_place", "out_of_place"):
+            if runs[0].get(p) is None:
+                continue
+            t = statistics.median(r[p]["time_us"] for r in runs)
+            algbw = size / 1e3 / t
+            row[p] = {"time_us": t, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
+                      "wrong": sum(int(r[p]["wrong"] or 0) for r in runs)}
+        out.append(row)
+    doc["rows"] = out
+    return doc
+
+
 ours, mpi, order, memcpy = {}, {}, [], []
-docs_ours, docs_mpi = {}, {}  # each side's documents per (op, n), for --save-results
+runs_ours, runs_mpi = {}, {}  # each side's documents per (op, n), every repeat
 with open(sys.argv[1]) as f:
     for line in f:
         side, op, n, size, iters, warmup, path = line.split()
         n, doc = int(n), load(path)
         if side == "ours":
             size = int(size)
-            rows = [r for r in doc["rows"] if r["size"] == size]
-            if doc.get("op", "").replace("-", "_") != op or doc.get("world_size") != n or not rows:
+            if doc.get("op", "").replace("-", "_") != op or doc.get("world_size") != n \
+                    or not any(r["size"] == size for r in doc["rows"]):
                 sys.exit(f"compare-mpi: 07-nccl-perf's JSON for {op} N={n} has no row of {size} bytes")
             memcpy.append(doc["memcpy_gbps"])
-            docs_ours.setdefault((op, n), []).append(doc)
-            ours[(op, n, size)] = {"iters": int(iters), "warmup": int(warmup),
-                                   "memcpy_gbps": doc["memcpy_gbps"],
-                                   **{p: place(rows[0][p], op, n, size)
-                                      for p in ("in_place", "out_of_place")}}
-            order.append((op, n, size))
+            runs_ours.setdefault((op, n), []).append(doc)
+            if (op, n, size) not in ours:
+                order.append((op, n, size))
+            ours[(op, n, size)] = {"iters": int(iters), "warmup": int(warmup)}
         else:
             if doc.get("op") != op or doc.get("world_size") != n:
                 sys.exit(f"compare-mpi: mpi_bench's JSON for {op} N={n} is for another run")
-            docs_mpi[(op, n)] = doc
-            for r in doc["rows"]:
-                mpi[(op, n, r["size"])] = {"call": doc["call"], "library": doc["library"],
-                                           **{p: place(r[p], op, n, r["size"])
-                                              for p in ("in_place", "out_of_place")}}
+            runs_mpi.setdefault((op, n), []).append(doc)
+
+docs_ours = {key: merged(docs, *key) for key, docs in runs_ours.items()}
+docs_mpi = {key: merged(docs, *key) for key, docs in runs_mpi.items()}
+for (op, n), doc in docs_ours.items():
+    for r in doc["rows"]:
+        if (op, n, r["size"]) in ours:
+            ours[(op, n, r["size"])].update({p: place(r.get(p), op, n, r["size"])
+                                             for p in ("in_place", "out_of_place")})
+for (op, n), doc in docs_mpi.items():
+    for r in doc["rows"]:
+        mpi[(op, n, r["size"])] = {"call": doc["call"], "library": doc["library"],
+                                   **{p: place(r.get(p), op, n, r["size"])
+                                      for p in ("in_place", "out_of_place")}}
 
 ref = statistics.median(memcpy)
 results = []
@@ -415,6 +479,15 @@ header = {"date": datetime.datetime.now().astimezone().isoformat(timespec="secon
           "memcpy_gbps": {"median": ref, "min": min(memcpy), "max": max(memcpy),
                           "runs": len(memcpy)}}
 
+with open(env["CMP_FLOORS"]) as f:
+    floors = json.load(f)
+user, system, wall = (float(v) for v in open(env["CMP_IDLE"]).read().split())
+header["floors"] = floors
+header["held_10s"] = {"cpu_s": user + system, "user_s": user, "system_s": system, "wall_s": wall}
+header["repeat"] = int(env["CMP_REPEAT"])
+rt = floors["round_trip_ns"] / 1e3
+mem, cache = floors["memcpy_gbps"]["in_memory"], floors["memcpy_gbps"]["in_cache"]
+
 out = [f"# compare-mpi: {header['date']}, nproc {header['nproc']}, {cpu}, {header['mpi']}", "",
        f"Command: `{header['command']}`  ",
        f"Repository at {header['git']}; load average at start {header['loadavg']}; Open MPI "
@@ -430,7 +503,29 @@ out = [f"# compare-mpi: {header['date']}, nproc {header['nproc']}, {cpu}, {heade
        "caches can exceed 100% of it.  ",
        "busbw in GB/s (1e9 B/s), nccl-tests' formulas on both sides; each pair is in place / "
        "out of place (Open MPI: MPI_IN_PLACE; MPI_Bcast has one buffer, so in place only). "
-       "Ratio: our busbw / Open MPI's, same placement.", ""]
+       "Ratio: our busbw / Open MPI's, same placement. Every figure is the median of "
+       f"{header['repeat']} runs of each side.", "",
+       "## The machine's limits (bench/floors.c)", "",
+       f"- a cache-line round trip between two processes: {rt * 1e3:.0f} ns (one way: about "
+       f"{rt * 5e2:.0f} ns)",
+       f"- memcpy in memory (100 MiB per thread): {mem['1']:.1f} GB/s with 1 thread, "
+       f"{mem['2']:.1f} GB/s with 2",
+       f"- memcpy in cache (256 KiB per thread): {cache['1']:.1f} GB/s with 1 thread, "
+       f"{cache['2']:.1f} GB/s with 2",
+       f"- 2 ranks, rank 1 starting its all-reduce 10 s late: the job used "
+       f"{user + system:.2f} s of CPU ({user:.2f} user, {system:.2f} system) in {wall:.1f} s", ""]
+for n in dict.fromkeys(k[1] for k in order):
+    for op in dict.fromkeys(k[0] for k in order):
+        keys = [k for k in order if k[:2] == (op, n)]
+        if not keys:
+            continue
+        small, large = min(keys, key=lambda k: k[2]), max(keys, key=lambda k: k[2])
+        o, l = ours[small]["in_place"], ours[large]["in_place"]
+        out.append(f"- {op}, {n} ranks, in place: {fmt_size(small[2])} in {o['time_us']:.2f} us = "
+                   f"{o['time_us'] / rt:.2f} round trips; {fmt_size(large[2])} at "
+                   f"{l['busbw']:.2f} GB/s busbw = {100 * l['busbw'] / mem['1']:.0f}% of memcpy "
+                   f"with 1 thread, {100 * l['busbw'] / mem['2']:.0f}% with 2")
+out.append("")
 for n in dict.fromkeys(r["world_size"] for r in results):
     out += [f"## {n} ranks", "",
             "| collective | size | ours busbw (in / out of place) | Open MPI busbw (in / out) "
@@ -460,11 +555,11 @@ if env["CMP_JSON"]:
     print(f"compare-mpi: JSON written to {env['CMP_JSON']}", file=sys.stderr)
 if env["CMP_SAVE"]:
     # 07-nccl-perf's result form (--format json), one file per side, collective and rank
-    # count: ours gathered from its one-size runs, Open MPI's as mpi_bench wrote it.
+    # count: ours gathered from its one-size runs, each time the median of the repeats.
     os.makedirs(env["CMP_SAVE"], exist_ok=True)
     saved = []
-    for (op, n), docs in docs_ours.items():
-        doc = dict(docs[0], rows=sorted((r for d in docs for r in d["rows"]), key=lambda r: r["size"]))
+    for (op, n), doc in docs_ours.items():
+        doc = dict(doc)
         doc.pop("avg_busbw", None)
         saved.append((f"ours-{op}-{n}ranks.json", doc))
     for (op, n), doc in docs_mpi.items():

@@ -3,7 +3,7 @@
 //! here, independently), and the trace holds what ran.
 
 use serde_json::Value;
-use testkit::run;
+use testkit::{LIMIT, command, finish, run, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
 
@@ -295,7 +295,11 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
             "--trace",
             file.to_str().unwrap(),
         ];
-        let r = run(BIN, &args).ok();
+        // 24 bytes would go direct, rank to rank (see the next test): NCCL's own
+        // variable asks for the ring at every size.
+        let mut cmd = command(BIN, &args);
+        cmd.env("NCCL_ALGO", "Ring");
+        let r = finish(spawn(cmd), LIMIT).ok();
         assert!(r.stdout.contains("Check: OK"), "{r}");
         assert!(r.stdout.contains("ui.perfetto.dev"), "{r}");
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
@@ -350,6 +354,65 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
             let firsts: Vec<&str> = steps.iter().take(1).map(|s| s["name"].as_str().unwrap()).collect();
             assert!(firsts[0].starts_with("reduce-scatter step 1"), "{firsts:?}");
             assert!(!spans(events, rank, "wait").is_empty(), "the timed runs' barrier");
+        }
+    }
+}
+
+#[test]
+fn a_small_buffer_goes_direct_from_every_rank_to_every_rank() {
+    let count = 6usize;
+    for (n, via) in [(2usize, "shm"), (3, "tcp"), (4, "shm")] {
+        let dir = TempTrace::new(&format!("direct-{n}-{via}"));
+        let file = dir.file();
+        let (w, c) = (n.to_string(), count.to_string());
+        let args = [
+            "--backend",
+            "cpu",
+            "--nproc-per-node",
+            &w,
+            "--count",
+            &c,
+            "--iters",
+            "2",
+            "--transport",
+            via,
+            "--trace",
+            file.to_str().unwrap(),
+        ];
+        let r = run(BIN, &args).ok();
+        assert!(r.stdout.contains("Check: OK"), "{r}");
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let events = doc["traceEvents"].as_array().unwrap();
+        let bytes = (count * 4) as u64;
+        for rank in 0..n {
+            let colls = spans(events, rank, "collective");
+            assert_eq!(colls.len(), 3, "{r}");
+            for coll in &colls {
+                assert!(
+                    coll["args"]["algorithm"].as_str().unwrap().starts_with("direct"),
+                    "{coll}"
+                );
+                // Its whole buffer to each other rank, and each other rank's buffer in.
+                for cat in ["send", "recv", "reduce"] {
+                    let mut peers: Vec<u64> = spans(events, rank, cat)
+                        .into_iter()
+                        .filter(|s| within(s, coll))
+                        .map(|s| {
+                            assert_eq!(s["args"]["bytes"].as_u64(), Some(bytes), "{s}");
+                            s["args"]["peer"].as_u64().unwrap()
+                        })
+                        .collect();
+                    peers.sort();
+                    let others = (0..n as u64).filter(|&p| p != rank as u64);
+                    let want: Vec<u64> = match cat {
+                        "send" => others.collect(),
+                        // Rank 0's buffer is copied in, the others' are reduced into it.
+                        "recv" => others.filter(|&p| p == 0).collect(),
+                        _ => others.filter(|&p| p != 0).collect(),
+                    };
+                    assert_eq!(peers, want, "rank {rank}, {cat}, {n} ranks over {via}");
+                }
+            }
         }
     }
 }

@@ -232,6 +232,32 @@ fn every_world_from_2_to_5_is_right_on_shared_memory() {
 }
 
 #[test]
+fn either_side_of_the_small_message_switch_and_with_the_ring_forced_every_element_is_right() {
+    // Up to 16 KiB an all-reduce or a broadcast goes direct, rank to rank; above, round
+    // the ring; NCCL_ALGO=Ring keeps the ring at every size. Every operator and world,
+    // both transports, in place and out of place (the JSON's #wrong counts both).
+    let asked = [16376, 16380, 16384, 16388, 16392];
+    for world in 1..=4 {
+        for (transport, algo) in [("shm", "Tree"), ("tcp", "Tree"), ("shm", "Ring")] {
+            let r = perf(
+                &format!(
+                    "--nproc-per-node {world} --op all -o all -b 16376 -e 16392 -i 4 -w 0 -n 1 \
+                     --transport {transport} --format json"
+                ),
+                &[("NCCL_ALGO", algo)],
+            )
+            .ok();
+            let j = r.json();
+            let sweeps = j["sweeps"].as_array().unwrap();
+            assert_eq!(sweeps.len(), 18, "{r}");
+            for sweep in sweeps {
+                check_sweep(sweep, sweep["op"].as_str().unwrap(), world, &asked, &r);
+            }
+        }
+    }
+}
+
+#[test]
 fn a_corrupted_element_is_counted_and_fails_the_run() {
     // Rank 1 doubles its element 3 before the check: one wrong element per checked run.
     let r = perf(

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// How the ranks are started, which backend moves the data, and how results are printed.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Which library moves the data: `nccl` (GPUs), `cpu` (TCP between processes, no GPU
+    /// Which library moves the data: `nccl` (GPUs), `cpu` (shared memory or TCP between processes, no GPU
     /// needed), or `auto` (NCCL when a driver, a GPU and libnccl are there).
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,

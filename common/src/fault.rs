@@ -17,3 +17,18 @@ pub fn asked(name: &str, rank: Option<usize>) -> Option<Vec<String>> {
     }
     Some(parts.map(str::to_string).collect())
 }
+
+/// `NCCL_WORKBOOK_FAULT=late:RANK:MS`: rank RANK starts its first collective MS
+/// milliseconds late, so that the others wait for it inside the collective (how long a
+/// waiting rank spins, and that it then sleeps, can be measured: `bench/compare-mpi.sh`
+/// and the tests read the job's CPU time).
+pub(crate) fn late(rank: usize) {
+    // Read once: this runs before every collective, and reading the environment costs
+    // more than a small collective.
+    static MS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let ms = MS.get_or_init(|| asked("late", Some(rank)).and_then(|v| v.first()?.parse().ok()));
+    if let Some(ms) = *ms {
+        ONCE.call_once(|| std::thread::sleep(std::time::Duration::from_millis(ms)));
+    }
+}

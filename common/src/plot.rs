@@ -1,7 +1,7 @@
 //! The benchmark's picture (`--plot perf.png`): busbw and time against size, both on log
 //! scales, one line per sweep of each run drawn (this one, and results saved before with
 //! `--format json`: shm against TCP, 2 against 4 ranks, ours against Gloo or Open MPI),
-//! and the machine's bound, the single-thread memcpy bandwidth, as a dashed line.
+//! and a reference, the single-thread memcpy bandwidth in memory, as a dashed line.
 //!
 //! The figures drawn are the out-of-place columns (nccl-tests' first ones), or the in-place
 //! ones where a saved result has only those (the title or the legend says which). Text is

@@ -65,8 +65,8 @@ pub struct Perf {
     pub datatype: String,
     /// The reduction operator, or `none`.
     pub redop: String,
-    /// Single-thread memcpy bandwidth of 100 MiB on rank 0, GB/s: the bound for a
-    /// copy-based collective on one machine.
+    /// Single-thread memcpy bandwidth of 100 MiB on rank 0 (in memory), GB/s: a
+    /// reference for busbw on one machine, not a bound (several cores copy at once).
     pub memcpy_gbps: f64,
     /// One row per size.
     pub rows: Vec<PerfRow>,

@@ -603,6 +603,7 @@ impl Session {
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();
         self.last_op = Some((coll, bytes));
+        crate::fault::late(rank);
         let _span = crate::record::collective(coll.title, bytes as u64);
         let _range = self.nvtx(coll.nccl_name);
         let done = match &mut self.backend {

@@ -160,6 +160,18 @@ pub fn two_nodes(make: impl Fn(usize, &[&str]) -> Command) -> [Run; 2] {
     [finish(a, LIMIT), finish(b, LIMIT)]
 }
 
+/// The CPU time, user and system, of this process's children that have ended and been
+/// waited for (a launcher counts its ranks), from `/proc/self/stat`. Run one such test
+/// per test binary: tests in threads of one process share their children's count.
+pub fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the command's ')': state is field 3; cutime and cstime are 16 and 17.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..].split(' ').collect();
+    let ticks: u64 = fields[13].parse::<u64>().unwrap() + fields[14].parse::<u64>().unwrap();
+    // Linux reports these in USER_HZ, 100 per second on every architecture it runs on.
+    Duration::from_millis(ticks * 10)
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

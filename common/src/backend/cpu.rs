@@ -28,6 +28,10 @@ pub(crate) const STREAM_ABOVE: usize = 16 << 20;
 const MIN_SLICE: usize = 256 << 10;
 /// What arrives is reduced in pieces of this size, while the rest is in flight.
 pub(crate) const REDUCE_PIECE: usize = 256 << 10;
+/// Messages up to this size go straight from every rank to every rank that needs them
+/// (one message time), not round the ring (2(n - 1) message times for an all-reduce): for
+/// them the time per message, α, is all there is, and the ring multiplies it.
+pub const SMALL: usize = 16 << 10;
 
 /// A rank of the CPU backend: its place in the world, and a link to every other rank.
 pub struct Cpu {
@@ -35,6 +39,8 @@ pub struct Cpu {
     world: usize,
     links: Vec<Option<Box<dyn Link>>>,
     pipelined: bool,
+    /// `NCCL_ALGO=Ring`: the ring at every size, as NCCL's own variable asks of NCCL.
+    ring_only: bool,
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
     /// links know tags only; the collectives know their names).
     names: fn(u8) -> &'static str,
@@ -59,6 +65,7 @@ impl Cpu {
             world,
             links,
             pipelined,
+            ring_only: std::env::var("NCCL_ALGO").is_ok_and(|a| a.trim().eq_ignore_ascii_case("ring")),
             names,
             scratch: Mutex::new((vec![], vec![])),
         }
@@ -83,6 +90,13 @@ impl Cpu {
     /// the previous one is received (see the pipelined all-reduce).
     pub fn pipelined(&self) -> bool {
         self.pipelined
+    }
+
+    /// Whether a collective of `len` bytes goes direct, rank to rank, rather than round
+    /// the ring: it is small ([`SMALL`]), and neither `--steps` (which shows the ring) nor
+    /// `NCCL_ALGO=Ring` asks for the ring. Every rank answers alike for the same `len`.
+    pub fn direct(&self, len: usize) -> bool {
+        len <= SMALL && !self.ring_only && !crate::record::steps_on()
     }
 
     /// The link to `peer`.

@@ -5,6 +5,7 @@ use super::ring::all_gather_steps;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
 use crate::backend::cpu::{Cpu, REDUCE_PIECE, STREAM_ABOVE, chunk_range, keep, split_two};
 use crate::backend::nccl::Nccl;
+use crate::element::Reduction;
 use crate::record::{self, Dir, How};
 use crate::transport::shm::SLOT_BYTES;
 use anyhow::{Context, Result};
@@ -54,7 +55,8 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 ///
 /// This is the ring step by step, as the lesson draws it. When every link of the ring
 /// shares memory and there are three ranks or more, the same ring runs piece by piece
-/// instead ([`pipelined`]), which saves the buffer's partial results.
+/// instead ([`pipelined`]), which saves the buffer's partial results. A small buffer
+/// skips the ring altogether ([`direct`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall {
         send,
@@ -70,6 +72,9 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         red.finish(data, n);
         return Ok(());
     }
+    if cpu.direct(data.len()) {
+        return direct(cpu, send, data, red);
+    }
     // Two ranks have no partial result to pass on, and the step-by-step ring, with its
     // larger messages, measured faster for them.
     if cpu.pipelined() && n > 2 {
@@ -78,12 +83,14 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (tag, e) = (ALL_REDUCE.tag, red.elem);
     let (left, right) = cpu.neighbours();
     let count = data.len() / e;
+    // Only a TCP link reduces from a scratch buffer: sized to what it can need, since
+    // zeroing 256 KiB for a 4-byte all-reduce cost more than the all-reduce.
+    let mut scratch = vec![0u8; REDUCE_PIECE.min(data.len())];
     let chunk = |i: usize| {
         let c = chunk_range(count, n, i);
         c.start * e..c.end * e
     };
     let streaming = data.len() >= STREAM_ABOVE;
-    let mut scratch = vec![0u8; REDUCE_PIECE];
     record::algorithm("the ring step by step");
     record::phase("reduce-scatter");
     for step in 0..n - 1 {
@@ -120,6 +127,60 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     all_gather_steps(cpu, tag, data, &chunk, 1, streaming, "all-reduce, all-gather")
 }
 
+/// A small all-reduce, direct: every rank sends its whole buffer to every other rank,
+/// then reduces the `n` buffers itself, in rank order (0 ⊕ 1 ⊕ 2 …), so every rank gets
+/// the same bits. One message time where the ring takes 2(n - 1): for a few bytes the
+/// time per message (α) is everything, and the bytes sent (n - 1 buffers instead of
+/// 2(n - 1)/n) cost nothing. NCCL makes the same trade with its tree and its LL protocol.
+///
+/// The sends go first, to every peer: a small message fits the link's buffer (a shared
+/// memory slot, a socket's buffer), so no rank waits for another to receive.
+fn direct(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
+    let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_REDUCE.tag);
+    record::algorithm("direct: every rank's buffer to every rank (a small message)");
+    for k in 1..n {
+        let peer = (r + k) % n;
+        let mine = src.unwrap_or(data);
+        let t = record::clock();
+        cpu.link(peer)
+            .send(tag, mine)
+            .map_err(|e| cpu.lost(e, peer))
+            .with_context(|| format!("all-reduce: sending this rank's buffer {}", cpu.peer_name(peer)))?;
+        record::op(t, "send", &[(Dir::Send, peer, mine, How::Copy)]);
+    }
+    // In place, rank 0's buffer lands on this rank's own first: keep a copy of it.
+    let kept = match (src, r) {
+        (None, 1..) => data.to_vec(),
+        _ => vec![],
+    };
+    for from in 0..n {
+        let t = record::clock();
+        if from == r {
+            match (r, src) {
+                (0, Some(src)) => data.copy_from_slice(src),
+                (0, None) => {} // rank 0's own buffer is where the sum starts
+                _ => (red.accumulate)(data, src.unwrap_or(&kept)),
+            }
+            continue;
+        }
+        let link = cpu.link(from);
+        match from {
+            0 => link.recv_into(tag, data),
+            // Reduced straight from the shared-memory slot (a TCP link reads into its own
+            // scratch first).
+            _ => link.recv_pieces(tag, data.len(), &mut [], &mut |off, piece| {
+                (red.accumulate)(&mut data[off..off + piece.len()], piece)
+            }),
+        }
+        .map_err(|e| cpu.lost(e, from))
+        .with_context(|| format!("all-reduce: receiving rank {from}'s buffer {}", cpu.peer_name(from)))?;
+        let how = if from == 0 { How::Copy } else { How::Reduce };
+        record::op(t, "recv", &[(Dir::Recv, from, data, how)]);
+    }
+    red.finish(data, n);
+    Ok(())
+}
+
 /// The same ring all-reduce, run piece by piece as NCCL runs it: each chunk is cut into
 /// pieces, and piece k of every chunk goes all the way round the ring (all `2(n-1)`
 /// steps) before piece k + 1 starts. A piece arriving from the left is reduced straight
@@ -143,7 +204,7 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
     let per = (SLOT_BYTES / e).max(1);
     let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
     let streaming = data.len() >= STREAM_ABOVE;
-    let mut scratch = vec![0u8; REDUCE_PIECE];
+    let mut scratch = vec![0u8; REDUCE_PIECE.min(data.len())];
     record::algorithm("the ring piece by piece (pipelined)");
     for k in 0..longest.div_ceil(per).max(1) {
         // Piece k of chunk c, in bytes (chunks differ by one element at most: a last

@@ -40,16 +40,50 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     })
 }
 
+/// A small broadcast, direct: the root sends its buffer to every other rank itself, one
+/// message time where the chain takes n - 1 (NCCL's tree makes a similar trade).
+fn direct(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (n, r, tag) = (cpu.world(), cpu.rank(), BROADCAST.tag);
+    record::algorithm("direct: the root to every rank (a small message)");
+    if r != root {
+        let t = record::clock();
+        cpu.link(root)
+            .recv_into(tag, buf)
+            .map_err(|e| cpu.lost(e, root))
+            .with_context(|| format!("broadcast from rank {root}: receiving {}", cpu.peer_name(root)))?;
+        record::op(t, "recv", &[(Dir::Recv, root, buf, How::Copy)]);
+        return Ok(());
+    }
+    let out = root_src.unwrap_or(buf);
+    for k in 1..n {
+        let peer = (r + k) % n;
+        let t = record::clock();
+        cpu.link(peer)
+            .send(tag, out)
+            .map_err(|e| cpu.lost(e, peer))
+            .with_context(|| format!("broadcast from rank {root}: sending {}", cpu.peer_name(peer)))?;
+        record::op(t, "send", &[(Dir::Send, peer, out, How::Copy)]);
+    }
+    if let Some(mine) = root_src {
+        buf.copy_from_slice(mine);
+        record::wrote(buf);
+    }
+    Ok(())
+}
+
 /// Pipelined ring broadcast: the root sends its buffer piece by piece to its right
 /// neighbour; every rank forwards each piece to the next as soon as it has it, so the
 /// pieces flow round the ring like water down a pipe. Out of place, the root sends from
 /// `send` and copies each piece into its own buffer after sending it, while the piece
-/// travels.
+/// travels. A small buffer goes [`direct`] from the root.
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall { send, buf, root, .. } = call;
     let (n, r) = (cpu.world(), cpu.rank());
     let pos = (r + n - root) % n; // this rank's distance from the root along the ring
     let root_src = send.filter(|_| pos == 0);
+    if n > 2 && cpu.direct(buf.len()) {
+        return direct(cpu, root_src, buf, root);
+    }
     let (left, right) = cpu.neighbours();
     let streaming = buf.len() >= STREAM_ABOVE;
     let tag = BROADCAST.tag;

@@ -55,7 +55,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
     let (left, right) = cpu.neighbours();
     let pos = (r + 2 * n - root - 1) % n; // 0 after the root, ..., n - 1 on the root
-    let mut scratch = vec![0u8; REDUCE_PIECE];
+    let mut scratch = vec![0u8; REDUCE_PIECE.min(buf.len())];
     if n == 1 {
         if let Some(src) = send {
             buf.copy_from_slice(src);

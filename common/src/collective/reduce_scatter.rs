@@ -67,7 +67,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let mut working = cpu.scratch(block);
     let (a, b) = &mut *working;
     let (mut out, mut into) = (&mut a[..block], &mut b[..block]);
-    let mut pieces = vec![0u8; REDUCE_PIECE];
+    let mut pieces = vec![0u8; REDUCE_PIECE.min(block)];
     for s in 0..n - 1 {
         let (sent, got) = ((r + 2 * n - s - 1) % n, (r + 2 * n - s - 2) % n);
         let what = || format!("reduce-scatter step {} of {}", s + 1, n - 1);

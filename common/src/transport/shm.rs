@@ -3,10 +3,15 @@
 //! copy: the sender copies a piece into a slot, the receiver reads (or reduces) it
 //! straight from there.
 //!
-//! Each direction of a pair is a *channel*: a file in `/dev/shm` holding a header and a
-//! small ring of slots, small enough to stay in the CPU's cache. It is a
-//! single-producer, single-consumer queue: the sender fills slot `head % SLOTS` and then
-//! advances `head`; the receiver empties slot `tail % SLOTS` and then advances `tail`.
+//! Each direction of a pair is a *channel*: a file in `/dev/shm` holding a header, a ring
+//! of [`PIECES`] metadata lines, each with a small buffer, and a small ring of large
+//! slots, small enough to stay in the CPU's cache. It is a single-producer,
+//! single-consumer queue: piece `head` goes into line `head % PIECES` (a few bytes), its
+//! small buffer (up to [`SMALL_PIECE`]) or slot `head % SLOTS`, then the sender advances
+//! `head`; the receiver reads piece `tail` and then advances `tail`.
+//! A piece of a few bytes travels inside its slot's metadata, one cache line that also
+//! says that it has arrived: the receiver polls that line, and one transfer of it from
+//! the sender's core brings the news and the bytes together.
 //! A side that must wait spins briefly (the other rank is usually about to answer), then
 //! sleeps on a futex that the other side wakes. While it sleeps it checks, every few
 //! milliseconds, that the peer process is still alive and that the whole `--timeout`
@@ -26,6 +31,9 @@ pub const SLOT_BYTES: usize = 512 << 10;
 /// piece the sender wrote is still in cache when the receiver reads it. (Measured on
 /// 2-core AMD machines: 64 KiB slots made the waits, not the copies, the cost.)
 pub const SLOTS: usize = 4;
+/// Pieces in flight at most (metadata lines per channel): small pieces need no slot, so
+/// a sender may run this far ahead, and reads the receiver's `tail` only when it is.
+const PIECES: usize = 64;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"NCWB-SHM");
 /// Where channel files live, and how their names start: `nccl-workbook-<creator's
@@ -33,8 +41,16 @@ const MAGIC: u64 = u64::from_le_bytes(*b"NCWB-SHM");
 /// can be found and removed.
 const DIR: &str = "/dev/shm";
 const PREFIX: &str = "nccl-workbook-";
-/// Where the slots start in a channel's file: after the header and the slots' metadata.
-const DATA_OFFSET: usize = 4096;
+/// Where the slots' metadata starts in a channel's file: after the header, on a cache line.
+const META_OFFSET: usize = 1024;
+/// Where the small buffers start in a channel's file: after the header and the metadata.
+const SMALL_OFFSET: usize = 8192;
+/// A piece of at most this many bytes goes in the small buffer of its metadata line.
+pub const SMALL_PIECE: usize = 4096;
+/// Where the slots start in a channel's file: after the small buffers.
+const DATA_OFFSET: usize = SMALL_OFFSET + PIECES * SMALL_PIECE;
+/// A piece of at most this many bytes travels inline, in its slot's metadata line.
+pub const INLINE: usize = 32;
 const CHANNEL_BYTES: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
 /// How long a waiting side spins, then yields its core, before it sleeps.
 const SPIN_FOR: Duration = Duration::from_micros(5);
@@ -62,15 +78,24 @@ struct Header {
     closed: AtomicU32,
 }
 
-/// What a slot holds: which message and which part of it.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct SlotMeta {
+/// What a piece is: which message and which part of it, and a small piece itself. One
+/// cache line, written by the sender, `seq` last.
+#[repr(C, align(64))]
+struct PieceMeta {
+    /// The sender's `head` once this slot's piece is in: the receiver waiting for piece
+    /// `tail` sees it here as `tail + 1` (polling this line, not the header's).
+    seq: AtomicU32,
     op: u32,
     len: u32,
+    /// 1 when the piece is in `bytes`, not in a slot.
+    inline: u32,
     message_len: u64,
     offset: u64,
+    bytes: [u8; INLINE],
 }
+
+const _: () = assert!(size_of::<PieceMeta>() == 64);
+const _: () = assert!(size_of::<Header>() <= META_OFFSET && META_OFFSET + PIECES * 64 <= SMALL_OFFSET);
 
 /// One direction between two ranks, mapped in this process.
 struct Channel {
@@ -140,9 +165,30 @@ impl Channel {
         unsafe { &*self.base.cast::<Header>() }
     }
 
-    fn meta(&self, slot: usize) -> *mut SlotMeta {
-        // SAFETY: the metadata of SLOTS slots fits between the header and DATA_OFFSET.
-        unsafe { self.base.add(size_of::<Header>()).cast::<SlotMeta>().add(slot) }
+    /// The metadata line of piece number `piece`.
+    fn meta(&self, piece: u32) -> *mut PieceMeta {
+        // SAFETY: PIECES lines fit between META_OFFSET and DATA_OFFSET.
+        unsafe {
+            self.base
+                .add(META_OFFSET)
+                .cast::<PieceMeta>()
+                .add(piece as usize % PIECES)
+        }
+    }
+
+    /// Where piece number `piece`, `len` bytes, lies: inline in its metadata line, in
+    /// the line's small buffer, or in a slot.
+    fn place(&self, piece: u32, len: usize) -> *mut u8 {
+        let line = piece as usize % PIECES;
+        if len <= INLINE {
+            // SAFETY: a field of the piece's metadata, inside the mapping.
+            unsafe { (&raw mut (*self.meta(piece)).bytes).cast() }
+        } else if len <= SMALL_PIECE {
+            // SAFETY: PIECES small buffers lie between SMALL_OFFSET and DATA_OFFSET.
+            unsafe { self.base.add(SMALL_OFFSET + line * SMALL_PIECE) }
+        } else {
+            self.data(piece as usize % SLOTS)
+        }
     }
 
     fn data(&self, slot: usize) -> *mut u8 {
@@ -171,6 +217,11 @@ pub struct ShmLink {
     /// The peer writes, this rank reads.
     inbox: Channel,
     timeout: Duration,
+    /// The receiver's `tail` as this side last read it (only the sending thread uses it).
+    tail_seen: AtomicU32,
+    /// How long a wait spins: [`SPIN_FOR`], or nothing when this host runs more ranks
+    /// than it has cores (the peer may be waiting for this very core).
+    spin: Duration,
 }
 
 impl ShmLink {
@@ -189,8 +240,11 @@ impl ShmLink {
         // microseconds, far sooner than a sleeping process is woken. Then yielding the core
         // for a while lets a peer that shares it (more ranks than cores) run; only a
         // long wait goes to sleep.
+        if ready() {
+            return Ok(()); // the usual case when the peer is ahead: no clock read
+        }
         let start = Instant::now();
-        while start.elapsed() < SPIN_FOR {
+        while start.elapsed() < self.spin {
             for _ in 0..16 {
                 if ready() {
                     return Ok(());
@@ -237,63 +291,91 @@ impl ShmLink {
     }
 
     /// Waits for the next piece of a message `len` bytes long whose first `offset`
-    /// bytes have arrived, and returns its slot and length.
-    fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(usize, usize)> {
+    /// bytes have arrived, and returns where it lies (its slot, or its metadata line)
+    /// and its length.
+    fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(*const u8, usize)> {
         let h = self.inbox.header();
         let tail = h.tail.load(Relaxed);
+        let m = self.inbox.meta(tail);
+        // SAFETY: `seq` is an atomic in the mapping, written by the sender alone.
+        let seq = unsafe { &(*m).seq };
+        let next = tail.wrapping_add(1);
         self.wait(
             &self.inbox,
             &h.head,
             &h.receiver_sleeping,
-            || h.head.load(Acquire) != tail,
+            || seq.load(Acquire) == next,
             io::ErrorKind::UnexpectedEof,
         )?;
-        let slot = tail as usize % SLOTS;
-        // SAFETY: the sender wrote this slot's metadata before advancing `head` (Release),
-        // which we have seen (Acquire); it will not touch the slot until `tail` moves.
-        let meta = unsafe { self.inbox.meta(slot).read() };
-        if meta.op != tag as u32 {
-            return Err(op_mismatch(self.peer, meta.op as u8, tag));
+        // SAFETY: the sender wrote this slot's metadata before `seq` (Release), which we
+        // have seen (Acquire); it will not touch the slot until `tail` moves.
+        let (op, n, inline, message_len, at) = unsafe {
+            (
+                (*m).op,
+                (*m).len as usize,
+                (*m).inline != 0,
+                (*m).message_len,
+                (*m).offset,
+            )
+        };
+        if op != tag as u32 {
+            return Err(op_mismatch(self.peer, op as u8, tag));
         }
-        if meta.message_len != len as u64 {
-            return Err(len_mismatch(self.peer, meta.message_len, len));
+        if message_len != len as u64 {
+            return Err(len_mismatch(self.peer, message_len, len));
         }
-        if meta.offset != offset as u64 || meta.len as usize > SLOT_BYTES {
+        if at != offset as u64 || n > SLOT_BYTES || inline != (n <= INLINE) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the shared-memory channel is corrupt",
             ));
         }
-        Ok((slot, meta.len as usize))
+        Ok((self.inbox.place(tail, n), n))
     }
 
-    /// Waits for a free slot in the outgoing channel (the receiver is fewer than SLOTS
-    /// pieces behind) and returns it: the next to fill.
-    fn free_slot(&self) -> io::Result<usize> {
+    /// Waits until piece number `head` (the next) of `len` bytes can go: fewer than
+    /// [`PIECES`] pieces are unread, and for a piece that needs a large slot, fewer than
+    /// [`SLOTS`]. Returns that number.
+    fn free_slot(&self, len: usize) -> io::Result<u32> {
         let h = self.out.header();
         let head = h.head.load(Relaxed);
+        let room = if len <= SMALL_PIECE { PIECES } else { SLOTS } as u32;
+        // The receiver's `tail` as last read: while it shows room, this side need not
+        // fetch the receiver's line again.
+        if head.wrapping_sub(self.tail_seen.load(Relaxed)) < room {
+            return Ok(head);
+        }
         self.wait(
             &self.out,
             &h.tail,
             &h.sender_sleeping,
-            || head.wrapping_sub(h.tail.load(Acquire)) < SLOTS as u32,
+            || {
+                let tail = h.tail.load(Acquire);
+                self.tail_seen.store(tail, Relaxed);
+                head.wrapping_sub(tail) < room
+            },
             io::ErrorKind::BrokenPipe,
         )?;
-        Ok(head as usize % SLOTS)
+        Ok(head)
     }
 
-    /// Publishes the filled `slot`: `len` bytes at `offset` of a `message_len`-byte message.
-    fn publish(&self, slot: usize, tag: u8, len: usize, message_len: usize, offset: usize) {
+    /// Publishes piece number `head`, filled: `len` bytes at `offset` of a
+    /// `message_len`-byte message.
+    fn publish(&self, head: u32, tag: u8, len: usize, message_len: usize, offset: usize) {
         let h = self.out.header();
-        let meta = SlotMeta {
-            op: tag as u32,
-            len: len as u32,
-            message_len: message_len as u64,
-            offset: offset as u64,
-        };
-        // SAFETY: the slot is ours until `head` moves past it.
-        unsafe { self.out.meta(slot).write(meta) };
-        h.head.fetch_add(1, SeqCst); // publishes the piece (and orders the writes before it)
+        let m = self.out.meta(head);
+        // SAFETY: the slot is ours until the receiver has seen `seq` and moved `tail`.
+        unsafe {
+            (*m).op = tag as u32;
+            (*m).len = len as u32;
+            (*m).inline = (len <= INLINE) as u32;
+            (*m).message_len = message_len as u64;
+            (*m).offset = offset as u64;
+            (*m).seq.store(head.wrapping_add(1), Release); // the piece is in
+        }
+        // For a receiver asleep on `head`; SeqCst, so that either this side sees
+        // `receiver_sleeping` or the receiver sees the piece before it sleeps.
+        h.head.fetch_add(1, SeqCst);
         if h.receiver_sleeping.load(SeqCst) != 0 {
             futex_wake(&h.head);
         }
@@ -320,11 +402,11 @@ impl Link for ShmLink {
     fn send(&self, tag: u8, data: &[u8]) -> io::Result<()> {
         let mut offset = 0;
         loop {
-            let slot = self.free_slot()?;
             let n = SLOT_BYTES.min(data.len() - offset);
-            // SAFETY: the slot is free (see `free_slot`) and holds SLOT_BYTES.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.data(slot), n) };
-            self.publish(slot, tag, n, data.len(), offset);
+            let piece = self.free_slot(n)?;
+            // SAFETY: the piece's place is free (see `free_slot`) and holds n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.place(piece, n), n) };
+            self.publish(piece, tag, n, data.len(), offset);
             offset += n;
             if offset >= data.len() {
                 return Ok(());
@@ -339,11 +421,11 @@ impl Link for ShmLink {
             fill(&mut buf)?;
             return self.send(tag, &buf);
         }
-        let slot = self.free_slot()?;
-        // SAFETY: the slot is free (see `free_slot`) and holds SLOT_BYTES >= len; the
+        let piece = self.free_slot(len)?;
+        // SAFETY: the piece's place is free (see `free_slot`) and holds len bytes; the
         // receiver will not read it before `publish`.
-        fill(unsafe { std::slice::from_raw_parts_mut(self.out.data(slot), len) })?;
-        self.publish(slot, tag, len, len, 0);
+        fill(unsafe { std::slice::from_raw_parts_mut(self.out.place(piece, len), len) })?;
+        self.publish(piece, tag, len, len, 0);
         Ok(())
     }
 
@@ -368,9 +450,9 @@ impl Link for ShmLink {
     fn recv_pieces(&self, tag: u8, len: usize, _: &mut [u8], each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         let mut offset = 0;
         loop {
-            let (slot, n) = self.next_piece(tag, len, offset)?;
-            // SAFETY: the slot holds `n` bytes the sender published; it stays ours until `release`.
-            let piece = unsafe { std::slice::from_raw_parts(self.inbox.data(slot), n) };
+            let (at, n) = self.next_piece(tag, len, offset)?;
+            // SAFETY: `at` holds `n` bytes the sender published; they stay ours until `release`.
+            let piece = unsafe { std::slice::from_raw_parts(at, n) };
             each(offset, piece);
             self.release();
             offset += n;
@@ -407,6 +489,11 @@ pub fn connect(
 ) -> Result<Vec<ShmLink>> {
     remove_dead_files();
     let pid = std::process::id();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spin = match peers.len() < cores {
+        true => SPIN_FOR,
+        false => Duration::ZERO,
+    };
     let name = |from: usize, to: usize, owner: u32| format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}");
     let mut inboxes = Vec::new();
     let mut created = Vec::new();
@@ -456,6 +543,8 @@ pub fn connect(
                 out,
                 inbox,
                 timeout,
+                tail_seen: AtomicU32::new(0),
+                spin,
             });
         }
         store.barrier("shm/mapped", rank, world)?;
@@ -635,6 +724,8 @@ mod tests {
             out: Channel::map(out, create).unwrap(),
             inbox: Channel::map(inbox, create).unwrap(),
             timeout: Duration::from_secs(5),
+            tail_seen: AtomicU32::new(0),
+            spin: SPIN_FOR,
         };
         let a = link(&ab, &ba, true);
         let b = link(&ab, &ba, false);
@@ -654,9 +745,15 @@ mod tests {
             0,
             1,
             7,
+            INLINE,
+            INLINE + 1,
+            SMALL_PIECE,
+            SMALL_PIECE + 1,
             SLOT_BYTES - 1,
             SLOT_BYTES,
             SLOT_BYTES + 1,
+            SLOT_BYTES + INLINE,      // a last piece inline
+            SLOT_BYTES + SMALL_PIECE, // a last piece in a small buffer
             5 * SLOT_BYTES + 3,
             3 << 20,
         ];
@@ -674,6 +771,36 @@ mod tests {
                     got.iter().enumerate().all(|(k, v)| *v == (k * 31 + i) as u8),
                     "message {i}"
                 );
+            }
+        });
+    }
+
+    #[test]
+    fn a_sender_far_ahead_fills_every_line_and_waits_and_nothing_is_overwritten() {
+        // Small pieces (inline and in small buffers) and large ones mixed, many more than
+        // the lines and slots, sent while the receiver sleeps: the sender must wait for
+        // room, and every message must arrive whole and in order.
+        let (a, b) = pair("ahead");
+        let small = [1, INLINE, INLINE + 9, SMALL_PIECE, 4, 0, 100];
+        let mixed = [1, SMALL_PIECE + 1, INLINE, SLOT_BYTES + 5];
+        let count = 3 * PIECES;
+        // Small ones first, enough to fill every line; then small and large mixed.
+        let size = |i: usize| match i < 2 * PIECES {
+            true => small[i % small.len()],
+            false => mixed[i % mixed.len()],
+        };
+        let msg = |i: usize| -> Vec<u8> { (0..size(i)).map(|k| (k * 7 + i) as u8).collect() };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..count {
+                    a.send(3, &msg(i)).unwrap();
+                }
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            for i in 0..count {
+                let mut got = vec![0u8; size(i)];
+                b.recv_into(3, &mut got).unwrap();
+                assert_eq!(got, msg(i), "message {i}");
             }
         });
     }

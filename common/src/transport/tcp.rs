@@ -58,6 +58,15 @@ impl Link for TcpLink {
         each: &mut dyn FnMut(usize, &[u8]),
     ) -> io::Result<()> {
         self.check_header(tag, len)?;
+        // No scratch given: one of our own (reading into nothing would never end).
+        let mut own = Vec::new();
+        let scratch = match scratch.is_empty() {
+            true => {
+                own.resize(len.min(256 << 10), 0);
+                &mut own[..]
+            }
+            false => scratch,
+        };
         let mut off = 0;
         while off < len {
             let n = scratch.len().min(len - off);
