@@ -389,8 +389,10 @@ fn on_the_nccl_double_with_double_precision() {
 
 #[test]
 fn buffers_larger_than_the_caches_are_right_too() {
-    // From 16 MiB the results are written around the cache (non-temporal stores); an odd
-    // size puts the slices' edges off the 16-byte boundaries those stores need.
+    // When the ranks' buffers outgrow the last-level cache (said to be 16 MiB here, so
+    // that any machine streams), the results are written around the cache (non-temporal
+    // stores); an odd size puts the slices' edges off the 16-byte boundaries those stores
+    // need.
     for (op, world) in [
         ("all-reduce", 2),
         ("all-reduce", 3),
@@ -399,7 +401,7 @@ fn buffers_larger_than_the_caches_are_right_too() {
     ] {
         let r = perf(
             &format!("--nproc-per-node {world} --op {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
-            &[],
+            &[("NCCL_WORKBOOK_LLC", "16777216")],
         )
         .ok();
         check_sweep(&r.json(), &op.replace('-', "_"), world, &[17825796], &r);

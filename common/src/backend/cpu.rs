@@ -21,9 +21,8 @@ use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 
-/// Results are written around the cache (non-temporal stores) for buffers from this
-/// size: larger than the caches, so nothing would be read back from them anyway.
-pub(crate) const STREAM_ABOVE: usize = 16 << 20;
+/// The last-level cache assumed where the machine does not say (`/sys`): 32 MiB.
+const LLC_DEFAULT: usize = 32 << 20;
 /// A link that buffers at least this much gets ring steps in slices, in one thread.
 const MIN_SLICE: usize = 256 << 10;
 /// What arrives is reduced in pieces of this size, while the rest is in flight.
@@ -41,6 +40,8 @@ pub struct Cpu {
     pipelined: bool,
     /// `NCCL_ALGO=Ring`: the ring at every size, as NCCL's own variable asks of NCCL.
     ring_only: bool,
+    /// Buffers from this size are written around the cache: see [`Cpu::streams`].
+    stream_above: usize,
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
     /// links know tags only; the collectives know their names).
     names: fn(u8) -> &'static str,
@@ -52,13 +53,15 @@ impl Cpu {
     /// A CPU backend for `rank` of `world` over `links` (`links[rank]` is `None`).
     /// `pipelined`: every link of the ring (rank i to i + 1) buffers several pieces (they
     /// all share memory), so the all-reduce may run piece by piece round the whole ring;
-    /// every rank must be told the same. `names` names a collective by its tag.
+    /// every rank must be told the same. `names` names a collective by its tag. `local`:
+    /// the ranks on this host (this one included), whose buffers share its cache.
     pub fn new(
         rank: usize,
         world: usize,
         links: Vec<Option<Box<dyn Link>>>,
         pipelined: bool,
         names: fn(u8) -> &'static str,
+        local: usize,
     ) -> Cpu {
         Cpu {
             rank,
@@ -66,6 +69,7 @@ impl Cpu {
             links,
             pipelined,
             ring_only: std::env::var("NCCL_ALGO").is_ok_and(|a| a.trim().eq_ignore_ascii_case("ring")),
+            stream_above: last_level_cache().unwrap_or(LLC_DEFAULT) / local.max(1),
             names,
             scratch: Mutex::new((vec![], vec![])),
         }
@@ -97,6 +101,16 @@ impl Cpu {
     /// `NCCL_ALGO=Ring` asks for the ring. Every rank answers alike for the same `len`.
     pub fn direct(&self, len: usize) -> bool {
         len <= SMALL && !self.ring_only && !crate::record::steps_on()
+    }
+
+    /// Whether results of a `len`-byte buffer are written around the cache
+    /// (non-temporal stores): when the buffers of every rank on this host together
+    /// outgrow its last-level cache, nothing would be read back from the cache anyway,
+    /// and a plain store would first read each line from memory. Below that, plain stores
+    /// keep the result in the cache for the next step (or the next call). A choice each
+    /// rank makes for its own stores: the messages do not depend on it.
+    pub fn streams(&self, len: usize) -> bool {
+        len >= self.stream_above
     }
 
     /// The link to `peer`.
@@ -289,7 +303,8 @@ impl Cpu {
             }
         }
         let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
-        Ok((Cpu::new(rank, world, links, ring_in_memory, names), pairs))
+        let local = keys.iter().filter(|k| **k == keys[rank]).count();
+        Ok((Cpu::new(rank, world, links, ring_in_memory, names, local), pairs))
     }
 }
 
@@ -337,6 +352,34 @@ pub(crate) fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
     }
 }
 
+/// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` (bytes) where set (a
+/// machine whose cache is shared with other guests, or a test), else from `/sys` (Linux),
+/// the largest size among the highest-level caches of CPU 0.
+fn last_level_cache() -> Option<usize> {
+    if let Some(bytes) = std::env::var("NCCL_WORKBOOK_LLC").ok().and_then(|v| v.trim().parse().ok()) {
+        return Some(bytes);
+    }
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
+    dir.flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let level: u32 = read(&p, "level")?.trim().parse().ok()?;
+            let size = read(&p, "size")?;
+            let size = size.trim();
+            let (digits, scale) = match size.strip_suffix('K') {
+                Some(d) => (d, 1 << 10),
+                None => match size.strip_suffix('M') {
+                    Some(d) => (d, 1 << 20),
+                    None => (size, 1),
+                },
+            };
+            Some((level, digits.parse::<usize>().ok()? * scale))
+        })
+        .max()
+        .map(|(_, size)| size)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,7 +387,7 @@ mod tests {
     #[test]
     fn a_mismatch_on_a_link_names_both_collectives() {
         let names = |tag: u8| if tag == 4 { "all-gather" } else { "reduce-scatter" };
-        let cpu = Cpu::new(0, 2, vec![None, None], false, names);
+        let cpu = Cpu::new(0, 2, vec![None, None], false, names, 2);
         let err = cpu.lost(crate::transport::op_mismatch(1, 5, 4), 1);
         assert_eq!(
             err.to_string(),

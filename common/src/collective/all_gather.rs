@@ -3,7 +3,7 @@
 
 use super::ring::all_gather_steps;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
-use crate::backend::cpu::{Cpu, STREAM_ABOVE};
+use crate::backend::cpu::Cpu;
 use crate::backend::nccl::Nccl;
 use anyhow::Result;
 use cudarc::nccl::sys;
@@ -53,7 +53,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     if n == 1 {
         return Ok(());
     }
-    let streaming = buf.len() >= STREAM_ABOVE;
+    let streaming = cpu.streams(buf.len());
     // Rank r starts with block r (`first` = 0).
     all_gather_steps(
         cpu,

@@ -4,7 +4,7 @@
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole};
 use crate::backend::calls::Call;
-use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
+use crate::backend::cpu::{Cpu, keep};
 use crate::backend::nccl::Nccl;
 use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
@@ -108,7 +108,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     };
     let blk = |i: usize| i * block..(i + 1) * block;
     // A buffer larger than the caches is written around them (nothing reads it back soon).
-    let streaming = buf.len() >= STREAM_ABOVE;
+    let streaming = cpu.streams(buf.len());
     keep(&mut buf[blk(r)], &src[blk(r)], streaming);
     record::wrote(&buf[blk(r)]);
     record::algorithm("pairwise: at step s each rank sends to rank + s and receives from rank - s");

@@ -1,7 +1,7 @@
 //! Broadcast (`ncclBroadcast`): the root's buffer is copied into every rank's buffer.
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
-use crate::backend::cpu::{Cpu, STREAM_ABOVE, keep};
+use crate::backend::cpu::{Cpu, keep};
 use crate::backend::nccl::Nccl;
 use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
@@ -23,9 +23,11 @@ pub const BROADCAST: Collective = Collective {
     nccl,
 };
 
-/// A broadcast moves in pieces of this size, so that each rank forwards one piece while
-/// the next one is still arriving (a pipeline).
+/// A broadcast moves in pieces of at most this size, so that each rank forwards one piece
+/// while the next one is still arriving (a pipeline).
 const PIECE: usize = 512 << 10;
+/// ...and of at least this size, below which a piece costs more in waits than it saves.
+const MIN_PIECE: usize = 32 << 10;
 
 fn source(shape: &Shape, _rank: usize, i: usize) -> Source {
     Source::From {
@@ -85,10 +87,17 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         return direct(cpu, root_src, buf, root);
     }
     let (left, right) = cpu.neighbours();
-    let streaming = buf.len() >= STREAM_ABOVE;
+    let streaming = cpu.streams(buf.len());
     let tag = BROADCAST.tag;
     record::algorithm("a chain from the root round the ring, piece by piece (pipelined)");
-    for (i, piece) in buf.chunks_mut(PIECE).enumerate() {
+    // On a chain of three ranks or more, at least 8 pieces, so that a buffer of a few
+    // hundred KiB flows down the chain too (one piece would cross one link after the
+    // other); at most PIECE each. Two ranks have no chain: smaller pieces only add waits.
+    let size = match n {
+        ..=2 => PIECE,
+        _ => (buf.len() / 8).clamp(MIN_PIECE, PIECE),
+    };
+    for (i, piece) in buf.chunks_mut(size).enumerate() {
         let at =
             |what: &str, peer: usize| format!("broadcast from rank {root}: {what} piece {i} {}", cpu.peer_name(peer));
         if pos > 0 {
@@ -103,7 +112,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             .with_context(|| at("receiving", left))?;
             record::op(t, "recv", &[(Dir::Recv, left, piece, How::Copy)]);
         }
-        let mine = root_src.map(|s| &s[i * PIECE..][..piece.len()]);
+        let mine = root_src.map(|s| &s[i * size..][..piece.len()]);
         if pos < n - 1 {
             let t = record::clock();
             let out = mine.unwrap_or(piece);
