@@ -319,9 +319,10 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
                 "{name}"
             );
             assert!(events.iter().filter(|e| e["ph"] == "X").all(|e| e["tid"] == e["pid"]));
-            // The checked run and the timed ones.
+            // The checked run, the one that lines the ranks up after the barrier (CPU
+            // backend), and the timed ones.
             let colls = spans(events, rank, "collective");
-            assert_eq!(colls.len(), 1 + iters, "{n} ranks over {via}, rank {rank}: {r}");
+            assert_eq!(colls.len(), 2 + iters, "{n} ranks over {via}, rank {rank}: {r}");
             let steps = spans(events, rank, "step");
             let sends = spans(events, rank, "send");
             for coll in &colls {
@@ -385,8 +386,9 @@ fn a_small_buffer_goes_direct_from_every_rank_to_every_rank() {
         let events = doc["traceEvents"].as_array().unwrap();
         let bytes = (count * 4) as u64;
         for rank in 0..n {
+            // The checked run, the one that lines the ranks up, the two timed ones.
             let colls = spans(events, rank, "collective");
-            assert_eq!(colls.len(), 3, "{r}");
+            assert_eq!(colls.len(), 4, "{r}");
             for coll in &colls {
                 assert!(
                     coll["args"]["algorithm"].as_str().unwrap().starts_with("direct"),
@@ -521,10 +523,11 @@ fn steps_and_trace_together_show_one_run_and_time_them_all() {
     assert_eq!(r.stdout.matches("Steps of all-reduce").count(), 1, "{r}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
-    assert_eq!(spans(events, 0, "collective").len(), 5, "{r}");
+    // The checked run, the one that lines the ranks up after the barrier, 4 timed ones.
+    assert_eq!(spans(events, 0, "collective").len(), 6, "{r}");
     assert_eq!(
         spans(events, 1, "step").len(),
-        5 * 2,
+        6 * 2,
         "two steps per all-reduce on 2 ranks: {r}"
     );
 }

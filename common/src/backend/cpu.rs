@@ -356,7 +356,10 @@ pub(crate) fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
 /// machine whose cache is shared with other guests, or a test), else from `/sys` (Linux),
 /// the largest size among the highest-level caches of CPU 0.
 fn last_level_cache() -> Option<usize> {
-    if let Some(bytes) = std::env::var("NCCL_WORKBOOK_LLC").ok().and_then(|v| v.trim().parse().ok()) {
+    if let Some(bytes) = std::env::var("NCCL_WORKBOOK_LLC")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+    {
         return Some(bytes);
     }
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;

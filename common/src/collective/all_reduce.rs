@@ -54,9 +54,9 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 /// sends 2(n-1)/n of the buffer in all: nccl-tests' busbw factor.
 ///
 /// This is the ring step by step, as the lesson draws it. When every link of the ring
-/// shares memory and there are three ranks or more, the same ring runs piece by piece
-/// instead ([`pipelined`]), which saves the buffer's partial results. A small buffer
-/// skips the ring altogether ([`direct`]).
+/// shares memory, the same ring runs piece by piece instead ([`pipelined`]), which saves
+/// the buffer's partial results (except on two ranks under `--steps`, to show the
+/// lesson's ring). A small buffer skips the ring altogether ([`direct`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall {
         send,
