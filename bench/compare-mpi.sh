@@ -162,7 +162,9 @@ for value in "$iters_arg" "$warmup_arg"; do
 done
 [[ "$iters_arg" == auto ]] || ((iters_arg >= 1)) || die "-n must be at least 1"
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || die "--timeout takes whole seconds ('$timeout_s')"
-[[ "$repeat" =~ ^[0-9]+$ ]] && ((repeat >= 1)) || die "--repeat takes a number of runs, 1 or more ('$repeat')"
+if [[ ! "$repeat" =~ ^[0-9]+$ ]] || ((repeat < 1)); then
+    die "--repeat takes a number of runs, 1 or more ('$repeat')"
+fi
 read -ra extra_mpirun <<<"$mpirun_args"
 
 # The size both sides measure: nccl-tests' size rounded as 07-nccl-perf rounds it, a whole
