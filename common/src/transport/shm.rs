@@ -9,7 +9,7 @@
 //! single-consumer queue: piece `head` goes into line `head % PIECES` (a few bytes), its
 //! small buffer (up to [`SMALL_PIECE`]) or slot `head % SLOTS`, then the sender advances
 //! `head`; the receiver reads piece `tail` and then advances `tail`.
-//! A piece of a few bytes travels inside its slot's metadata, one cache line that also
+//! A piece of a few bytes travels inside its metadata line, one cache line that also
 //! says that it has arrived: the receiver polls that line, and one transfer of it from
 //! the sender's core brings the news and the bytes together.
 //! A side that must wait spins briefly (the other rank is usually about to answer), then
@@ -49,7 +49,7 @@ const SMALL_OFFSET: usize = 8192;
 pub const SMALL_PIECE: usize = 4096;
 /// Where the slots start in a channel's file: after the small buffers.
 const DATA_OFFSET: usize = SMALL_OFFSET + PIECES * SMALL_PIECE;
-/// A piece of at most this many bytes travels inline, in its slot's metadata line.
+/// A piece of at most this many bytes travels inline, in its metadata line.
 pub const INLINE: usize = 32;
 const CHANNEL_BYTES: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
 /// How long a waiting side spins, then yields its core, before it sleeps.
@@ -82,7 +82,7 @@ struct Header {
 /// cache line, written by the sender, `seq` last.
 #[repr(C, align(64))]
 struct PieceMeta {
-    /// The sender's `head` once this slot's piece is in: the receiver waiting for piece
+    /// The sender's `head` once this piece is in: the receiver waiting for piece
     /// `tail` sees it here as `tail + 1` (polling this line, not the header's).
     seq: AtomicU32,
     op: u32,
