@@ -38,6 +38,19 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Spins until *line holds want; gives up after 10 s (the other process is gone), naming
+ * who it waited for. Reads the clock only every 2^20 polls. */
+static void await_value(_Atomic uint64_t *line, uint64_t want, const char *who) {
+    double deadline = now() + 10;
+    for (unsigned long k = 1;; k++) {
+        if (atomic_load_explicit(line, memory_order_acquire) == want) return;
+        if (k % (1ul << 20) == 0 && now() > deadline) {
+            fprintf(stderr, "floors: %s did not answer within 10 s\n", who);
+            _exit(1);
+        }
+    }
+}
+
 /* Two lines, 128 bytes apart (adjacent-line prefetch pairs 64-byte lines). */
 struct lines {
     _Alignas(128) _Atomic uint64_t ping;
@@ -55,7 +68,7 @@ static double round_trip_ns(void) {
     if (child < 0) { perror("floors: fork"); exit(1); }
     if (child == 0) {
         for (uint64_t i = 1; i <= total; i++) {
-            while (atomic_load_explicit(&l->ping, memory_order_acquire) != i) {}
+            await_value(&l->ping, i, "the parent process");
             atomic_store_explicit(&l->pong, i, memory_order_release);
         }
         _exit(0);
@@ -67,7 +80,7 @@ static double round_trip_ns(void) {
         for (int k = 0; k < TRIPS; k++) {
             i++;
             atomic_store_explicit(&l->ping, i, memory_order_release);
-            while (atomic_load_explicit(&l->pong, memory_order_acquire) != i) {}
+            await_value(&l->pong, i, "the child process");
         }
         if (run >= 0) runs[run] = (now() - t) / TRIPS * 1e9;
     }

@@ -258,6 +258,18 @@ fn either_side_of_the_small_message_switch_and_with_the_ring_forced_every_elemen
 }
 
 #[test]
+fn a_cache_size_that_means_nothing_is_refused_in_one_line() {
+    let r = perf("--nproc-per-node 2 -b 4 -e 4 -n 1", &[("NCCL_WORKBOOK_LLC", "lots")]);
+    assert_eq!(r.code, Some(2), "{r}");
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        errors,
+        ["error: rank 0: NCCL_WORKBOOK_LLC: 'lots' is not a size (try 4, 64K, 100M or 1G)"],
+        "{r}"
+    );
+}
+
+#[test]
 fn a_corrupted_element_is_counted_and_fails_the_run() {
     // Rank 1 doubles its element 3 before the check: one wrong element per checked run.
     let r = perf(

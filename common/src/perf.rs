@@ -503,8 +503,7 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
         ),
         format!(
             "# memcpy, 1 thread: {memcpy:.2} GB/s in memory (100 MiB), {in_cache:.2} GB/s in cache (256 KiB): \
-             references, not bounds (ranks copy on several cores at once, and pieces still in a cache move \
-             faster: EXERCISES.md, chapter 6)"
+             references, not bounds (EXERCISES.md, chapter 6)"
         ),
     ];
     let t = session.transports();

@@ -15,6 +15,7 @@ use crate::rendezvous::Store;
 use crate::transport::shm::copy_around_cache;
 use crate::transport::{self, Via, shm, tcp};
 use crate::transport::{Link, Mismatch};
+use crate::units;
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -25,8 +26,6 @@ use std::thread;
 const LLC_DEFAULT: usize = 32 << 20;
 /// A link that buffers at least this much gets ring steps in slices, in one thread.
 const MIN_SLICE: usize = 256 << 10;
-/// What arrives is reduced in pieces of this size, while the rest is in flight.
-pub(crate) const REDUCE_PIECE: usize = 256 << 10;
 /// Messages up to this size go straight from every rank to every rank that needs them
 /// (one message time), not round the ring (2(n - 1) message times for an all-reduce): for
 /// them the time per message, α, is all there is, and the ring multiplies it.
@@ -53,15 +52,15 @@ impl Cpu {
     /// A CPU backend for `rank` of `world` over `links` (`links[rank]` is `None`).
     /// `pipelined`: every link of the ring (rank i to i + 1) buffers several pieces (they
     /// all share memory), so the all-reduce may run piece by piece round the whole ring;
-    /// every rank must be told the same. `names` names a collective by its tag. `local`:
-    /// the ranks on this host (this one included), whose buffers share its cache.
+    /// every rank must be told the same. `names` names a collective by its tag. Results
+    /// of buffers from `stream_above` bytes are written around the cache ([`Cpu::streams`]).
     pub fn new(
         rank: usize,
         world: usize,
         links: Vec<Option<Box<dyn Link>>>,
         pipelined: bool,
         names: fn(u8) -> &'static str,
-        local: usize,
+        stream_above: usize,
     ) -> Cpu {
         Cpu {
             rank,
@@ -69,7 +68,7 @@ impl Cpu {
             links,
             pipelined,
             ring_only: std::env::var("NCCL_ALGO").is_ok_and(|a| a.trim().eq_ignore_ascii_case("ring")),
-            stream_above: last_level_cache().unwrap_or(LLC_DEFAULT) / local.max(1),
+            stream_above,
             names,
             scratch: Mutex::new((vec![], vec![])),
         }
@@ -132,10 +131,14 @@ impl Cpu {
 
     /// Sends `data` to `peer` (point-to-point).
     pub fn send<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
-        self.link(peer)
-            .send(SEND_RECV_TAG, as_bytes(data))
-            .map_err(|e| self.lost(e, peer))
+        self.send_tagged(SEND_RECV_TAG, as_bytes(data), peer)
             .with_context(|| format!("sending {} elements to {}", data.len(), self.peer_name(peer)))
+    }
+
+    /// Sends `data` to `peer` as one message of the collective with `tag`: a failure
+    /// says what became of the peer ([`Cpu::lost`]); the caller says which step it was.
+    pub fn send_tagged(&self, tag: u8, data: &[u8], peer: usize) -> Result<()> {
+        self.link(peer).send(tag, data).map_err(|e| self.lost(e, peer))
     }
 
     /// Receives `data.len()` elements from `peer` (point-to-point).
@@ -198,12 +201,11 @@ impl Cpu {
         tag: u8,
         (from, to): (usize, usize),
         len: usize,
-        scratch: &mut [u8],
         mut make: impl FnMut(&mut [u8], usize, &[u8]),
     ) -> Result<()> {
         let mut received = Ok(());
         let sent = self.link(to).send_with(tag, len, &mut |out| {
-            let got = self.link(from).recv_pieces(tag, len, scratch, &mut |off, piece| {
+            let got = self.link(from).recv_pieces(tag, len, &mut |off, piece| {
                 make(&mut out[off..off + piece.len()], off, piece)
             });
             // Kept aside, so that the error names the rank it came from, not `to`.
@@ -303,8 +305,11 @@ impl Cpu {
             }
         }
         let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
+        // Results stream around the cache once the buffers of every rank on this host
+        // together outgrow its last-level cache.
         let local = keys.iter().filter(|k| **k == keys[rank]).count();
-        Ok((Cpu::new(rank, world, links, ring_in_memory, names, local), pairs))
+        let llc = last_level_cache().map_err(|message| SharedError { message, usage: true })?;
+        Ok((Cpu::new(rank, world, links, ring_in_memory, names, llc / local), pairs))
     }
 }
 
@@ -352,35 +357,29 @@ pub(crate) fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
     }
 }
 
-/// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` (bytes) where set (a
-/// machine whose cache is shared with other guests, or a test), else from `/sys` (Linux),
-/// the largest size among the highest-level caches of CPU 0.
-fn last_level_cache() -> Option<usize> {
-    if let Some(bytes) = std::env::var("NCCL_WORKBOOK_LLC")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-    {
-        return Some(bytes);
+/// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` where set (`32M`: a
+/// machine whose cache is shared with other guests, or a test), else the largest of the
+/// highest-level caches `/sys` lists for CPU 0, else [`LLC_DEFAULT`]. A value the
+/// variable cannot mean is the user's error, said in one line.
+fn last_level_cache() -> Result<usize, String> {
+    if let Ok(text) = std::env::var("NCCL_WORKBOOK_LLC") {
+        return units::parse_size(&text)
+            .map(|b| b as usize)
+            .map_err(|why| format!("NCCL_WORKBOOK_LLC: {why}"));
     }
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+        return Ok(LLC_DEFAULT);
+    };
     let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
-    dir.flatten()
+    let largest = dir
+        .flatten()
         .filter_map(|e| {
             let p = e.path();
             let level: u32 = read(&p, "level")?.trim().parse().ok()?;
-            let size = read(&p, "size")?;
-            let size = size.trim();
-            let (digits, scale) = match size.strip_suffix('K') {
-                Some(d) => (d, 1 << 10),
-                None => match size.strip_suffix('M') {
-                    Some(d) => (d, 1 << 20),
-                    None => (size, 1),
-                },
-            };
-            Some((level, digits.parse::<usize>().ok()? * scale))
+            Some((level, units::parse_size(&read(&p, "size")?).ok()? as usize))
         })
-        .max()
-        .map(|(_, size)| size)
+        .max();
+    Ok(largest.map_or(LLC_DEFAULT, |(_, size)| size))
 }
 
 #[cfg(test)]
@@ -390,7 +389,7 @@ mod tests {
     #[test]
     fn a_mismatch_on_a_link_names_both_collectives() {
         let names = |tag: u8| if tag == 4 { "all-gather" } else { "reduce-scatter" };
-        let cpu = Cpu::new(0, 2, vec![None, None], false, names, 2);
+        let cpu = Cpu::new(0, 2, vec![None, None], false, names, LLC_DEFAULT);
         let err = cpu.lost(crate::transport::op_mismatch(1, 5, 4), 1);
         assert_eq!(
             err.to_string(),

@@ -3,7 +3,7 @@
 
 use super::ring::all_gather_steps;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
-use crate::backend::cpu::{Cpu, REDUCE_PIECE, chunk_range, keep, split_two};
+use crate::backend::cpu::{Cpu, chunk_range, keep, split_two};
 use crate::backend::nccl::Nccl;
 use crate::element::Reduction;
 use crate::record::{self, Dir, How};
@@ -84,9 +84,6 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (tag, e) = (ALL_REDUCE.tag, red.elem);
     let (left, right) = cpu.neighbours();
     let count = data.len() / e;
-    // Only a TCP link reduces from a scratch buffer: sized to what it can need, since
-    // zeroing 256 KiB for a 4-byte all-reduce cost more than the all-reduce.
-    let mut scratch = vec![0u8; REDUCE_PIECE.min(data.len())];
     let chunk = |i: usize| {
         let c = chunk_range(count, n, i);
         c.start * e..c.end * e
@@ -105,7 +102,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         };
         let mine = send.map(|src| &src[chunk(got)]);
         cpu.exchange(tag, (out, right), (acc.len(), left), |link, slice| {
-            link.recv_pieces(tag, slice.len(), &mut scratch, &mut |off, piece| {
+            link.recv_pieces(tag, slice.len(), &mut |off, piece| {
                 let at = slice.start + off;
                 let dst = &mut acc[at..at + piece.len()];
                 match mine {
@@ -143,9 +140,7 @@ fn direct(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Res
         let peer = (r + k) % n;
         let mine = src.unwrap_or(data);
         let t = record::clock();
-        cpu.link(peer)
-            .send(tag, mine)
-            .map_err(|e| cpu.lost(e, peer))
+        cpu.send_tagged(tag, mine, peer)
             .with_context(|| format!("all-reduce: sending this rank's buffer {}", cpu.peer_name(peer)))?;
         record::op(t, "send", &[(Dir::Send, peer, mine, How::Copy)]);
     }
@@ -167,9 +162,8 @@ fn direct(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Res
         let link = cpu.link(from);
         match from {
             0 => link.recv_into(tag, data),
-            // Reduced straight from the shared-memory slot (a TCP link reads into its own
-            // scratch first).
-            _ => link.recv_pieces(tag, data.len(), &mut [], &mut |off, piece| {
+            // Reduced where it arrives (a shared-memory slot), piece by piece.
+            _ => link.recv_pieces(tag, data.len(), &mut |off, piece| {
                 (red.accumulate)(&mut data[off..off + piece.len()], piece)
             }),
         }
@@ -205,7 +199,6 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
     let per = (SLOT_BYTES / e).max(1);
     let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
     let streaming = cpu.streams(data.len());
-    let mut scratch = vec![0u8; REDUCE_PIECE.min(data.len())];
     record::algorithm("the ring piece by piece (pipelined)");
     for k in 0..longest.div_ceil(per).max(1) {
         // Piece k of chunk c, in bytes (chunks differ by one element at most: a last
@@ -221,17 +214,14 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
         let own = piece(r);
         let first = src.map_or(&data[own.clone()], |src| &src[own]);
         let t = record::clock();
-        cpu.link(right)
-            .send(tag, first)
-            .map_err(|e| cpu.lost(e, right))
-            .with_context(|| step("send"))?;
+        cpu.send_tagged(tag, first, right).with_context(|| step("send"))?;
         record::op(t, "send", &[(Dir::Send, right, first, How::Copy)]);
         // ...then each partial result arriving from the left gets ours reduced in and goes on.
         for s in 0..n - 2 {
             let p = piece(r + 2 * n - s - 1);
             let mine = src.map_or(&data[p.clone()], |src| &src[p]);
             let t = record::clock();
-            cpu.recv_then_send(tag, (left, right), mine.len(), &mut scratch, |out, off, inp| {
+            cpu.recv_then_send(tag, (left, right), mine.len(), |out, off, inp| {
                 (red.combine)(out, &mine[off..], inp)
             })
             .with_context(|| step("recvReduceSend"))?;
@@ -244,7 +234,7 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
         // The last reduction makes the full result of chunk r + 1: passed on, and kept.
         let p = piece(r + 1);
         let t = record::clock();
-        cpu.recv_then_send(tag, (left, right), p.len(), &mut scratch, |out, off, inp| {
+        cpu.recv_then_send(tag, (left, right), p.len(), |out, off, inp| {
             let at = p.start + off..p.end;
             let mine = src.map_or(&data[at.clone()], |src| &src[at.clone()]);
             (red.combine)(out, mine, inp);
@@ -266,7 +256,7 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
         for s in 0..n - 2 {
             let dst = &mut data[piece(r + n - s)];
             let t = record::clock();
-            cpu.recv_then_send(tag, (left, right), dst.len(), &mut scratch, |out, off, inp| {
+            cpu.recv_then_send(tag, (left, right), dst.len(), |out, off, inp| {
                 out.copy_from_slice(inp);
                 keep(&mut dst[off..], inp, streaming);
             })

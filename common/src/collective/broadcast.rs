@@ -60,9 +60,7 @@ fn direct(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Re
     for k in 1..n {
         let peer = (r + k) % n;
         let t = record::clock();
-        cpu.link(peer)
-            .send(tag, out)
-            .map_err(|e| cpu.lost(e, peer))
+        cpu.send_tagged(tag, out, peer)
             .with_context(|| format!("broadcast from rank {root}: sending {}", cpu.peer_name(peer)))?;
         record::op(t, "send", &[(Dir::Send, peer, out, How::Copy)]);
     }
@@ -116,10 +114,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         if pos < n - 1 {
             let t = record::clock();
             let out = mine.unwrap_or(piece);
-            cpu.link(right)
-                .send(tag, out)
-                .map_err(|e| cpu.lost(e, right))
-                .with_context(|| at("sending", right))?;
+            cpu.send_tagged(tag, out, right).with_context(|| at("sending", right))?;
             record::op(t, "send", &[(Dir::Send, right, out, How::Copy)]);
         }
         if let Some(mine) = mine {

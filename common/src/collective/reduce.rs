@@ -2,7 +2,7 @@
 //! only. The other ranks' receive buffers are not written.
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
-use crate::backend::cpu::{Cpu, REDUCE_PIECE};
+use crate::backend::cpu::Cpu;
 use crate::backend::nccl::Nccl;
 use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
@@ -55,7 +55,6 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
     let (left, right) = cpu.neighbours();
     let pos = (r + 2 * n - root - 1) % n; // 0 after the root, ..., n - 1 on the root
-    let mut scratch = vec![0u8; REDUCE_PIECE.min(buf.len())];
     if n == 1 {
         if let Some(src) = send {
             buf.copy_from_slice(src);
@@ -75,7 +74,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             let mine = send.map(|s| &s[at.clone()]);
             let t = record::clock();
             cpu.link(left)
-                .recv_pieces(tag, dst.len(), &mut scratch, &mut |off, piece| {
+                .recv_pieces(tag, dst.len(), &mut |off, piece| {
                     let out = &mut dst[off..off + piece.len()];
                     match mine {
                         Some(mine) => (red.combine)(out, &mine[off..], piece),
@@ -91,13 +90,11 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         let mine = send.map_or(&buf[at.clone()], |s| &s[at.clone()]);
         let t = record::clock();
         if pos == 0 {
-            cpu.link(right)
-                .send(tag, mine)
-                .map_err(|e| cpu.lost(e, right))
+            cpu.send_tagged(tag, mine, right)
                 .with_context(|| step("sending", right))?;
             record::op(t, "send", &[(Dir::Send, right, mine, How::Copy)]);
         } else {
-            cpu.recv_then_send(tag, (left, right), mine.len(), &mut scratch, |out, off, inp| {
+            cpu.recv_then_send(tag, (left, right), mine.len(), |out, off, inp| {
                 (red.combine)(out, &mine[off..], inp)
             })
             .with_context(|| step("passing on", right))?;

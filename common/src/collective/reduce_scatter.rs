@@ -2,7 +2,7 @@
 //! rank i receives block i of their element-wise reduction (`count` elements).
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
-use crate::backend::cpu::{Cpu, REDUCE_PIECE, split_two};
+use crate::backend::cpu::{Cpu, split_two};
 use crate::backend::nccl::Nccl;
 use crate::element::Reduction;
 use anyhow::{Context, Result};
@@ -67,7 +67,6 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let mut working = cpu.scratch(block);
     let (a, b) = &mut *working;
     let (mut out, mut into) = (&mut a[..block], &mut b[..block]);
-    let mut pieces = vec![0u8; REDUCE_PIECE.min(block)];
     for s in 0..n - 1 {
         let (sent, got) = ((r + 2 * n - s - 1) % n, (r + 2 * n - s - 2) % n);
         let what = || format!("reduce-scatter step {} of {}", s + 1, n - 1);
@@ -76,7 +75,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             let src: &[u8] = send.unwrap_or(&*buf);
             let first = &src[blk(sent)];
             let partial = if s == 0 { first } else { &*out };
-            step(cpu, &mut pieces, partial, into, Some(&src[blk(got)]), red).with_context(what)?;
+            step(cpu, partial, into, Some(&src[blk(got)]), red).with_context(what)?;
             std::mem::swap(&mut out, &mut into);
             continue;
         }
@@ -84,16 +83,16 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         let result = match send {
             Some(src) => {
                 let partial = if s == 0 { &src[blk(sent)] } else { &*out };
-                step(cpu, &mut pieces, partial, &mut buf[..], Some(&src[blk(r)]), red).with_context(what)?;
+                step(cpu, partial, &mut buf[..], Some(&src[blk(r)]), red).with_context(what)?;
                 &mut buf[..]
             }
             None if s == 0 => {
                 let (partial, dst) = split_two(buf, blk(sent), blk(r));
-                step(cpu, &mut pieces, partial, dst, None, red).with_context(what)?;
+                step(cpu, partial, dst, None, red).with_context(what)?;
                 &mut buf[blk(r)]
             }
             None => {
-                step(cpu, &mut pieces, out, &mut buf[blk(r)], None, red).with_context(what)?;
+                step(cpu, out, &mut buf[blk(r)], None, red).with_context(what)?;
                 &mut buf[blk(r)]
             }
         };
@@ -104,19 +103,12 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
 
 /// One ring step: `partial` goes right while the partial result arriving from the left
 /// is reduced with `mine` (or, with `None`, into what `dst` holds: in place) into `dst`.
-fn step(
-    cpu: &Cpu,
-    pieces: &mut [u8],
-    partial: &[u8],
-    dst: &mut [u8],
-    mine: Option<&[u8]>,
-    red: Reduction,
-) -> Result<()> {
+fn step(cpu: &Cpu, partial: &[u8], dst: &mut [u8], mine: Option<&[u8]>, red: Reduction) -> Result<()> {
     let tag = REDUCE_SCATTER.tag;
     let (left, right) = cpu.neighbours();
     let t = crate::record::clock();
     cpu.exchange(tag, (partial, right), (partial.len(), left), |link, slice| {
-        link.recv_pieces(tag, slice.len(), pieces, &mut |off, piece| {
+        link.recv_pieces(tag, slice.len(), &mut |off, piece| {
             let at = slice.start + off;
             let out = &mut dst[at..at + piece.len()];
             match mine {

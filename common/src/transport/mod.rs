@@ -26,16 +26,11 @@ pub trait Link: Send + Sync {
     fn recv_into_streaming(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
         self.recv_into(tag, dst)
     }
-    /// Receives one message of `len` bytes piece by piece through `scratch` (whose length
-    /// is the piece size), calling `each(offset, piece)` as each piece arrives: the
-    /// receiver can reduce one piece while the next is still on the wire.
-    fn recv_pieces(
-        &self,
-        tag: u8,
-        len: usize,
-        scratch: &mut [u8],
-        each: &mut dyn FnMut(usize, &[u8]),
-    ) -> io::Result<()>;
+    /// Receives one message of `len` bytes piece by piece, calling `each(offset, piece)`
+    /// as each piece arrives: the receiver can reduce one piece while the next is still
+    /// on the wire. Where a piece lies is the transport's business (a shared-memory slot,
+    /// a TCP link's own landing buffer).
+    fn recv_pieces(&self, tag: u8, len: usize, each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()>;
     /// Sends one message of `len` bytes that `fill` writes straight into the transport's
     /// own buffer (a shared-memory slot), so that a reduction's result needs no copy
     /// before it leaves. `fill` may fail (it may be receiving what it writes); the message

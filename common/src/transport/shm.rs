@@ -433,7 +433,7 @@ impl Link for ShmLink {
 
     fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
         let len = dst.len();
-        self.recv_pieces(tag, len, &mut [], &mut |off, piece| {
+        self.recv_pieces(tag, len, &mut |off, piece| {
             dst[off..off + piece.len()].copy_from_slice(piece)
         })
     }
@@ -443,13 +443,13 @@ impl Link for ShmLink {
     /// traffic than a plain copy.
     fn recv_into_streaming(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
         let len = dst.len();
-        self.recv_pieces(tag, len, &mut [], &mut |off, piece| {
+        self.recv_pieces(tag, len, &mut |off, piece| {
             copy_around_cache(&mut dst[off..off + piece.len()], piece)
         })
     }
 
     /// Zero-copy: `each` reads each piece in its slot (`scratch` is not needed).
-    fn recv_pieces(&self, tag: u8, len: usize, _: &mut [u8], each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+    fn recv_pieces(&self, tag: u8, len: usize, each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         let mut offset = 0;
         loop {
             let (at, n) = self.next_piece(tag, len, offset)?;

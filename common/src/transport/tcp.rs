@@ -12,6 +12,7 @@ use crate::wire::{self, Decoder, Encoder};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,14 @@ pub struct TcpLink {
     stream: TcpStream,
     peer: usize,
     addr: SocketAddr,
+    /// Where `recv_pieces` reads each piece before handing it on, kept from call to call
+    /// (at most [`PIECE`] bytes): receiving is one thread at a time, so never contended.
+    landing: Mutex<Vec<u8>>,
 }
+
+/// `recv_pieces` reads a message in pieces of at most this size, so that the receiver
+/// reduces one while the next is still in the socket.
+const PIECE: usize = 256 << 10;
 
 impl TcpLink {
     fn check_header(&self, tag: u8, len: usize) -> io::Result<()> {
@@ -50,28 +58,18 @@ impl Link for TcpLink {
         (&self.stream).read_exact(dst)
     }
 
-    fn recv_pieces(
-        &self,
-        tag: u8,
-        len: usize,
-        scratch: &mut [u8],
-        each: &mut dyn FnMut(usize, &[u8]),
-    ) -> io::Result<()> {
+    fn recv_pieces(&self, tag: u8, len: usize, each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         self.check_header(tag, len)?;
-        // No scratch given: one of our own (reading into nothing would never end).
-        let mut own = Vec::new();
-        let scratch = match scratch.is_empty() {
-            true => {
-                own.resize(len.min(256 << 10), 0);
-                &mut own[..]
-            }
-            false => scratch,
-        };
+        let mut landing = self.landing.lock().unwrap_or_else(|p| p.into_inner());
+        let size = len.min(PIECE);
+        if landing.len() < size {
+            landing.resize(size, 0);
+        }
         let mut off = 0;
         while off < len {
-            let n = scratch.len().min(len - off);
-            (&self.stream).read_exact(&mut scratch[..n])?;
-            each(off, &scratch[..n]);
+            let n = size.min(len - off);
+            (&self.stream).read_exact(&mut landing[..n])?;
+            each(off, &landing[..n]);
             off += n;
         }
         Ok(())
@@ -310,5 +308,10 @@ fn configure(stream: TcpStream, peer: usize, addr: SocketAddr, timeout: Duration
     // A peer that goes silent for the whole timeout is treated as lost, never waited on forever.
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    Ok(TcpLink { stream, peer, addr })
+    Ok(TcpLink {
+        stream,
+        peer,
+        addr,
+        landing: Mutex::new(vec![]),
+    })
 }
