@@ -531,3 +531,83 @@ fn steps_and_trace_together_show_one_run_and_time_them_all() {
         "two steps per all-reduce on 2 ranks: {r}"
     );
 }
+
+#[test]
+fn a_large_buffer_on_one_host_is_read_where_it_lies_unless_it_cannot_be() {
+    // 480 000 bytes: past the direct switch, split evenly among 2, 3 and 4 ranks. On one
+    // host each rank reads its chunk of every other rank's buffer and then every other
+    // rank's finished chunk, straight from their memory: 2(n-1)/n of the buffer in, nothing
+    // sent. NCCL_P2P_DISABLE=1, TCP, or buffers outside the shared arenas (the test hook)
+    // bring the ring back.
+    let count = 120_000usize;
+    // Ranks, transport, a variable set, the algorithm the trace must name.
+    type Case<'a> = (usize, &'a str, Option<(&'a str, &'a str)>, &'a str);
+    let cases: [Case; 6] = [
+        (2, "shm", None, "single copy"),
+        (3, "shm", None, "single copy"),
+        (4, "shm", None, "single copy"),
+        (3, "shm", Some(("NCCL_P2P_DISABLE", "1")), "the ring piece by piece"),
+        (
+            3,
+            "shm",
+            Some(("NCCL_WORKBOOK_FAULT", "heap-buffers")),
+            "the ring piece by piece",
+        ),
+        (3, "tcp", None, "the ring step by step"),
+    ];
+    for (n, via, env, algorithm) in cases {
+        let dir = TempTrace::new(&format!("single-{n}-{via}-{}", env.map_or("", |e| e.0)));
+        let file = dir.file();
+        let (w, c) = (n.to_string(), count.to_string());
+        let args = [
+            "--backend",
+            "cpu",
+            "--nproc-per-node",
+            &w,
+            "--count",
+            &c,
+            "--iters",
+            "2",
+            "--transport",
+            via,
+            "--trace",
+            file.to_str().unwrap(),
+        ];
+        let mut cmd = command(BIN, &args);
+        cmd.envs(env);
+        let r = finish(spawn(cmd), LIMIT).ok();
+        assert!(r.stdout.contains("Check: OK"), "{r}");
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let events = doc["traceEvents"].as_array().unwrap();
+        for rank in 0..n {
+            let colls = spans(events, rank, "collective");
+            assert_eq!(colls.len(), 4, "{r}");
+            for coll in &colls {
+                let said = coll["args"]["algorithm"].as_str().unwrap();
+                assert!(said.starts_with(algorithm), "{n} ranks, {env:?}: {said}");
+                if algorithm != "single copy" {
+                    continue;
+                }
+                let bytes_of = |cat: &str| -> u64 {
+                    spans(events, rank, cat)
+                        .into_iter()
+                        .filter(|s| within(s, coll))
+                        .map(|s| s["args"]["bytes"].as_u64().unwrap())
+                        .sum()
+                };
+                let chunk = (count * 4 / n) as u64;
+                assert_eq!(bytes_of("send"), 0, "rank {rank} of {n}: nothing sent");
+                assert_eq!(
+                    bytes_of("reduce"),
+                    (n as u64 - 1) * chunk,
+                    "rank {rank} of {n}: its chunk of each"
+                );
+                assert_eq!(
+                    bytes_of("recv"),
+                    (n as u64 - 1) * chunk,
+                    "rank {rank} of {n}: each finished chunk"
+                );
+            }
+        }
+    }
+}

@@ -218,16 +218,23 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
 
 #[test]
 fn every_world_from_2_to_5_is_right_on_shared_memory() {
-    // Two ranks run the ring step by step; three and more run it piece by piece
-    // (partial sums reduced straight into the next message): both must be exact, for
-    // sizes that span several pieces and end off their edges.
+    // On one host a large all-reduce or broadcast reads the other ranks' buffers where
+    // they lie (single copy); with NCCL_P2P_DISABLE=1 it goes round the ring through the
+    // shared slots, piece by piece (partial sums reduced straight into the next message),
+    // and so it does when the buffers lie outside the shared arenas (the test hook). All
+    // must be exact, for sizes that span several pieces and end off their edges.
     for world in 2..=5 {
-        let r = perf(
-            &format!("--nproc-per-node {world} --op all-reduce -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
-            &[],
-        )
-        .ok();
-        check_sweep(&r.json(), "all_reduce", world, &[4, 148, 5476, 202612, 7496644], &r);
+        let heap = ("NCCL_WORKBOOK_FAULT", "heap-buffers");
+        for p2p in [[].as_slice(), &[("NCCL_P2P_DISABLE", "1")], &[heap]] {
+            for op in ["all_reduce", "broadcast"] {
+                let r = perf(
+                    &format!("--nproc-per-node {world} --op {op} -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
+                    p2p,
+                )
+                .ok();
+                check_sweep(&r.json(), op, world, &[4, 148, 5476, 202612, 7496644], &r);
+            }
+        }
     }
 }
 
@@ -403,19 +410,22 @@ fn on_the_nccl_double_with_double_precision() {
 fn buffers_larger_than_the_caches_are_right_too() {
     // When the ranks' buffers outgrow the last-level cache (said to be 16 MiB here, so
     // that any machine streams), the results are written around the cache (non-temporal
-    // stores); an odd size puts the slices' edges off the 16-byte boundaries those stores
-    // need.
+    // stores), read from the other ranks' buffers or through the shared slots
+    // (NCCL_P2P_DISABLE=1); an odd size puts the slices' edges off the 16-byte boundaries
+    // those stores need.
     for (op, world) in [
         ("all-reduce", 2),
         ("all-reduce", 3),
         ("broadcast", 3),
         ("all_gather", 3),
     ] {
-        let r = perf(
-            &format!("--nproc-per-node {world} --op {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
-            &[("NCCL_WORKBOOK_LLC", "16777216")],
-        )
-        .ok();
-        check_sweep(&r.json(), &op.replace('-', "_"), world, &[17825796], &r);
+        for p2p in ["0", "1"] {
+            let r = perf(
+                &format!("--nproc-per-node {world} --op {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
+                &[("NCCL_WORKBOOK_LLC", "16777216"), ("NCCL_P2P_DISABLE", p2p)],
+            )
+            .ok();
+            check_sweep(&r.json(), &op.replace('-', "_"), world, &[17825796], &r);
+        }
     }
 }

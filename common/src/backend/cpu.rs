@@ -7,6 +7,7 @@
 //! bottleneck, whatever the number of ranks.
 
 use crate::args::RunArgs;
+use crate::backend::host_memory::{self, PeerArena};
 use crate::collective::SEND_RECV_TAG;
 use crate::element::{Element, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
@@ -46,6 +47,9 @@ pub struct Cpu {
     names: fn(u8) -> &'static str,
     /// Working memory the algorithms reuse from call to call (no page faults per call).
     scratch: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// Every other rank's arena, mapped here, when all ranks share one host and every
+    /// rank mapped every other one's: the single-copy algorithms read peers' buffers.
+    peer_arenas: Option<Vec<Option<PeerArena>>>,
 }
 
 impl Cpu {
@@ -71,6 +75,15 @@ impl Cpu {
             stream_above,
             names,
             scratch: Mutex::new((vec![], vec![])),
+            peer_arenas: None,
+        }
+    }
+
+    /// The same rank, reading its peers' buffers through `arenas` (see [`Cpu::single_copy`]).
+    pub fn with_peer_arenas(self, arenas: Option<Vec<Option<PeerArena>>>) -> Cpu {
+        Cpu {
+            peer_arenas: arenas,
+            ..self
         }
     }
 
@@ -110,6 +123,74 @@ impl Cpu {
     /// rank makes for its own stores: the messages do not depend on it.
     pub fn streams(&self, len: usize) -> bool {
         len >= self.stream_above
+    }
+
+    /// Whether a collective of `len` bytes copies straight from other ranks' buffers (a
+    /// single copy, [`crate::backend::host_memory`]): every rank is on this host and maps
+    /// every other one's arena, the message is at least `from` bytes (where the
+    /// collective gains by it) and past [`SMALL`], and neither `--steps` nor
+    /// `NCCL_ALGO=Ring` asks for the ring. Every rank answers alike for the same `len`.
+    pub fn single_copy(&self, len: usize, from: usize) -> bool {
+        self.peer_arenas.is_some() && len > SMALL && len >= from && !self.ring_only && !crate::record::steps_on()
+    }
+
+    /// Tells every other rank where this rank's `regions` lie in its arena, so that they
+    /// can read them; returns whether all of them are there (a buffer made elsewhere is
+    /// not, and is then announced as such). Sent once this rank's buffers hold what the
+    /// collective reads: a peer reads a region only after this message.
+    pub fn announce(&self, tag: u8, regions: &[&[u8]], to: impl Iterator<Item = usize>) -> Result<bool> {
+        let offsets: Vec<Option<usize>> = regions.iter().map(|r| host_memory::offset_of(r)).collect();
+        let words: Vec<u8> = offsets
+            .iter()
+            .flat_map(|o| o.map_or(u64::MAX, |o| o as u64).to_le_bytes())
+            .collect();
+        for peer in to {
+            self.send_tagged(tag, &words, peer)
+                .with_context(|| format!("telling rank {peer} where this rank's buffer is"))?;
+        }
+        Ok(offsets.iter().all(Option::is_some))
+    }
+
+    /// What `peer` announced ([`Cpu::announce`]): its regions, of `lens` bytes, as this
+    /// rank sees them in its arena, or `None` if any is not in it.
+    pub fn regions_of(&self, tag: u8, peer: usize, lens: &[usize]) -> Result<Option<Vec<&[u8]>>> {
+        let mut words = vec![0u8; 8 * lens.len()];
+        self.link(peer)
+            .recv_into(tag, &mut words)
+            .map_err(|e| self.lost(e, peer))
+            .with_context(|| format!("learning where rank {peer}'s buffer is"))?;
+        let arena = self.peer_arenas.as_ref().and_then(|a| a[peer].as_ref());
+        Ok(words
+            .chunks_exact(8)
+            .zip(lens)
+            .map(|(w, &len)| {
+                let at = u64::from_le_bytes(w.try_into().ok()?);
+                arena?.region(usize::try_from(at).ok()?, len)
+            })
+            .collect())
+    }
+
+    /// Tells `peer` that this rank reached `what` (a step of a single-copy algorithm).
+    pub fn signal(&self, tag: u8, peer: usize, what: Signal) -> Result<()> {
+        self.send_tagged(tag, &[what as u8], peer)
+            .with_context(|| format!("telling rank {peer} {}", what.says()))
+    }
+
+    /// Waits until `peer` says it reached `what`.
+    pub fn wait_signal(&self, tag: u8, peer: usize, what: Signal) -> Result<()> {
+        let mut got = [0u8];
+        self.link(peer)
+            .recv_into(tag, &mut got)
+            .map_err(|e| self.lost(e, peer))
+            .with_context(|| format!("waiting for rank {peer} to say {}", what.says()))?;
+        match got[0] == what as u8 {
+            true => Ok(()),
+            false => Err(anyhow!(
+                "rank {peer} sent signal {} where {} was expected",
+                got[0],
+                what.says()
+            )),
+        }
     }
 
     /// The link to `peer`.
@@ -252,6 +333,24 @@ impl Cpu {
     }
 }
 
+/// What a rank tells another during a single-copy algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// "My part of the result is finished: read it."
+    Finished = 1,
+    /// "I have read all I needed from your buffers: you may leave."
+    Done = 2,
+}
+
+impl Signal {
+    fn says(self) -> &'static str {
+        match self {
+            Signal::Finished => "that its part of the result is finished",
+            Signal::Done => "that it has read what it needed from this rank",
+        }
+    }
+}
+
 impl Cpu {
     /// Connects a CPU-backend rank to its peers, as NCCL's init does for its ranks: the links, shared memory to the ranks on its machine and TCP
     /// to the others (or as `--transport` says), the choice for every pair ("0-1": shm), and
@@ -309,7 +408,13 @@ impl Cpu {
         // together outgrow its last-level cache.
         let local = keys.iter().filter(|k| **k == keys[rank]).count();
         let llc = last_level_cache().map_err(|message| SharedError { message, usage: true })?;
-        Ok((Cpu::new(rank, world, links, ring_in_memory, names, llc / local), pairs))
+        // One host for the whole job: each rank's large buffers go where the others can read them.
+        let arenas = match world > 1 && every().all(|v| *v == Via::Shm) {
+            true => host_memory::connect(store, rank, world)?,
+            false => None,
+        };
+        let cpu = Cpu::new(rank, world, links, ring_in_memory, names, llc / local).with_peer_arenas(arenas);
+        Ok((cpu, pairs))
     }
 }
 

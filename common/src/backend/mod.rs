@@ -2,7 +2,8 @@
 //! collectives (each collective says how, in [`crate::collective`]):
 //!
 //! - [`cpu`]: ring algorithms between processes (shared memory within a host, TCP
-//!   between hosts), the Gloo of this workbook;
+//!   between hosts), the Gloo of this workbook; its large buffers live where the other
+//!   ranks of the host can read them ([`host_memory`]);
 //! - [`nccl`]: NVIDIA's NCCL on GPUs, through cudarc.
 //!
 //! The interface is shaped by the GPU case: buffers live on the device, operations may
@@ -11,19 +12,21 @@
 
 pub mod calls;
 pub mod cpu;
+pub mod host_memory;
 pub mod nccl;
 pub mod watchdog;
 
 use crate::element::{Element, as_bytes};
 use anyhow::Result;
 
-/// A rank's buffer: host memory on the CPU backend, device memory on NCCL.
+/// A rank's buffer: host memory on the CPU backend (in its shared arena when large),
+/// device memory on NCCL.
 pub struct Buffer<T: Element> {
     pub(crate) storage: Storage<T>,
 }
 
 pub(crate) enum Storage<T: Element> {
-    Host(Vec<T>),
+    Host(host_memory::HostMem<T>),
     Device(cudarc::driver::CudaSlice<T>),
 }
 
@@ -63,7 +66,7 @@ impl Backend {
     pub fn upload<T: Element>(&self, host: Vec<T>) -> Result<Buffer<T>> {
         match self {
             Backend::Cpu(_) => Ok(Buffer {
-                storage: Storage::Host(host),
+                storage: Storage::Host(host_memory::HostMem::new(host)),
             }),
             Backend::Nccl(n) => n.upload(host),
         }

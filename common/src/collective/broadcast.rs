@@ -1,7 +1,7 @@
 //! Broadcast (`ncclBroadcast`): the root's buffer is copied into every rank's buffer.
 
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
-use crate::backend::cpu::{Cpu, keep};
+use crate::backend::cpu::{Cpu, Signal, keep};
 use crate::backend::nccl::Nccl;
 use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
@@ -71,11 +71,51 @@ fn direct(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Re
     Ok(())
 }
 
+/// A large broadcast on one host, single copy: every rank copies the root's buffer
+/// straight into its own, reading it where it lies ([`crate::backend::host_memory`]). One
+/// copy per byte per rank where the chain takes two (into a shared slot and out of it),
+/// and no rank waits for another's pieces: on a host with fewer cores than ranks, whoever
+/// runs makes progress. The root tells every rank where its buffer is, and leaves once
+/// each has said it has its copy. (A root buffer outside the arena is sent instead.)
+fn single_copy(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (n, r, tag) = (cpu.world(), cpu.rank(), BROADCAST.tag);
+    let streaming = cpu.streams(buf.len());
+    let others = || (1..n).map(move |k| (root + k) % n);
+    record::algorithm("single copy: every rank copies the root's buffer straight from its memory");
+    let context = || format!("broadcast from rank {root}");
+    if r != root {
+        let t = record::clock();
+        match cpu.regions_of(tag, root, &[buf.len()]).with_context(context)? {
+            Some(theirs) => keep(buf, theirs[0], streaming),
+            None => cpu
+                .link(root)
+                .recv_into(tag, buf)
+                .map_err(|e| cpu.lost(e, root))
+                .with_context(context)?,
+        }
+        record::op(t, "read", &[(Dir::Recv, root, buf, How::Copy)]);
+        return cpu.signal(tag, root, Signal::Done).with_context(context);
+    }
+    let out = root_src.unwrap_or(buf);
+    if !cpu.announce(tag, &[out], others()).with_context(context)? {
+        for peer in others() {
+            cpu.send_tagged(tag, out, peer).with_context(context)?;
+        }
+    }
+    if let Some(mine) = root_src {
+        keep(buf, mine, streaming);
+        record::wrote(buf);
+    }
+    others().try_for_each(|peer| cpu.wait_signal(tag, peer, Signal::Done).with_context(context))
+}
+
 /// Pipelined ring broadcast: the root sends its buffer piece by piece to its right
 /// neighbour; every rank forwards each piece to the next as soon as it has it, so the
 /// pieces flow round the ring like water down a pipe. Out of place, the root sends from
 /// `send` and copies each piece into its own buffer after sending it, while the piece
-/// travels. A small buffer goes [`direct`] from the root.
+/// travels. A small buffer goes [`direct`] from the root; on one host, a buffer past
+/// [`crate::backend::cpu::SMALL`] is copied by every rank straight from the root's
+/// memory ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall { send, buf, root, .. } = call;
     let (n, r) = (cpu.world(), cpu.rank());
@@ -83,6 +123,9 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let root_src = send.filter(|_| pos == 0);
     if n > 2 && cpu.direct(buf.len()) {
         return direct(cpu, root_src, buf, root);
+    }
+    if cpu.single_copy(buf.len(), 0) {
+        return single_copy(cpu, root_src, buf, root);
     }
     let (left, right) = cpu.neighbours();
     let streaming = cpu.streams(buf.len());
