@@ -3,7 +3,7 @@
 //! here, independently), and the trace holds what ran.
 
 use serde_json::Value;
-use testkit::{LIMIT, command, finish, run, spawn};
+use testkit::{LIMIT, Run, command, finish, run, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
 
@@ -267,6 +267,35 @@ fn spans<'a>(events: &'a [Value], pid: usize, cat: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Runs the all-reduce on `n` ranks over `via`, `count` elements, `iters` timed runs and
+/// `env` set, tracing into a fresh file named after `name`: the run, checked OK, and the
+/// trace's document.
+fn traced(name: &str, n: usize, via: &str, count: usize, iters: usize, env: &[(&str, &str)]) -> (Run, Value) {
+    let dir = TempTrace::new(name);
+    let file = dir.file();
+    let (w, c, i) = (n.to_string(), count.to_string(), iters.to_string());
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        &w,
+        "--count",
+        &c,
+        "--iters",
+        &i,
+        "--transport",
+        via,
+        "--trace",
+        file.to_str().unwrap(),
+    ];
+    let mut cmd = command(BIN, &args);
+    cmd.envs(env.iter().copied());
+    let r = finish(spawn(cmd), LIMIT).ok();
+    assert!(r.stdout.contains("Check: OK"), "{r}");
+    let doc = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    (r, doc)
+}
+
 fn within(child: &Value, parent: &Value) -> bool {
     let (t, d) = (child["ts"].as_f64().unwrap(), child["dur"].as_f64().unwrap());
     let (pt, pd) = (parent["ts"].as_f64().unwrap(), parent["dur"].as_f64().unwrap());
@@ -278,31 +307,10 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
     let count = 6usize;
     let iters = 3usize;
     for (n, via) in [(2usize, "shm"), (3, "tcp"), (3, "shm")] {
-        let dir = TempTrace::new(&format!("{n}-{via}"));
-        let file = dir.file();
-        let (w, c, i) = (n.to_string(), count.to_string(), iters.to_string());
-        let args = [
-            "--backend",
-            "cpu",
-            "--nproc-per-node",
-            &w,
-            "--count",
-            &c,
-            "--iters",
-            &i,
-            "--transport",
-            via,
-            "--trace",
-            file.to_str().unwrap(),
-        ];
         // 24 bytes would go direct, rank to rank (see the next test): NCCL's own
         // variable asks for the ring at every size.
-        let mut cmd = command(BIN, &args);
-        cmd.env("NCCL_ALGO", "Ring");
-        let r = finish(spawn(cmd), LIMIT).ok();
-        assert!(r.stdout.contains("Check: OK"), "{r}");
+        let (r, doc) = traced(&format!("{n}-{via}"), n, via, count, iters, &[("NCCL_ALGO", "Ring")]);
         assert!(r.stdout.contains("ui.perfetto.dev"), "{r}");
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!(doc["displayTimeUnit"], "ns");
         let events = doc["traceEvents"].as_array().unwrap();
         let bytes = count * 4;
@@ -363,26 +371,7 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
 fn a_small_buffer_goes_direct_from_every_rank_to_every_rank() {
     let count = 6usize;
     for (n, via) in [(2usize, "shm"), (3, "tcp"), (4, "shm")] {
-        let dir = TempTrace::new(&format!("direct-{n}-{via}"));
-        let file = dir.file();
-        let (w, c) = (n.to_string(), count.to_string());
-        let args = [
-            "--backend",
-            "cpu",
-            "--nproc-per-node",
-            &w,
-            "--count",
-            &c,
-            "--iters",
-            "2",
-            "--transport",
-            via,
-            "--trace",
-            file.to_str().unwrap(),
-        ];
-        let r = run(BIN, &args).ok();
-        assert!(r.stdout.contains("Check: OK"), "{r}");
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let (r, doc) = traced(&format!("direct-{n}-{via}"), n, via, count, 2, &[]);
         let events = doc["traceEvents"].as_array().unwrap();
         let bytes = (count * 4) as u64;
         for rank in 0..n {
@@ -556,28 +545,8 @@ fn a_large_buffer_on_one_host_is_read_where_it_lies_unless_it_cannot_be() {
         (3, "tcp", None, "the ring step by step"),
     ];
     for (n, via, env, algorithm) in cases {
-        let dir = TempTrace::new(&format!("single-{n}-{via}-{}", env.map_or("", |e| e.0)));
-        let file = dir.file();
-        let (w, c) = (n.to_string(), count.to_string());
-        let args = [
-            "--backend",
-            "cpu",
-            "--nproc-per-node",
-            &w,
-            "--count",
-            &c,
-            "--iters",
-            "2",
-            "--transport",
-            via,
-            "--trace",
-            file.to_str().unwrap(),
-        ];
-        let mut cmd = command(BIN, &args);
-        cmd.envs(env);
-        let r = finish(spawn(cmd), LIMIT).ok();
-        assert!(r.stdout.contains("Check: OK"), "{r}");
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let name = format!("single-{n}-{via}-{}", env.map_or("", |e| e.0));
+        let (r, doc) = traced(&name, n, via, count, 2, env.as_slice());
         let events = doc["traceEvents"].as_array().unwrap();
         for rank in 0..n {
             let colls = spans(events, rank, "collective");

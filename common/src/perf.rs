@@ -509,8 +509,13 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
     let t = session.transports();
     if !t.is_empty() {
         let shm = t.values().filter(|v| **v == Via::Shm).count();
+        let single = match (shm == t.len(), session.single_copy()) {
+            (false, _) => "",
+            (true, true) => "; large buffers: single copy (NCCL_P2P_DISABLE=1 turns it off)",
+            (true, false) => "; single copy off: every byte through the slots",
+        };
         lines.push(format!(
-            "# transports: {shm} pair(s) over shared memory, {} over TCP (NCCL_DEBUG=INFO lists them)",
+            "# transports: {shm} pair(s) over shared memory, {} over TCP (NCCL_DEBUG=INFO lists them){single}",
             t.len() - shm
         ));
     }

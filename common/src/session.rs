@@ -698,6 +698,12 @@ impl Session {
         &self.report.transports
     }
 
+    /// Whether this rank's large collectives read the other ranks' buffers where they lie
+    /// (CPU backend, one host: [`crate::backend::host_memory`]).
+    pub fn single_copy(&self) -> bool {
+        matches!(&self.backend, Backend::Cpu(c) if c.reads_peers())
+    }
+
     /// Puts the benchmark's sweeps in the JSON report.
     pub fn set_perf(&mut self, mut sweeps: Vec<crate::report::Perf>) {
         match sweeps.len() {

@@ -131,7 +131,12 @@ impl Cpu {
     /// collective gains by it) and past [`SMALL`], and neither `--steps` nor
     /// `NCCL_ALGO=Ring` asks for the ring. Every rank answers alike for the same `len`.
     pub fn single_copy(&self, len: usize, from: usize) -> bool {
-        self.peer_arenas.is_some() && len > SMALL && len >= from && !self.ring_only && !crate::record::steps_on()
+        self.reads_peers() && len > SMALL && len >= from && !self.ring_only && !crate::record::steps_on()
+    }
+
+    /// Whether this rank maps every other rank's arena (see [`Cpu::single_copy`]).
+    pub fn reads_peers(&self) -> bool {
+        self.peer_arenas.is_some()
     }
 
     /// Tells every other rank where this rank's `regions` lie in its arena, so that they
