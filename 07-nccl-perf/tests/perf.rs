@@ -218,15 +218,16 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
 
 #[test]
 fn every_world_from_2_to_5_is_right_on_shared_memory() {
-    // On one host a large all-reduce or broadcast reads the other ranks' buffers where
-    // they lie (single copy); with NCCL_P2P_DISABLE=1 it goes round the ring through the
-    // shared slots, piece by piece (partial sums reduced straight into the next message),
-    // and so it does when the buffers lie outside the shared arenas (the test hook). All
-    // must be exact, for sizes that span several pieces and end off their edges.
+    // On one host a large all-reduce, broadcast, all-gather, reduce-scatter or all-to-all
+    // (out of place) reads the other ranks' buffers where they lie (single copy); with
+    // NCCL_P2P_DISABLE=1 it goes through the shared slots (the all-reduce round the ring
+    // piece by piece, partial sums reduced straight into the next message), and so it
+    // does when the buffers lie outside the shared arenas (the test hook). All must be
+    // exact, for sizes that span several pieces and end off their edges.
     for world in 2..=5 {
         let heap = ("NCCL_WORKBOOK_FAULT", "heap-buffers");
         for p2p in [[].as_slice(), &[("NCCL_P2P_DISABLE", "1")], &[heap]] {
-            for op in ["all_reduce", "broadcast"] {
+            for op in ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "alltoall"] {
                 let r = perf(
                     &format!("--nproc-per-node {world} --op {op} -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
                     p2p,
@@ -428,4 +429,55 @@ fn buffers_larger_than_the_caches_are_right_too() {
             check_sweep(&r.json(), &op.replace('-', "_"), world, &[17825796], &r);
         }
     }
+}
+
+#[test]
+fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
+    // 1 MiB on 3 ranks: broadcast, all-reduce, all-gather, reduce-scatter and the
+    // out-of-place all-to-all read the others' buffers (the trace names each collective's
+    // algorithm), unless NCCL_P2P_DISABLE=1; reduce (whose chain shares the reducing among
+    // the ranks) never does, nor the in-place all-to-all (the benchmark runs both places).
+    let dir = std::env::temp_dir().join(format!("nccl-workbook-perf-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for op in [
+        "broadcast",
+        "reduce",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "alltoall",
+    ] {
+        for p2p in ["0", "1"] {
+            let file = dir.join(format!("{op}-{p2p}.json"));
+            let r = perf(
+                &format!(
+                    "--nproc-per-node 3 --op {op} -b 1M -e 1M -w 0 -n 1 --format json --trace {}",
+                    file.display()
+                ),
+                &[("NCCL_P2P_DISABLE", p2p)],
+            )
+            .ok();
+            check_sweep(&r.json(), op, 3, &[1 << 20], &r);
+            let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            let algorithms: Vec<&str> = doc["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["cat"] == "collective")
+                .map(|e| e["args"]["algorithm"].as_str().unwrap_or(""))
+                .collect();
+            assert!(!algorithms.is_empty(), "{op}: no collective in the trace");
+            let singles = algorithms.iter().filter(|a| a.starts_with("single copy")).count();
+            let want = match (op, p2p) {
+                (_, "1") | ("reduce", _) => 0,
+                ("alltoall", _) => algorithms.iter().filter(|a| !a.starts_with("pairwise")).count(),
+                _ => algorithms.len(),
+            };
+            assert_eq!(singles, want, "{op}, NCCL_P2P_DISABLE={p2p}: {algorithms:?}");
+            if op == "alltoall" && p2p == "0" {
+                assert!(singles > 0 && singles < algorithms.len(), "{algorithms:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

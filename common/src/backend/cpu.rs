@@ -175,6 +175,35 @@ impl Cpu {
             .collect())
     }
 
+    /// Every rank tells every other where its `mine` regions lie ([`Cpu::announce`]) and
+    /// learns theirs, of `lens` bytes each: `Some(theirs)`, `theirs[p]` being rank p's
+    /// regions as this rank sees them (empty for this rank), when every rank's regions are
+    /// in its arena; `None` when any is not: every rank sees that alike, and all then take
+    /// the algorithm without the single copy.
+    pub fn share_regions(&self, tag: u8, mine: &[&[u8]], lens: &[usize]) -> Result<Option<Vec<Vec<&[u8]>>>> {
+        let (n, r) = (self.world, self.rank);
+        let others = || (1..n).map(move |k| (r + k) % n);
+        let mut all = self.announce(tag, mine, others())?;
+        let mut theirs = vec![vec![]; n];
+        for p in others() {
+            match self.regions_of(tag, p, lens)? {
+                Some(regions) => theirs[p] = regions,
+                None => all = false,
+            }
+        }
+        Ok(all.then_some(theirs))
+    }
+
+    /// The end of a single-copy algorithm in which every rank read every other's
+    /// buffers: each tells every other it is done reading, and leaves once all have said
+    /// so (after which a rank's buffers are its caller's again).
+    pub fn all_done(&self, tag: u8) -> Result<()> {
+        let (n, r) = (self.world, self.rank);
+        let others = || (1..n).map(move |k| (r + k) % n);
+        others().try_for_each(|p| self.signal(tag, p, Signal::Done))?;
+        others().try_for_each(|p| self.wait_signal(tag, p, Signal::Done))
+    }
+
     /// Tells `peer` that this rank reached `what` (a step of a single-copy algorithm).
     pub fn signal(&self, tag: u8, peer: usize, what: Signal) -> Result<()> {
         self.send_tagged(tag, &[what as u8], peer)

@@ -3,9 +3,9 @@
 
 use super::ring::all_gather_steps;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
-use crate::backend::cpu::Cpu;
+use crate::backend::cpu::{Cpu, keep};
 use crate::backend::nccl::Nccl;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use cudarc::nccl::sys;
 
 /// All-gather.
@@ -40,7 +40,9 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 
 /// The ring all-gather: this rank's block goes into its place in the receive buffer,
 /// then `n - 1` steps pass the blocks round the ring, each rank forwarding the block it
-/// received last. It is the second half of the ring all-reduce.
+/// received last. It is the second half of the ring all-reduce. On one host, past
+/// [`crate::backend::cpu::SMALL`], each rank copies the others' blocks straight from their
+/// buffers instead ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r) = (cpu.world(), cpu.rank());
@@ -49,11 +51,22 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         buf[r * block..(r + 1) * block].copy_from_slice(src);
         crate::record::wrote(&buf[r * block..(r + 1) * block]);
     }
-    crate::record::algorithm("the ring");
     if n == 1 {
+        crate::record::algorithm("the ring");
         return Ok(());
     }
     let streaming = cpu.streams(buf.len());
+    if cpu.single_copy(buf.len(), 0) {
+        // Each rank's block, in its receive buffer, where the others read it.
+        let mine = &buf[r * block..(r + 1) * block];
+        if let Some(theirs) = cpu
+            .share_regions(ALL_GATHER.tag, &[mine], &[block])
+            .context("all-gather")?
+        {
+            return single_copy(cpu, buf, block, &theirs, streaming);
+        }
+    }
+    crate::record::algorithm("the ring");
     // Rank r starts with block r (`first` = 0).
     all_gather_steps(
         cpu,
@@ -64,4 +77,21 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         streaming,
         "all-gather",
     )
+}
+
+/// A large all-gather on one host, single copy: every rank has told the others where its
+/// block lies (`theirs`, [`Cpu::share_regions`]); each copies every other rank's block
+/// straight from that rank's buffer into its own, one copy per byte where the ring's
+/// slots take two, then all say they are done reading.
+fn single_copy(cpu: &Cpu, buf: &mut [u8], block: usize, theirs: &[Vec<&[u8]>], streaming: bool) -> Result<()> {
+    use crate::record::{self, Dir, How};
+    let (n, r) = (cpu.world(), cpu.rank());
+    record::algorithm("single copy: every rank copies every other rank's block from its buffer");
+    for p in (1..n).map(|k| (r + k) % n) {
+        let t = record::clock();
+        let dst = &mut buf[p * block..(p + 1) * block];
+        keep(dst, theirs[p][0], streaming);
+        record::op(t, "read", &[(Dir::Recv, p, dst, How::Copy)]);
+    }
+    cpu.all_done(ALL_GATHER.tag).context("all-gather")
 }

@@ -2,6 +2,7 @@
 //! (sum, product, max, min or average) of every rank's buffer.
 
 use super::ring::all_gather_steps;
+use super::single_copy::{REDUCING_FROM, reduce_into};
 use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
 use crate::backend::cpu::{Cpu, Signal, chunk_range, keep, split_two};
 use crate::backend::nccl::Nccl;
@@ -76,7 +77,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     if cpu.direct(data.len()) {
         return direct(cpu, send, data, red);
     }
-    if cpu.single_copy(data.len(), SINGLE_COPY_FROM) {
+    if cpu.single_copy(data.len(), REDUCING_FROM) {
         return single_copy(cpu, send, data, red);
     }
     // Two ranks have no partial result to pass on, but piece by piece each reduced piece
@@ -204,34 +205,21 @@ fn single_copy(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -
         c.start * e..c.end * e
     };
     let len = data.len();
-    let input = src.unwrap_or(data);
-    let mut all_mapped = cpu.announce(tag, &[input, data], others()).context("all-reduce")?;
     // (input, result) of every rank, as this rank sees them.
-    let mut theirs = vec![None; n];
-    for peer in others() {
-        let regions = cpu.regions_of(tag, peer, &[len, len]).context("all-reduce")?;
-        all_mapped &= regions.is_some();
-        theirs[peer] = regions.map(|r| (r[0], r[1]));
-    }
-    if !all_mapped {
+    let Some(theirs) = cpu
+        .share_regions(tag, &[src.unwrap_or(data), data], &[len, len])
+        .context("all-reduce")?
+    else {
         return pipelined(cpu, src, data, red);
-    }
-    let peer = |p: usize| theirs[p].expect("every peer's buffers, checked above");
+    };
+    let peer = |p: usize| (theirs[p][0], theirs[p][1]);
     record::algorithm("single copy: each rank reduces its chunk of every rank's buffer, then copies the others'");
 
     record::phase("reduce-scatter");
     let own = chunk(r);
     let t = record::clock();
-    for piece in own.clone().step_by(PIECE) {
-        let at = piece..(piece + PIECE).min(own.end);
-        let acc = &mut data[at.clone()];
-        if let Some(src) = src {
-            acc.copy_from_slice(&src[at.clone()]);
-        }
-        for p in others() {
-            (red.accumulate)(acc, &peer(p).0[at.clone()]);
-        }
-    }
+    let mine = src.map(|s| &s[own.clone()]);
+    reduce_into(cpu, &mut data[own.clone()], mine, |p| &peer(p).0[own.clone()], red);
     red.finish(&mut data[own.clone()], n);
     let mine = &data[own.clone()];
     let parts: Vec<_> = others().map(|p| (Dir::Recv, p, mine, How::Reduce)).collect();
@@ -250,24 +238,8 @@ fn single_copy(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -
         keep(&mut data[c.clone()], &peer(p).1[c.clone()], streaming);
         record::op(t, "read", &[(Dir::Recv, p, &data[c], How::Copy)]);
     }
-    others()
-        .try_for_each(|p| cpu.signal(tag, p, Signal::Done))
-        .context("all-reduce")?;
-    others()
-        .try_for_each(|p| cpu.wait_signal(tag, p, Signal::Done))
-        .context("all-reduce")
+    cpu.all_done(tag).context("all-reduce")
 }
-
-/// The single-copy all-reduce from this size. Below it, in place, the ring through the
-/// shared slots was as fast or faster (measured on a 2-core Xeon, 2 ranks: 64 KiB 6.2-7.3
-/// GB/s busbw against 3.4-5.7; 256 KiB level; 4 MiB 5.0 against 11-12): a buffer that fits
-/// the cores' own caches is read from the other core's cache either way, and reading a
-/// peer's buffer in place also takes its lines away from it each time.
-const SINGLE_COPY_FROM: usize = 256 << 10;
-
-/// The single-copy all-reduce reduces its chunk in pieces of this size: a piece of the
-/// result stays in the cache while every rank's piece is added to it.
-const PIECE: usize = 64 << 10;
 
 /// The same ring all-reduce, run piece by piece as NCCL runs it: each chunk is cut into
 /// pieces, and piece k of every chunk goes all the way round the ring (all `2(n-1)`

@@ -92,7 +92,9 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 
 /// `n - 1` steps: at step s, this rank sends its block for rank r + s and receives the
 /// block rank r - s has for it, so that every step pairs every rank with two others
-/// and every link is busy once. Its own block is a copy.
+/// and every link is busy once. Its own block is a copy. Out of place on one host, past
+/// [`crate::backend::cpu::SMALL`], each rank copies its blocks straight from the others'
+/// send buffers instead (a single copy, as in `single_copy.rs`).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
@@ -111,6 +113,21 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let streaming = cpu.streams(buf.len());
     keep(&mut buf[blk(r)], &src[blk(r)], streaming);
     record::wrote(&buf[blk(r)]);
+    // On one host, out of place, each rank copies its block of every other rank's send
+    // buffer straight from it: one copy per byte, where a slot takes two.
+    if let Some(send) = send
+        && cpu.single_copy(buf.len(), 0)
+        && let Some(theirs) = cpu.share_regions(tag, &[send], &[send.len()]).context("all-to-all")?
+    {
+        record::algorithm("single copy: every rank copies its block of every other rank's send buffer");
+        for s in 1..n {
+            let from = (r + n - s) % n;
+            let t = record::clock();
+            keep(&mut buf[blk(from)], &theirs[from][0][blk(r)], streaming);
+            record::op(t, "read", &[(Dir::Recv, from, &buf[blk(from)], How::Copy)]);
+        }
+        return cpu.all_done(tag).context("all-to-all");
+    }
     record::algorithm("pairwise: at step s each rank sends to rank + s and receives from rank - s");
     for s in 1..n {
         let (to, from) = ((r + s) % n, (r + n - s) % n);

@@ -17,6 +17,7 @@ pub mod broadcast;
 pub mod reduce;
 pub mod reduce_scatter;
 mod ring;
+mod single_copy;
 
 pub use all_gather::ALL_GATHER;
 pub use all_reduce::ALL_REDUCE;

@@ -1,6 +1,7 @@
 //! Reduce-scatter (`ncclReduceScatter`): every rank contributes `n × count` elements;
 //! rank i receives block i of their element-wise reduction (`count` elements).
 
+use super::single_copy::{REDUCING_FROM, reduce_into};
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
 use crate::backend::cpu::{Cpu, split_two};
 use crate::backend::nccl::Nccl;
@@ -45,7 +46,8 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 ///
 /// The partial results travel through two working buffers of one block, never through
 /// the send buffer: in place, the other blocks of the buffer keep their values, as with
-/// NCCL.
+/// NCCL. On one host, from 256 KiB, each rank reduces its block straight from the others'
+/// buffers instead ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r) = (cpu.world(), cpu.rank());
@@ -56,14 +58,25 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         ..
     } = call;
     let blk = |i: usize| i * block..(i + 1) * block;
-    crate::record::algorithm("the ring");
     if n == 1 {
+        crate::record::algorithm("the ring");
         if let Some(src) = send {
             buf.copy_from_slice(&src[blk(0)]);
         }
         red.finish(buf, n);
         return Ok(());
     }
+    if cpu.single_copy(n * block, REDUCING_FROM) {
+        let input = send.unwrap_or(&*buf);
+        let tag = REDUCE_SCATTER.tag;
+        if let Some(theirs) = cpu
+            .share_regions(tag, &[input], &[n * block])
+            .context("reduce-scatter")?
+        {
+            return single_copy(cpu, send, buf, block, &theirs, red);
+        }
+    }
+    crate::record::algorithm("the ring");
     let mut working = cpu.scratch(block);
     let (a, b) = &mut *working;
     let (mut out, mut into) = (&mut a[..block], &mut b[..block]);
@@ -99,6 +112,37 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         red.finish(result, n);
     }
     Ok(())
+}
+
+/// A large reduce-scatter on one host, single copy: every rank has told the others where
+/// its send buffer lies (`theirs`, [`Cpu::share_regions`]); rank r reduces block r of
+/// every rank's straight from their memory into its result (in place, its own block r,
+/// which no other rank reads), then all say they are done reading.
+fn single_copy(
+    cpu: &Cpu,
+    send: Option<&[u8]>,
+    buf: &mut [u8],
+    block: usize,
+    theirs: &[Vec<&[u8]>],
+    red: Reduction,
+) -> Result<()> {
+    use crate::record::{self, Dir, How};
+    let (n, r) = (cpu.world(), cpu.rank());
+    let mine = r * block..(r + 1) * block;
+    record::algorithm("single copy: each rank reduces its block of every rank's buffer");
+    let t = record::clock();
+    let result = match send {
+        Some(_) => &mut buf[..],
+        None => &mut buf[mine.clone()],
+    };
+    let own = send.map(|s| &s[mine.clone()]);
+    reduce_into(cpu, result, own, |p| &theirs[p][0][mine.clone()], red);
+    red.finish(result, n);
+    let parts: Vec<_> = (1..n)
+        .map(|k| (Dir::Recv, (r + k) % n, &*result, How::Reduce))
+        .collect();
+    record::op(t, "read", &parts);
+    cpu.all_done(REDUCE_SCATTER.tag).context("reduce-scatter")
 }
 
 /// One ring step: `partial` goes right while the partial result arriving from the left
