@@ -86,23 +86,8 @@ fn ring(n: usize, len: usize) -> Vec<Vec<(Vec<f64>, usize, usize)>> {
 #[test]
 fn steps_of_the_step_by_step_ring_follow_its_schedule_and_partial_sums() {
     for (n, count) in [(3usize, 6usize), (4, 7)] {
-        let (w, c) = (n.to_string(), count.to_string());
-        let args = [
-            "--backend",
-            "cpu",
-            "--nproc-per-node",
-            &w,
-            "--count",
-            &c,
-            "--init",
-            "rank",
-            "--transport",
-            "tcp",
-            "--steps",
-            "--iters",
-            "3",
-        ];
-        let r = run(BIN, &args).ok();
+        let job = cpu_job(n, "tcp", count, &["--init", "rank", "--steps", "--iters", "3"]);
+        let r = finish(spawn(job), LIMIT).ok();
         assert!(r.stdout.contains("Check: OK"), "{r}");
         // One block: the checked run only, not the three timed ones.
         assert_eq!(r.stdout.matches("Steps of all-reduce").count(), 1, "{r}");
@@ -267,28 +252,31 @@ fn spans<'a>(events: &'a [Value], pid: usize, cat: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-/// Runs the all-reduce on `n` ranks over `via`, `count` elements, `iters` timed runs and
-/// `env` set, tracing into a fresh file named after `name`: the run, checked OK, and the
-/// trace's document.
-fn traced(name: &str, n: usize, via: &str, count: usize, iters: usize, env: &[(&str, &str)]) -> (Run, Value) {
-    let dir = TempTrace::new(name);
-    let file = dir.file();
-    let (w, c, i) = (n.to_string(), count.to_string(), iters.to_string());
-    let args = [
+/// The all-reduce on the CPU backend, `n` ranks over `via`, `count` elements, then `more`.
+fn cpu_job(n: usize, via: &str, count: usize, more: &[&str]) -> std::process::Command {
+    let (w, c) = (n.to_string(), count.to_string());
+    let mut args = vec![
         "--backend",
         "cpu",
         "--nproc-per-node",
         &w,
         "--count",
         &c,
-        "--iters",
-        &i,
         "--transport",
         via,
-        "--trace",
-        file.to_str().unwrap(),
     ];
-    let mut cmd = command(BIN, &args);
+    args.extend_from_slice(more);
+    command(BIN, &args)
+}
+
+/// Runs the all-reduce on `n` ranks over `via`, `count` elements, `iters` timed runs and
+/// `env` set, tracing into a fresh file named after `name`: the run, checked OK, and the
+/// trace's document.
+fn traced(name: &str, n: usize, via: &str, count: usize, iters: usize, env: &[(&str, &str)]) -> (Run, Value) {
+    let dir = TempTrace::new(name);
+    let file = dir.file();
+    let iters = iters.to_string();
+    let mut cmd = cpu_job(n, via, count, &["--iters", &iters, "--trace", file.to_str().unwrap()]);
     cmd.envs(env.iter().copied());
     let r = finish(spawn(cmd), LIMIT).ok();
     assert!(r.stdout.contains("Check: OK"), "{r}");

@@ -364,6 +364,9 @@ impl Session {
             };
             self.say(&format!("cpu INFO {a}[{ha}] <-> {b}[{hb}] via {how}"));
         }
+        if self.single_copy() {
+            self.say("cpu INFO P2P/single copy: every rank maps the others' buffers (NCCL_P2P_DISABLE=1 turns it off)");
+        }
     }
 
     /// Hello world's roll call: every rank's rank, local rank, host, pid, device and

@@ -97,18 +97,18 @@ impl Arena {
     /// Gives a block back: its pages are returned to the system (a hole in the file),
     /// and it joins its free neighbours.
     fn release(&self, at: usize, bytes: usize) {
-        let mut len = bytes.div_ceil(PAGE) * PAGE;
+        let pages = bytes.div_ceil(PAGE) * PAGE;
         // SAFETY: the block is this arena's and no longer in use.
         unsafe {
             libc::fallocate(
                 self.fd,
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 at as libc::off_t,
-                len as libc::off_t,
+                pages as libc::off_t,
             );
         }
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let mut start = at;
+        let (mut start, mut len) = (at, pages);
         if let Some((&before, &room)) = free.range(..at).next_back()
             && before + room == at
         {
@@ -116,7 +116,7 @@ impl Arena {
             start = before;
             len += room;
         }
-        if let Some(room) = free.remove(&(at + bytes.div_ceil(PAGE) * PAGE)) {
+        if let Some(room) = free.remove(&(at + pages)) {
             len += room;
         }
         free.insert(start, len);
@@ -153,7 +153,12 @@ pub struct HostMem<T: Element> {
 
 enum Mem<T> {
     Heap(Vec<T>),
-    Arena { at: usize, len: usize },
+    /// `len` elements at offset `at` of `arena`.
+    Arena {
+        arena: &'static Arena,
+        at: usize,
+        len: usize,
+    },
 }
 
 // SAFETY: an arena block belongs to this buffer alone, as a Vec's memory does.
@@ -169,13 +174,17 @@ impl<T: Element> HostMem<T> {
             Some(Some(a)) if bytes >= ARENA_MIN && !heap_only() => a.alloc(bytes).map(|at| (a, at)),
             _ => None,
         };
-        let Some((a, at)) = place else {
+        let Some((arena, at)) = place else {
             return HostMem { mem: Mem::Heap(data) };
         };
         // SAFETY: the block is fresh, page-aligned and holds `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a.base.add(at).cast::<T>(), data.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), arena.base.add(at).cast::<T>(), data.len()) };
         HostMem {
-            mem: Mem::Arena { at, len: data.len() },
+            mem: Mem::Arena {
+                arena,
+                at,
+                len: data.len(),
+            },
         }
     }
 }
@@ -186,9 +195,7 @@ impl<T: Element> Deref for HostMem<T> {
         match &self.mem {
             Mem::Heap(v) => v,
             // SAFETY: the block is this buffer's, page-aligned, `len` elements long.
-            Mem::Arena { at, len } => unsafe {
-                std::slice::from_raw_parts(ARENA.get().and_then(Option::as_ref).unwrap().base.add(*at).cast(), *len)
-            },
+            Mem::Arena { arena, at, len } => unsafe { std::slice::from_raw_parts(arena.base.add(*at).cast(), *len) },
         }
     }
 }
@@ -198,8 +205,8 @@ impl<T: Element> DerefMut for HostMem<T> {
         match &mut self.mem {
             Mem::Heap(v) => v,
             // SAFETY: as for `deref`; `&mut self` makes it the only reference.
-            Mem::Arena { at, len } => unsafe {
-                std::slice::from_raw_parts_mut(ARENA.get().and_then(Option::as_ref).unwrap().base.add(*at).cast(), *len)
+            Mem::Arena { arena, at, len } => unsafe {
+                std::slice::from_raw_parts_mut(arena.base.add(*at).cast(), *len)
             },
         }
     }
@@ -207,10 +214,8 @@ impl<T: Element> DerefMut for HostMem<T> {
 
 impl<T: Element> Drop for HostMem<T> {
     fn drop(&mut self) {
-        if let Mem::Arena { at, len } = self.mem
-            && let Some(Some(a)) = ARENA.get()
-        {
-            a.release(at, len * size_of::<T>());
+        if let Mem::Arena { arena, at, len } = self.mem {
+            arena.release(at, len * size_of::<T>());
         }
     }
 }

@@ -113,11 +113,12 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let streaming = cpu.streams(buf.len());
     keep(&mut buf[blk(r)], &src[blk(r)], streaming);
     record::wrote(&buf[blk(r)]);
-    // On one host, out of place, each rank copies its block of every other rank's send
-    // buffer straight from it: one copy per byte, where a slot takes two.
-    if let Some(send) = send
-        && cpu.single_copy(buf.len(), 0)
-        && let Some(theirs) = cpu.share_regions(tag, &[send], &[send.len()]).context("all-to-all")?
+    // On one host each rank copies its block of every other rank's send buffer straight
+    // from it: one copy per byte, where a slot takes two. In place the blocks to send are
+    // the copy aside, outside the arena: every rank then sees that and all go pairwise
+    // (whether or not the others are in place too).
+    if cpu.single_copy(buf.len(), 0)
+        && let Some(theirs) = cpu.share_regions(tag, &[src], &[src.len()]).context("all-to-all")?
     {
         record::algorithm("single copy: every rank copies its block of every other rank's send buffer");
         for s in 1..n {
