@@ -88,7 +88,7 @@ fn each_rank_shows_its_nccl_and_cuda_calls_in_order() {
         assert_eq!(id.is_some(), rank == 0, "only rank 0 makes the unique id:\n{r}");
         let init = find(&c, ctx, "ncclCommInitRankConfig").expect("ncclCommInitRankConfig");
         assert!(
-            c[init].contains("nranks=2, ") && c[init].contains(&format!("rank={rank}, config={{blocking=0}}")),
+            c[init].contains("nranks=2, ") && c[init].contains(&format!("rank={rank}, config={{size=44, blocking=0}}")),
             "{}",
             c[init]
         );

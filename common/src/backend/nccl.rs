@@ -182,7 +182,7 @@ impl Nccl {
             shown,
         };
         let mut comm = std::ptr::null_mut();
-        let mut config = non_blocking();
+        let mut config = config(false);
         let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
         // SAFETY: `comm` and `config` are valid for the call; the id is 128 bytes by value.
         let r = unsafe { sys::ncclCommInitRankConfig(&mut comm, world as c_int, id, rank as c_int, &mut config) };
@@ -192,7 +192,7 @@ impl Nccl {
             .arg("nranks", world)
             .arg("commId", id_bytes(&bytes))
             .arg("rank", rank)
-            .arg("config", "{blocking=0}");
+            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=0}}"));
         shown.show(
             &call,
             Some(&r),
@@ -608,22 +608,31 @@ impl Drop for Nccl {
     }
 }
 
-/// NCCL's configuration for a non-blocking communicator: `NCCL_CONFIG_INITIALIZER` with
-/// `blocking = 0`. The layout is NCCL 2.17's (what cudarc's bindings declare), so the
-/// version says 2.17: NCCL reads the fields of that version and defaults the rest.
-fn non_blocking() -> sys::ncclConfig_t {
+/// How many bytes of `ncclConfig_t` NCCL is given: the fields of the layout declared
+/// (version 2.17's, as cudarc's bindings declare it), through `splitShare`: 44 bytes,
+/// not `size_of` (48, with 4 bytes of padding at the end). NCCL copies `size` bytes over
+/// its own defaults, and NCCL 2.26 reads bytes 44..48 as `trafficClass` (the InfiniBand
+/// traffic class of every connection) with no version guard: padding handed over would
+/// become a setting.
+const CONFIG_SIZE: usize = std::mem::offset_of!(sys::ncclConfig_t, splitShare) + size_of::<c_int>();
+
+/// NCCL's configuration for a communicator: `NCCL_CONFIG_INITIALIZER` of the 2.17 layout
+/// (what cudarc's bindings declare; NCCL reads the fields of that version and defaults
+/// the rest) with `blocking` set. Zeroed first, and only [`CONFIG_SIZE`] bytes given.
+fn config(blocking: bool) -> sys::ncclConfig_t {
     const UNDEF: c_int = i32::MIN; // NCCL_CONFIG_UNDEF_INT: "NCCL decides"
-    sys::ncclConfig_t {
-        size: size_of::<sys::ncclConfig_t>(),
-        magic: 0xcafe_beef,
-        version: 21700,
-        blocking: 0,
-        cgaClusterSize: UNDEF,
-        minCTAs: UNDEF,
-        maxCTAs: UNDEF,
-        netName: std::ptr::null(),
-        splitShare: UNDEF,
-    }
+    // SAFETY: ncclConfig_t is plain data (integers and a pointer): all zeros is a value.
+    let mut c: sys::ncclConfig_t = unsafe { std::mem::zeroed() };
+    c.size = CONFIG_SIZE;
+    c.magic = 0xcafe_beef;
+    c.version = 21700;
+    c.blocking = c_int::from(blocking);
+    c.cgaClusterSize = UNDEF;
+    c.minCTAs = UNDEF;
+    c.maxCTAs = UNDEF;
+    c.netName = std::ptr::null();
+    c.splitShare = UNDEF;
+    c
 }
 
 /// The call a wait polls, for `--show-calls`: what it returns once ready, and what the
@@ -730,9 +739,11 @@ mod tests {
     }
 
     #[test]
-    fn the_config_is_nccls_initializer_made_non_blocking() {
-        let c = non_blocking();
+    fn the_config_is_nccls_initializer_made_non_blocking_and_gives_its_fields_only() {
+        let c = config(false);
         assert_eq!((c.magic, c.blocking, c.version), (0xcafe_beef, 0, 21700));
-        assert_eq!(c.size, size_of::<sys::ncclConfig_t>());
+        // The 2.17 layout's fields end with splitShare at 40..44; the 4 bytes after are
+        // padding that NCCL 2.26 would read as trafficClass.
+        assert_eq!((c.size, size_of::<sys::ncclConfig_t>()), (44, 48));
     }
 }

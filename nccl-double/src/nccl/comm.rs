@@ -18,7 +18,7 @@ use crate::driver::current_device;
 use crate::exchange::{self, Card, Failure, Halt, Room, Wanted};
 use crate::{allowed, devices, entry, warn};
 use std::collections::{BTreeSet, VecDeque};
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -272,25 +272,6 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
 // ---------------------------------------------------------------------------------
 // Making communicators.
 
-/// `ncclConfig_t` as cudarc's NCCL 2.22-2.25 bindings lay it out (`ncclConfig_v21700`).
-#[repr(C)]
-pub struct Config {
-    size: usize,
-    magic: c_uint,
-    version: c_uint,
-    blocking: c_int,
-    cga_cluster_size: c_int,
-    min_ctas: c_int,
-    max_ctas: c_int,
-    net_name: *const c_char,
-    split_share: c_int,
-}
-
-/// `NCCL_CONFIG_INITIALIZER`'s magic number.
-const CONFIG_MAGIC: c_uint = 0xcafe_beef;
-/// `NCCL_CONFIG_UNDEF_INT`: a field left at its default.
-const UNDEF_INT: c_int = c_int::MIN;
-
 /// Joins the job of `id` as `rank` of `nranks`, blocking until every rank has joined
 /// (for ever if one never comes).
 #[unsafe(no_mangle)]
@@ -303,15 +284,17 @@ pub unsafe extern "C" fn ncclCommInitRank(out: *mut *mut Comm, nranks: c_int, id
 /// Joins the job of `id` as `rank` of `nranks` with a config: `blocking = 0` returns
 /// `ncclInProgress` at once with a valid handle and joins in the background
 /// (`ncclCommGetAsyncError` says when it is done); `blocking = 1`, unset
-/// (`NCCL_CONFIG_UNDEF_INT`) or a NULL config behave as `ncclCommInitRank`. A config not
-/// made by `NCCL_CONFIG_INITIALIZER` (wrong magic) is refused with `ncclInvalidArgument`.
+/// (`NCCL_CONFIG_UNDEF_INT`) or a NULL config behave as `ncclCommInitRank`. The config is
+/// read as NCCL of the played version reads it ([`super::config`]): a wrong magic, or
+/// bytes past the declared fields that this NCCL would take as settings, are refused
+/// with `ncclInvalidArgument`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommInitRankConfig(
     out: *mut *mut Comm,
     nranks: c_int,
     id: UniqueId,
     rank: c_int,
-    config: *mut Config,
+    config: *mut c_void,
 ) -> NcclResult {
     entry("ncclCommInitRankConfig", INTERNAL_ERROR, || {
         if !allowed() {
@@ -321,29 +304,10 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
         let blocking = if config.is_null() {
             true
         } else {
-            // SAFETY: the caller's config, as NCCL reads it.
-            let c = unsafe { &*config };
-            if c.magic != CONFIG_MAGIC {
-                return fail(
-                    INVALID_ARGUMENT,
-                    who,
-                    &format!(
-                        "ncclCommInitRankConfig: the config's magic is {:#x}, not {CONFIG_MAGIC:#x}: initialise it with \
-                         NCCL_CONFIG_INITIALIZER",
-                        c.magic
-                    ),
-                );
-            }
-            match c.blocking {
-                0 => false,
-                1 | UNDEF_INT => true,
-                b => {
-                    return fail(
-                        INVALID_ARGUMENT,
-                        who,
-                        &format!("ncclCommInitRankConfig: config.blocking is {b}: it must be 0 or 1"),
-                    );
-                }
+            // SAFETY: the caller's config, read as NCCL reads it (its size first).
+            match unsafe { super::config::read(config as *const u8, "ncclCommInitRankConfig") } {
+                Ok(c) => c.blocking.unwrap_or(true),
+                Err(f) => return fail(f.code, who, &f.why),
             }
         };
         init(out, nranks, &id, rank, blocking, "ncclCommInitRankConfig")

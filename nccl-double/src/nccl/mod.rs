@@ -55,6 +55,7 @@
 
 mod calls;
 mod comm;
+mod config;
 mod group;
 mod work;
 
