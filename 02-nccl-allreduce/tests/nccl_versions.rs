@@ -33,3 +33,28 @@ fn the_config_gives_nccl_only_its_declared_fields_so_2_26_reads_no_traffic_class
         assert_eq!(run.json()["check"]["wrong"], 0, "{run}");
     }
 }
+
+// ---------------------------------------------------------------------------------
+// A deadline is "nothing finished for --timeout", not "the queued work took longer".
+
+#[test]
+fn a_queue_longer_than_the_timeout_that_progresses_throughout_is_not_a_timeout() {
+    // 2 s of --timeout, and every all-reduce takes 20 ms on the double (NCCL_DOUBLE_WORK_US):
+    // the timed loop queues 150 of them before it waits, 3 s of work in all, finishing
+    // one every 20 ms. Operations of 1 MiB or more each get an event; smaller ones one in 16.
+    for size in ["1M", "4K"] {
+        let args = ["--size", size, "--iters", "150", "--timeout", "2", "--format", "json"];
+        let mut cmd = job("21803", 2, &args);
+        cmd.env("NCCL_DOUBLE_WORK_US", "20000");
+        let started = std::time::Instant::now();
+        let run = finish(spawn(cmd), LIMIT);
+        let took = started.elapsed();
+        let run = run.ok();
+        assert_eq!(run.json()["check"]["wrong"], 0, "{run}");
+        // Only meaningful if the queue did outlast the timeout.
+        assert!(
+            took > std::time::Duration::from_secs(3),
+            "{size}: the job took only {took:?}: make it longer"
+        );
+    }
+}

@@ -839,12 +839,12 @@ impl Session {
         if matches!(self.backend, Backend::Cpu(_)) && iters > 0 {
             op(self)?;
         }
+        self.backend.timing(true);
         let start = Instant::now();
-        for _ in 0..iters {
-            op(self)?;
-        }
-        self.synchronize()?;
+        let ran = (0..iters).try_for_each(|_| op(self)).and_then(|()| self.synchronize());
         let mine = start.elapsed().as_secs_f64() / iters.max(1) as f64;
+        self.backend.timing(false);
+        ran?;
         self.share_f64(mine, "every rank's timing")
     }
 

@@ -403,7 +403,7 @@ struct Stuck {
 /// The ranks' own error lines, rank by rank (the first line of each), read for what each
 /// was stuck in; `None` for a rank whose error is not a send or receive that timed out.
 /// The CPU backend says `sending 7 elements to (rank 1 ...): nothing moved to or from rank
-/// 1 for the whole --timeout`; NCCL `timed out after 10 s (--timeout) waiting for the GPU to
+/// 1 for the whole --timeout`; NCCL `nothing finished in 10 s (--timeout) waiting for the GPU to
 /// finish send to rank 1 (ncclSend)` (or `receive from rank 1 (ncclRecv)`).
 fn stuck_ranks(stderr: &str) -> Vec<(usize, Option<Stuck>)> {
     let mut seen: Vec<(usize, Option<Stuck>)> = Vec::new();
@@ -456,7 +456,7 @@ fn stuck_in(rank: usize, what: &str) -> Option<Stuck> {
             timed_out,
         });
     }
-    // NCCL: "timed out after ... (--timeout) waiting for the GPU to finish send to rank P
+    // NCCL: "nothing finished in ... (--timeout) waiting for the GPU to finish send to rank P
     // (ncclSend): every rank is alive, ..."
     if what.contains("(--timeout) waiting for") && what.contains("every rank is alive") {
         let (sending, peer) = if what.contains("(ncclSend)") {

@@ -14,6 +14,7 @@ pub mod calls;
 pub mod cpu;
 pub mod host_memory;
 pub mod nccl;
+pub mod progress;
 pub mod watchdog;
 
 use crate::element::{Element, as_bytes};
@@ -140,6 +141,14 @@ impl Backend {
         match self {
             Backend::Cpu(_) => Ok(()),
             Backend::Nccl(n) => n.close(),
+        }
+    }
+
+    /// Inside a timed loop or not (`on`): NCCL then takes what nccl-tests' timed loop takes
+    /// (a no-op on the CPU backend).
+    pub fn timing(&self, on: bool) {
+        if let Backend::Nccl(n) = self {
+            n.timing(on);
         }
     }
 

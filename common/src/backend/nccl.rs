@@ -20,6 +20,7 @@
 //! communicator is aborted, which stops the kernels, and the error names who failed.
 
 use super::calls::{Call, Shown};
+use super::progress::Progress;
 use super::watchdog::Watchdog;
 use super::{Buffer, Storage};
 use crate::element::Element;
@@ -35,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How many operations may be queued on the stream before the rank waits for them.
-const MAX_QUEUED: u32 = 256;
+const MAX_QUEUED: usize = 256;
 
 /// A rank of the NCCL backend: its GPU's context, its stream and its communicator.
 pub struct Nccl {
@@ -45,10 +46,10 @@ pub struct Nccl {
     stream: Arc<CudaStream>,
     /// The communicator; null once it is left (destroyed or aborted).
     comm: Cell<sys::ncclComm_t>,
-    /// What the last queued operation was, for the messages of the wait that follows.
+    /// What the last operation was, for the messages of the wait that follows.
     last: RefCell<String>,
-    /// Operations queued since the stream was last seen idle.
-    queued: Cell<u32>,
+    /// The operations queued on the stream and not yet seen finished, with their events.
+    progress: RefCell<Progress>,
     watchdog: RefCell<Watchdog>,
     gpu: Gpu,
     /// Working memory for [`Nccl::copy_aside`].
@@ -175,7 +176,7 @@ impl Nccl {
             stream,
             comm: Cell::new(std::ptr::null_mut()),
             last: RefCell::new("joining the communicator (ncclCommInitRankConfig)".into()),
-            queued: Cell::new(0),
+            progress: RefCell::new(Progress::default()),
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
             gpu,
             aside: RefCell::new(None),
@@ -380,6 +381,7 @@ impl Nccl {
     /// finished, `ncclCommFinalize`, then `ncclCommDestroy`.
     pub(super) fn close(&mut self) -> Result<()> {
         self.synchronize()?;
+        self.progress.get_mut().release();
         let comm = self.live("ncclCommFinalize")?;
         // SAFETY: a live communicator of this thread.
         let r = unsafe { sys::ncclCommFinalize(comm) };
@@ -398,16 +400,26 @@ impl Nccl {
         Ok(())
     }
 
+    /// Inside a timed loop (`on`) or not: a timed loop marks its progress with fewer
+    /// events, so that its timing is nccl-tests' ([`Progress`]).
+    pub(super) fn timing(&self, on: bool) {
+        self.progress.borrow_mut().sparse(on);
+    }
+
     /// Waits until every operation queued on this rank's stream has finished.
     pub(super) fn synchronize(&self) -> Result<()> {
-        let what = format!("the GPU to finish {}", self.last.borrow());
+        let waited_for = |s: &Self| s.progress.borrow().waited_for(&s.last.borrow());
         let poll = Poll {
             call: Call::new("", "cuStreamQuery").ptr("hStream", self.stream.cu_stream()),
             done: &CUDA_SUCCESS,
             until: format!("until the GPU had finished {}", self.last.borrow()),
         };
-        self.wait(&what, poll, |s| s.stream_idle())?;
-        self.queued.set(0);
+        self.wait(
+            |s| format!("the GPU to finish {}", waited_for(s)),
+            poll,
+            |s| s.stream_idle(),
+        )?;
+        self.progress.borrow_mut().all_done();
         Ok(())
     }
 
@@ -423,13 +435,20 @@ impl Nccl {
         let range = crate::nvtx::range(call.function());
         let r = f(comm, stream);
         drop((range, span));
+        let bytes = call.moved() as usize;
         let call = call.ptr("comm", comm).ptr("stream", stream);
         self.shown.show(&call, Some(&r), "");
         self.called(r, &what)?;
+        // An event after it, so that waits can tell progress from a hang.
+        let queued = {
+            let mut p = self.progress.borrow_mut();
+            p.queued(what, bytes, &self.stream)
+                .with_context(|| format!("rank {}: marking the stream's progress", self.rank))?;
+            p.len()
+        };
         // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
         // queue is full and the next launch would block inside NCCL, where no deadline reaches.
-        self.queued.set(self.queued.get() + 1);
-        if self.queued.get() >= MAX_QUEUED {
+        if queued >= MAX_QUEUED {
             self.synchronize()?;
         }
         Ok(())
@@ -448,9 +467,11 @@ impl Nccl {
                     done: &ncclResult_t::ncclSuccess,
                     until: "until NCCL was done with the call".into(),
                 };
-                self.wait(&format!("NCCL to finish {what}"), poll, |s| {
-                    Ok(s.async_state()? == ncclResult_t::ncclSuccess)
-                })
+                self.wait(
+                    |_| format!("NCCL to finish {what}"),
+                    poll,
+                    |s| Ok(s.async_state()? == ncclResult_t::ncclSuccess),
+                )
             }
             error => {
                 let e = self.error(error, what);
@@ -462,9 +483,18 @@ impl Nccl {
 
     /// Polls `ready` until it says yes, watching all the while: NCCL's own errors, lost
     /// ranks, silent ranks and the deadline end the wait, and abort the communicator.
-    /// `poll` is the call `ready` makes, shown once the wait is over.
-    fn wait(&self, what: &str, poll: Poll, mut ready: impl FnMut(&Self) -> Result<bool>) -> Result<()> {
+    /// The deadline counts from the last progress: each time an operation of the queue is
+    /// seen finished ([`Progress`]), the clock starts again, and `what` (what is waited
+    /// for) is asked again. `poll` is the call `ready` makes, shown once the wait is over.
+    fn wait(
+        &self,
+        what: impl Fn(&Self) -> String,
+        poll: Poll,
+        mut ready: impl FnMut(&Self) -> Result<bool>,
+    ) -> Result<()> {
         let since = Instant::now();
+        let mut progressed = since;
+        let mut waited_for = what(self);
         let mut dog = self.watchdog.borrow_mut();
         dog.reset();
         let mut pause = Duration::ZERO;
@@ -473,8 +503,13 @@ impl Nccl {
             polls += 1;
             let turn = ready(self).and_then(|done| {
                 if !done {
+                    if self.progress.borrow_mut().advance()? {
+                        progressed = Instant::now();
+                        waited_for = what(self);
+                        dog.reset();
+                    }
                     self.async_state()?;
-                    dog.check(since, what)?;
+                    dog.check(since, progressed, &waited_for)?;
                 }
                 Ok(done)
             });
@@ -605,6 +640,7 @@ impl Nccl {
 impl Drop for Nccl {
     fn drop(&mut self) {
         self.abort();
+        self.progress.get_mut().release();
     }
 }
 

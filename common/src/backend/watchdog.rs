@@ -11,8 +11,10 @@
 //!   killed, crashed), which names the culprit at once;
 //! - past half the deadline, reads the others' heartbeats, to learn who went silent.
 //!
-//! At the deadline (`--timeout`, counted from the start of the wait) it fails, naming the
-//! ranks that showed no sign of life. The caller then aborts the communicator.
+//! At the deadline it fails, naming the ranks that showed no sign of life. The deadline is
+//! `--timeout` of no progress: counted from the start of the wait, or from the last time
+//! the caller saw an operation finish (a wait for 256 queued all-reduces of 80 ms each
+//! lasts 20 s, and is never stuck). The caller then aborts the communicator.
 
 use crate::error::Culprit;
 use crate::rendezvous::Store;
@@ -66,28 +68,32 @@ impl Watchdog {
     }
 
     /// Called at every turn of a wait that began at `since` for `what` ("the GPU to finish
-    /// all-reduce"). Fails when a rank was lost, when the store stopped answering, or at the
-    /// deadline, with a message that names who is to blame.
-    pub fn check(&mut self, since: Instant, what: &str) -> Result<()> {
+    /// all-reduce"), and last progressed (an operation finished) at `progressed`. Fails
+    /// when a rank was lost, when the store stopped answering, or when nothing progressed
+    /// for `--timeout`, with a message that names who is to blame.
+    pub fn check(&mut self, since: Instant, progressed: Instant, what: &str) -> Result<()> {
         let now = Instant::now();
         // A short wait (most of them: a collective takes microseconds to milliseconds)
         // never touches the store, so that timings measure the GPU, not the watchdog.
         if now - since >= LOOK_AFTER && self.last_look.is_none_or(|t| now - t >= self.every) {
             self.last_look = Some(now);
-            self.look(now, since, what)?;
+            self.look(now, progressed, what)?;
         }
-        if now - since >= self.timeout {
+        if now - progressed >= self.timeout {
             return Err(self.blame(now, what));
         }
         Ok(())
     }
 
-    /// Forgets what the last wait saw (a new wait starts watching afresh).
+    /// Forgets what the others' heartbeats showed so far: at the start of a wait, and
+    /// each time it progressed (who is silent is judged over the time without progress).
     pub fn reset(&mut self) {
         self.watching_since = None;
     }
 
-    fn look(&mut self, now: Instant, since: Instant, what: &str) -> Result<()> {
+    /// Beats, asks the store for a lost rank, and, past half the deadline without progress
+    /// (since `progressed`), reads the others' heartbeats.
+    fn look(&mut self, now: Instant, progressed: Instant, what: &str) -> Result<()> {
         let store_gone = |e: anyhow::Error| {
             if self.rank == 0 {
                 e.context(format!("while waiting for {what}"))
@@ -113,7 +119,7 @@ impl Watchdog {
             .into());
         }
         // Heartbeats matter only if the wait is long: read them from half the deadline on.
-        if now - since >= self.timeout / 2 {
+        if now - progressed >= self.timeout / 2 {
             self.watching_since.get_or_insert(now);
             for r in (0..self.world).filter(|r| *r != self.rank) {
                 let value = self.store.get(&format!("beat/{r}")).map_err(store_gone)?;
@@ -145,8 +151,8 @@ impl Watchdog {
             .collect();
         let said = match silent.as_slice() {
             [] => format!(
-                "timed out after {limit} (--timeout) waiting for {what}: every rank is alive, so NCCL itself \
-                 made no progress (a network problem? run with NCCL_DEBUG=INFO to see where it stopped)"
+                "nothing finished in {limit} (--timeout) waiting for {what}: every rank is alive, so NCCL \
+                 itself made no progress (a network problem? run with NCCL_DEBUG=INFO to see where it stopped)"
             ),
             ranks => {
                 let names: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
@@ -156,8 +162,8 @@ impl Watchdog {
                     format!("ranks {} stopped responding", names.join(", "))
                 };
                 format!(
-                    "{who}: no sign of life in the last {} (stopped, frozen, or stuck outside NCCL); timed out after \
-                     {limit} (--timeout) waiting for {what}",
+                    "{who}: no sign of life in the last {} (stopped, frozen, or stuck outside NCCL); nothing \
+                     finished in {limit} (--timeout) waiting for {what}",
                     crate::units::human_duration(now - self.seen_since(ranks[0], since))
                 )
             }
@@ -190,7 +196,7 @@ mod tests {
     fn wait_until_it_fails(dog: &mut Watchdog) -> (String, Duration) {
         let since = Instant::now();
         while since.elapsed() < Duration::from_secs(10) {
-            if let Err(e) = dog.check(since, "the GPU to finish all-reduce (ncclAllReduce)") {
+            if let Err(e) = dog.check(since, since, "the GPU to finish all-reduce (ncclAllReduce)") {
                 return (format!("{e:#}"), since.elapsed());
             }
             thread::sleep(Duration::from_millis(5));
@@ -228,7 +234,7 @@ mod tests {
             "{why}"
         );
         assert!(
-            why.contains("timed out after 4 s (--timeout) waiting for the GPU to finish all-reduce"),
+            why.contains("nothing finished in 4 s (--timeout) waiting for the GPU to finish all-reduce"),
             "{why}"
         );
         assert!(

@@ -245,6 +245,7 @@ fn gone(call: &str, which: &str, why: String) -> Failure {
 /// Runs `unit` as this rank: the three steps, in order. Stops with [`Halt::Aborted`] as
 /// soon as `abort` is set.
 pub fn run(unit: &Unit, p: &mut Progress, room: &Room, abort: &AtomicBool) -> Result<(), Halt> {
+    pace(abort)?;
     // Step 1: publish. Each call gets its number: the collective's, or the message's.
     let mut numbers = Vec::with_capacity(unit.calls.len());
     for call in &unit.calls {
@@ -260,6 +261,25 @@ pub fn run(unit: &Unit, p: &mut Progress, room: &Room, abort: &AtomicBool) -> Re
         complete(call, n, p, room, abort)?;
     }
     Ok(())
+}
+
+/// With `NCCL_DOUBLE_WORK_US=N`, every unit of work takes at least N microseconds before
+/// it starts (a slow GPU or network, played by sleeping: long queues of work that
+/// progress throughout, at little CPU cost). Aborting stops the sleep within a few ms.
+fn pace(abort: &AtomicBool) -> Result<(), Halt> {
+    static PACE: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    let pace = *PACE.get_or_init(|| std::time::Duration::from_micros(crate::env_number("NCCL_DOUBLE_WORK_US", 0)));
+    let until = std::time::Instant::now() + pace;
+    loop {
+        if abort.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Halt::Aborted);
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(std::time::Duration::from_millis(5)));
+    }
 }
 
 /// Step 1 of a call: publish this rank's share or message; returns the call's number.
