@@ -46,6 +46,8 @@ pub struct Nccl {
     stream: Arc<CudaStream>,
     /// The communicator; null once it is left (destroyed or aborted).
     comm: Cell<sys::ncclComm_t>,
+    /// How many NCCL groups this rank has open (`ncclGroupStart` without its end yet).
+    groups: Cell<u32>,
     /// What the last operation was, for the messages of the wait that follows.
     last: RefCell<String>,
     /// The operations queued on the stream and not yet seen finished, with their events.
@@ -175,6 +177,7 @@ impl Nccl {
             world,
             stream,
             comm: Cell::new(std::ptr::null_mut()),
+            groups: Cell::new(0),
             last: RefCell::new("joining the communicator (ncclCommInitRankConfig)".into()),
             progress: RefCell::new(Progress::default()),
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
@@ -362,6 +365,7 @@ impl Nccl {
     pub fn group_start(&self) -> Result<()> {
         // SAFETY: no arguments; NCCL keeps the group per thread.
         let r = unsafe { sys::ncclGroupStart() };
+        self.groups.set(self.groups.get() + 1);
         let call = Call::new("opening a group", "ncclGroupStart");
         self.shown
             .show(&call, Some(&r), "the calls until ncclGroupEnd are queued together");
@@ -369,7 +373,12 @@ impl Nccl {
     }
 
     /// Closes the group: its operations are queued (and, non-blocking, may still be).
+    /// Nothing to do if an abort closed it already (after a failed call inside it).
     pub fn group_end(&self) -> Result<()> {
+        if self.groups.get() == 0 {
+            return Ok(());
+        }
+        self.groups.set(self.groups.get() - 1);
         // SAFETY: no arguments; ends the group this thread opened.
         let r = unsafe { sys::ncclGroupEnd() };
         let call = Call::new("closing a group", "ncclGroupEnd");
@@ -605,7 +614,23 @@ impl Nccl {
     }
 
     /// Aborts the communicator (stops its kernels, frees it), if it is still there.
+    ///
+    /// A group left open (a call inside it failed) is closed first: from NCCL 2.22,
+    /// `ncclCommAbort` runs through the group machinery, so inside an open group it would
+    /// only be queued into it, and a group with a failed call drops what is queued at its
+    /// end: the communicator would never be freed.
     fn abort(&self) {
+        while self.groups.get() > 0 {
+            self.groups.set(self.groups.get() - 1);
+            // SAFETY: no arguments; ends a group this thread opened. Its error is the
+            // failure being reported already.
+            let r = unsafe { sys::ncclGroupEnd() };
+            self.shown.show(
+                &Call::new("", "ncclGroupEnd"),
+                Some(&r),
+                "closing the open group before the abort (NCCL 2.22+ would queue the abort into it)",
+            );
+        }
         let comm = self.comm.replace(std::ptr::null_mut());
         if !comm.is_null() {
             // SAFETY: a live communicator, not used again (the cell is null now).

@@ -204,6 +204,9 @@ fn collective(
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let Some(f) = super::injected(name) {
+        return c.fail(f);
+    }
     let checked = (|| -> Result<(Call, Key), Failure> {
         let dtype = DataType::from_nccl(dtype).map_err(|e| Failure::new(INVALID_ARGUMENT, format!("{name}: {e}")))?;
         let call = kind.describe(count, dtype);
@@ -426,6 +429,9 @@ fn p2p(send: bool, buf: usize, count: usize, dtype: c_uint, peer: c_int, comm: *
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let Some(f) = super::injected(name) {
+        return c.fail(f);
+    }
     let checked = (|| -> Result<(Call, Key), Failure> {
         let dtype = DataType::from_nccl(dtype).map_err(|e| Failure::new(INVALID_ARGUMENT, format!("{name}: {e}")))?;
         let call = format!("{name}(count={count}, {dtype}, peer={peer})");
@@ -506,13 +512,21 @@ pub extern "C" fn ncclGroupStart() -> NcclResult {
 
 /// Closes a group; at the outermost end, queues each communicator's calls as one unit:
 /// `ncclInProgress` if a non-blocking communicator is among them, else `ncclSuccess`
-/// (or the first refusal, if a communicator failed meanwhile).
+/// (or the first refusal, if a communicator failed meanwhile). A group in which a call
+/// failed runs nothing and returns that call's error; the aborts queued into it (NCCL
+/// 2.22 on, [`group`]) run after its calls, or are lost with it.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupEnd() -> NcclResult {
     entry("ncclGroupEnd", INTERNAL_ERROR, || {
-        let Some(calls) = group::end() else {
+        let Some(ended) = group::end() else {
             return fail(INVALID_USAGE, None, "ncclGroupEnd without ncclGroupStart");
         };
+        if let Some(error) = ended.error {
+            drop(ended.calls);
+            super::comm::lose_aborts(&ended.aborts);
+            return error;
+        }
+        let calls = ended.calls;
         // Each communicator's calls, in issue order, communicators in order of first call.
         let mut units: Vec<(usize, Vec<Call>, Vec<Key>)> = Vec::new();
         for g in calls {
@@ -540,6 +554,9 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
             if result == SUCCESS || (result == IN_PROGRESS && code != SUCCESS) {
                 result = code;
             }
+        }
+        for comm in ended.aborts {
+            super::comm::abort_queued(comm as *mut Comm);
         }
         result
     })

@@ -42,6 +42,9 @@ pub struct Shared {
     blocking: bool,
     /// Set by abort (or a failed blocking init): the worker stops at its next look.
     abort: AtomicBool,
+    /// Its ncclCommAbort was queued into a group (NCCL 2.22 on): freed at the group's end,
+    /// if that end comes and the group did not fail.
+    abort_queued: AtomicBool,
     state: Mutex<State>,
     /// Rung whenever `state` changes.
     changed: Condvar,
@@ -177,6 +180,7 @@ impl Comm {
         s.room
             .mark_failed(&exchange::cause(s.rank, f.code == REMOTE_ERROR, &f.why));
         warn(Some(s.rank), &f.why);
+        group::failed(f.code);
         s.update(|st| {
             st.broken.get_or_insert(f.why);
         });
@@ -403,6 +407,7 @@ fn start(nranks: c_int, id: &UniqueId, rank: c_int, blocking: bool, name: &str) 
         device,
         blocking,
         abort: AtomicBool::new(false),
+        abort_queued: AtomicBool::new(false),
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
     });
@@ -596,9 +601,85 @@ pub extern "C" fn ncclCommDestroy(comm: *mut Comm) -> NcclResult {
 /// work queued and stuck): stops the worker within a few ms, drops the queued work (the
 /// streams become idle, deferred frees happen), leaves the meeting folder. Like NCCL's,
 /// it tells nobody: the other ranks keep waiting.
+///
+/// From NCCL 2.22, inside an open group it only raises the abort flag (the worker stops)
+/// and queues the freeing into the group ([`group`]): it happens at the group's end, or
+/// never if the group failed or never ends.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommAbort(comm: *mut Comm) -> NcclResult {
-    entry("ncclCommAbort", INTERNAL_ERROR, || end(comm, "ncclCommAbort", false))
+    entry("ncclCommAbort", INTERNAL_ERROR, || {
+        if !comm.is_null() && live(comm) && group::defer_abort(comm as usize) {
+            // SAFETY: live, see `usable`.
+            let s = &unsafe { &*comm }.shared;
+            s.abort.store(true, Ordering::Release);
+            s.abort_queued.store(true, Ordering::Release);
+            s.update(|_| ());
+            warn_at_exit();
+            return SUCCESS;
+        }
+        end(comm, "ncclCommAbort", false)
+    })
+}
+
+/// The end of a group that had an abort queued into it: the freeing runs now.
+pub fn abort_queued(comm: *mut Comm) {
+    if live(comm) {
+        end(comm, "ncclCommAbort", false);
+    }
+}
+
+/// A group with aborts queued into it failed: as NCCL's `groupCleanup`, the aborts are
+/// dropped with it. The communicators stay allocated, their meeting folders in place;
+/// the process says so when it exits.
+pub fn lose_aborts(comms: &[usize]) {
+    for &c in comms {
+        if live(c as *mut Comm) {
+            // SAFETY: live, see `usable`.
+            let rank = unsafe { &*(c as *mut Comm) }.rank();
+            warn(
+                Some(rank),
+                "ncclGroupEnd: the group failed, and the ncclCommAbort queued into it (NCCL 2.22 and later run an \
+                 abort called inside ncclGroupStart/ncclGroupEnd at the group's end) is dropped with it: the \
+                 communicator is never freed",
+            );
+        }
+    }
+}
+
+/// Once an abort was queued into a group: at the process's exit, every communicator whose
+/// queued abort never ran is named (`atexit`).
+fn warn_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn at_exit() {
+        let lost: Vec<usize> = comms()
+            .iter()
+            // SAFETY: live communicators are boxes made by the init and not yet freed.
+            .filter(|&&c| {
+                unsafe { &*(c as *mut Comm) }
+                    .shared
+                    .abort_queued
+                    .load(Ordering::Acquire)
+            })
+            .copied()
+            .collect();
+        for c in lost {
+            // SAFETY: as above.
+            let rank = unsafe { &*(c as *mut Comm) }.rank();
+            warn(
+                Some(rank),
+                "the process exits with a communicator never freed: its ncclCommAbort was called inside an open \
+                 group, and NCCL 2.22 and later queue it into the group, where it runs only if the group ends \
+                 without error (close the group, ncclGroupEnd, before aborting)",
+            );
+        }
+    }
+    unsafe extern "C" {
+        fn atexit(f: extern "C" fn()) -> c_int;
+    }
+    // SAFETY: registers a function that only reads the double's own tables.
+    ONCE.call_once(|| unsafe {
+        atexit(at_exit);
+    });
 }
 
 /// Destroy (`settle` first) and abort.

@@ -99,7 +99,37 @@ const MAGIC: &[u8; 8] = b"NCCLDBL\x01";
 /// A failure outside any communicator: WARN line and last error.
 fn fail(code: NcclResult, rank: Option<usize>, why: &str) -> NcclResult {
     warn(rank, why);
+    group::failed(code);
     code
+}
+
+/// With `NCCL_DOUBLE_FAIL=<function>:<n>` (`ncclRecv:2`), the n-th call of that function
+/// in this process fails with `ncclSystemError` (as a network or CUDA failure inside
+/// NCCL would): how the tests reach error paths that a correct program never takes.
+pub fn injected(function: &str) -> Option<crate::exchange::Failure> {
+    static SPEC: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var("NCCL_DOUBLE_FAIL").ok()?;
+        let parsed = v
+            .split_once(':')
+            .and_then(|(f, n)| Some((f.to_string(), n.trim().parse().ok()?)));
+        if parsed.is_none() {
+            warn(None, &format!("NCCL_DOUBLE_FAIL={v:?} is not <function>:<n>: ignored"));
+        }
+        parsed
+    });
+    let (name, n) = spec.as_ref()?;
+    if name != function {
+        return None;
+    }
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    (call == *n).then(|| {
+        crate::exchange::Failure::new(
+            SYSTEM_ERROR,
+            format!("{function}: call {call} fails as NCCL_DOUBLE_FAIL asks (an injected failure)"),
+        )
+    })
 }
 
 /// The NCCL version code ([`version`]).
