@@ -8,6 +8,7 @@
 pub mod args;
 pub mod backend;
 pub mod collective;
+pub mod deadline;
 pub mod device;
 pub mod element;
 pub mod error;

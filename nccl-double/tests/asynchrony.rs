@@ -4,7 +4,10 @@
 //! ever and nothing fails by itself, until `ncclCommAbort`, which frees them at once.
 //! Non-blocking inits say `ncclInProgress` until every rank has joined, and can be
 //! aborted; finalize waits for the queued work (blocking) or says `ncclInProgress` until
-//! it is done (non-blocking).
+//! it is done (non-blocking). And the abort itself waits for the node's other ranks: it
+//! does not return while one that has not left is stopped or gone (NCCL's issues #863,
+//! #1013, #1777); the tests of stuck work turn that off (`NCCL_DOUBLE_ABORT_WAITS=0`)
+//! where the peer is killed or stopped, and the last tests here show it.
 
 mod support;
 
@@ -101,11 +104,14 @@ fn a_peer_alive_that_never_calls_the_collective_leaves_the_stream_busy_until_abo
 #[test]
 fn a_peer_that_exits_or_is_killed_without_abort_is_waited_for_until_abort() {
     // It exits on its own (exit code 3), never ending its communicator.
-    let outs = watch_job(2, &["--break", "crash"]).run();
+    let outs = watch_job(2, &["--break", "crash"])
+        .env("NCCL_DOUBLE_ABORT_WAITS", "0")
+        .run();
     assert_eq!(outs[1].code, Some(3), "{}", all(&outs));
     stuck_until_aborted(&outs[0], &outs);
     // kill -9 once it has joined.
     let (job, ready) = hang_job(2);
+    let job = job.env("NCCL_DOUBLE_ABORT_WAITS", "0");
     let mut ranks = job.start();
     wait_for_file(&ready);
     let peer = ranks.pop().unwrap();
@@ -122,7 +128,7 @@ fn a_peer_that_exits_or_is_killed_without_abort_is_waited_for_until_abort() {
 #[test]
 fn a_stopped_peer_is_waited_for_until_abort() {
     let (job, ready) = hang_job(3);
-    let job = job.args(&["--nonblocking"]);
+    let job = job.args(&["--nonblocking"]).env("NCCL_DOUBLE_ABORT_WAITS", "0");
     let mut ranks = job.start();
     wait_for_file(&ready);
     let peer = ranks.pop().unwrap();
@@ -222,4 +228,59 @@ fn finalize_waits_for_the_queued_work_blocking_or_not() {
         assert!(number(r0, "op=raw", "settled_ms") >= 600, "{ctx}");
         assert!(job.left_nothing_behind(), "{ctx}");
     }
+}
+
+/// The abort waits for the node: with a peer stopped (SIGSTOP), a survivor's abort does
+/// not return until the peer resumes (SIGCONT); with a peer killed, never (the survivor
+/// is still in it when the test gives up and kills it). Peers of another node (another
+/// `NCCL_DOUBLE_HOST`) do not hold it.
+#[test]
+fn an_abort_waits_while_a_peer_of_the_node_is_stopped_or_gone() {
+    // Stopped, then resumed 1.5 s after the survivor's watch ended.
+    let (job, ready) = hang_job(2);
+    let mut ranks = job.start();
+    wait_for_file(&ready);
+    let peer = ranks.pop().unwrap();
+    let pid = peer.pid();
+    peer.signal("STOP");
+    let me = ranks.pop().unwrap();
+    std::thread::sleep(Duration::from_millis(WATCH_MS + 1500));
+    peer.signal("CONT");
+    let (me, in_time) = me.finish();
+    let peer = peer.kill();
+    assert!(gone(pid));
+    let ctx = all(&[me.clone(), peer]);
+    assert!(in_time, "{ctx}");
+    assert_eq!(me.code, Some(0), "{ctx}");
+    assert!(
+        number(&me, "op=watch", "abort_ms") >= 1000,
+        "the abort did not wait:\n{ctx}"
+    );
+    assert!(
+        me.stderr.contains("ncclCommAbort waits for rank 1 of this node") && me.stderr.contains("which is stopped"),
+        "{ctx}"
+    );
+    // Killed: the abort never returns.
+    let (job, ready) = hang_job(2);
+    let mut ranks = job.start();
+    wait_for_file(&ready);
+    let peer = ranks.pop().unwrap();
+    peer.signal("KILL");
+    let mut me = ranks.pop().unwrap();
+    std::thread::sleep(Duration::from_millis(WATCH_MS + 2000));
+    assert!(me.running(), "the abort returned with a dead peer on the node");
+    let me = me.kill();
+    let peer = peer.kill();
+    assert!(me.stderr.contains("which is gone"), "{}", all(&[me.clone(), peer]));
+    // Another node's peer, killed: the abort returns at once.
+    let (job, ready) = hang_job(2);
+    let job = job.rank_env(1, "NCCL_DOUBLE_HOST", "another-node");
+    let mut ranks = job.start();
+    wait_for_file(&ready);
+    let peer = ranks.pop().unwrap();
+    peer.signal("KILL");
+    let (me, in_time) = ranks.pop().unwrap().finish();
+    let peer = peer.kill();
+    assert!(in_time, "{me}");
+    stuck_until_aborted(&me, &[me.clone(), peer]);
 }

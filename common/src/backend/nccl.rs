@@ -35,6 +35,10 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long `ncclCommAbort` may take before the process ends without it: a healthy abort
+/// takes milliseconds; the launcher waits 3 s for the other ranks after a failure.
+const ABORT_DEADLINE: Duration = Duration::from_secs(2);
+
 /// How many operations may be queued on the stream before the rank waits for them.
 const MAX_QUEUED: usize = 256;
 
@@ -484,7 +488,7 @@ impl Nccl {
             }
             error => {
                 let e = self.error(error, what);
-                self.abort();
+                self.abort(Some(&e));
                 Err(e)
             }
         }
@@ -534,8 +538,9 @@ impl Nccl {
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    self.abort();
-                    return Err(e.context(format!("rank {}", self.rank)));
+                    let e = e.context(format!("rank {}", self.rank));
+                    self.abort(Some(&e));
+                    return Err(e);
                 }
             }
             // Spin a little (small collectives finish in microseconds), then sleep longer
@@ -619,7 +624,12 @@ impl Nccl {
     /// `ncclCommAbort` runs through the group machinery, so inside an open group it would
     /// only be queued into it, and a group with a failed call drops what is queued at its
     /// end: the communicator would never be freed.
-    fn abort(&self) {
+    ///
+    /// The abort has a deadline of its own ([`ABORT_DEADLINE`]): NCCL's abort waits for the
+    /// node's other ranks, and may never return when one of them is stopped or dead
+    /// (NCCL's issues #863, #1013, #1777). Past it, the process says `failure` (what
+    /// made it abort) and that the abort did not return, in one line, and ends at once.
+    fn abort(&self, failure: Option<&anyhow::Error>) {
         while self.groups.get() > 0 {
             self.groups.set(self.groups.get() - 1);
             // SAFETY: no arguments; ends a group this thread opened. Its error is the
@@ -633,6 +643,27 @@ impl Nccl {
         }
         let comm = self.comm.replace(std::ptr::null_mut());
         if !comm.is_null() {
+            let rank = self.rank;
+            let why = match failure {
+                Some(e) => {
+                    let said = format!("{e:#}");
+                    let said = said
+                        .strip_prefix(&format!("rank {rank}: "))
+                        .unwrap_or(&said)
+                        .to_string();
+                    format!("{said}; then")
+                }
+                None => "ending with its NCCL communicator open:".into(),
+            };
+            let _deadline = crate::deadline::arm(
+                ABORT_DEADLINE,
+                format!(
+                    "error: rank {rank}: {why} NCCL's abort (ncclCommAbort) did not return in {}: it waits for the \
+                     node's other ranks, and hangs when one of them is stopped or gone (NCCL issues #1013, #1777); \
+                     this process ends here, without cleaning up",
+                    crate::units::human_duration(ABORT_DEADLINE)
+                ),
+            );
             // SAFETY: a live communicator, not used again (the cell is null now).
             let r = unsafe { sys::ncclCommAbort(comm) };
             let call = Call::new("", "ncclCommAbort").ptr("comm", comm);
@@ -664,7 +695,7 @@ impl Nccl {
 /// the abort fails.
 impl Drop for Nccl {
     fn drop(&mut self) {
-        self.abort();
+        self.abort(None);
         self.progress.get_mut().release();
     }
 }

@@ -682,6 +682,56 @@ fn warn_at_exit() {
     });
 }
 
+/// NCCL's abort frees memory that the other ranks of the node may still be using, so it
+/// synchronises with them (NCCL's maintainers, issue #863: "within a node, you need all
+/// ranks to abort"); issues #863, #992, #1013 and #1777 show it blocked in `commReclaim`
+/// and the proxy threads' joins when only some ranks of a node abort. Played here: the
+/// abort does not return while a rank of this node (the same played host) that has not
+/// left the communicator is stopped (SIGSTOP) or gone (its process is dead or a zombie);
+/// a stopped one that resumes lets it go. `NCCL_DOUBLE_ABORT_WAITS=0` turns it off.
+fn wait_for_the_node(shared: &Shared) {
+    if crate::env_number("NCCL_DOUBLE_ABORT_WAITS", 1) == 0 {
+        return;
+    }
+    let mine = Card::mine(shared.nranks, String::new());
+    let holding = || {
+        (0..shared.nranks).filter(|&r| r != shared.rank).find_map(|r| {
+            if shared.room.path(&format!("left-{r}")).exists() {
+                return None;
+            }
+            let card = shared.room.read(&format!("rank-{r}")).and_then(|b| Card::parse(&b))?;
+            if card.host != mine.host || card.real_host != mine.real_host {
+                return None;
+            }
+            let state = std::fs::read_to_string(format!("/proc/{}/stat", card.pid))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.trim_start().chars().next())
+                });
+            match state {
+                None | Some('Z') | Some('X') => Some((r, card.pid, "gone")),
+                Some('T') | Some('t') => Some((r, card.pid, "stopped")),
+                Some(_) => None,
+            }
+        })
+    };
+    let mut said = false;
+    while let Some((r, pid, how)) = holding() {
+        if !said {
+            warn(
+                Some(shared.rank),
+                &format!(
+                    "ncclCommAbort waits for rank {r} of this node (pid {pid}), which is {how}: NCCL's abort \
+                     synchronises with the node's other ranks before it frees their shared memory"
+                ),
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Destroy (`settle` first) and abort.
 fn end(comm: *mut Comm, call: &str, settle: bool) -> NcclResult {
     if comm.is_null() {
@@ -709,6 +759,9 @@ fn end(comm: *mut Comm, call: &str, settle: bool) -> NcclResult {
     }
     // SAFETY: the pointer was live (made by the init) and is now unregistered.
     let mut c = unsafe { Box::from_raw(comm) };
+    if !settle {
+        wait_for_the_node(&c.shared);
+    }
     c.stop();
     c.shared.room.leave();
     SUCCESS
