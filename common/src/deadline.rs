@@ -53,6 +53,15 @@ impl Armed {
     }
 }
 
+impl Armed {
+    /// Holds the deadline off until the next [`Armed::renew`] (an atomic store).
+    pub fn pause(&self) {
+        if GENERATION.load(Ordering::Acquire) == self.generation {
+            AT.store(0, Ordering::Release);
+        }
+    }
+}
+
 impl Drop for Armed {
     fn drop(&mut self) {
         if GENERATION.load(Ordering::Acquire) == self.generation {

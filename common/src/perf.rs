@@ -354,10 +354,7 @@ impl Sweep {
         let (coll, root, op) = (self.coll, self.root, self.op);
         let once = |s: &mut Session, recv: &mut crate::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
-        for _ in 0..args.warmup {
-            once(s, &mut recv)?;
-        }
-        let times = s.time_runs(args.iters, |s| once(s, &mut recv))?;
+        let times = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
         let bytes = initial.len().max(send.as_ref().map_or(0, |b| b.len())) * size_of::<T>();
         let t = Timing::new((coll.bus_factor)(world), bytes, combine(&times, args.average));
 

@@ -789,7 +789,7 @@ impl Session {
     /// nccl-tests' algbw and busbw.
     pub fn time(&mut self, iters: u32, op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
         let world = self.world_size();
-        let slowest = self.time_runs(iters, op)?.into_iter().fold(0.0, f64::max);
+        let slowest = self.time_runs(iters, 0, op)?.into_iter().fold(0.0, f64::max);
         let (coll, bytes) = self
             .last_op
             .ok_or_else(|| anyhow!("time() needs a collective to time"))?;
@@ -823,29 +823,61 @@ impl Session {
     }
 
     /// The timing loop of every measurement (the lessons' `time` and the benchmark's
-    /// sweep): finish what is queued, meet at a barrier (on the CPU backend, then one run
-    /// more, untimed, to line the ranks up), run `op` `iters` times back to back, wait for
-    /// the last run, and return every rank's mean seconds per run, in rank order.
-    pub fn time_runs(&mut self, iters: u32, mut op: impl FnMut(&mut Session) -> Result<()>) -> Result<Vec<f64>> {
+    /// sweep): finish what is queued, run `op` `warmup` times untimed, meet at a barrier
+    /// (see [`Session::timed`] for the untimed run each backend adds), run `op` `iters`
+    /// times back to back, wait for the last run, and return every rank's mean seconds
+    /// per run, in rank order.
+    pub fn time_runs(
+        &mut self,
+        iters: u32,
+        warmup: u32,
+        mut op: impl FnMut(&mut Session) -> Result<()>,
+    ) -> Result<Vec<f64>> {
         // --steps shows the first, checked runs; the timed ones are not recorded.
         self.flush_steps(true)?;
         self.steps = false;
         crate::record::stop_steps();
         let _range = self.nvtx("timed runs");
         self.synchronize()?;
-        self.barrier()?;
-        // The store's barrier lets the ranks go up to a millisecond apart (each wakes on
-        // its own socket); one more run, untimed, lines them up to within a message.
-        if matches!(self.backend, Backend::Cpu(_)) && iters > 0 {
+        self.backend.timing(true)?;
+        let ran = self.timed(iters, warmup, &mut op);
+        self.backend.timing(false)?;
+        let mine = ran?;
+        self.share_f64(mine, "every rank's timing")
+    }
+
+    /// [`Session::time_runs`]'s loop, with the backend in its timing mode: `warmup` runs,
+    /// the ranks lined up, then `iters` runs back to back and the wait for the last; this
+    /// rank's mean seconds per run.
+    fn timed(&mut self, iters: u32, warmup: u32, op: &mut impl FnMut(&mut Session) -> Result<()>) -> Result<f64> {
+        match self.backend {
+            // NCCL: the warm-up (at least one run: NCCL connects the peers at the first
+            // call of the timed loop's communicator), finished, then the barrier, as
+            // nccl-tests does.
+            Backend::Nccl(_) if iters > 0 => {
+                for _ in 0..warmup.max(1) {
+                    op(self)?;
+                }
+                self.synchronize()?;
+                self.barrier()?;
+            }
+            // The store's barrier lets the ranks go up to a millisecond apart (each wakes
+            // on its own socket); one more run, untimed, lines them up to within a message.
+            Backend::Cpu(_) if iters > 0 => {
+                for _ in 0..warmup {
+                    op(self)?;
+                }
+                self.barrier()?;
+                op(self)?;
+            }
+            _ => self.barrier()?,
+        }
+        let start = Instant::now();
+        for _ in 0..iters {
             op(self)?;
         }
-        self.backend.timing(true);
-        let start = Instant::now();
-        let ran = (0..iters).try_for_each(|_| op(self)).and_then(|()| self.synchronize());
-        let mine = start.elapsed().as_secs_f64() / iters.max(1) as f64;
-        self.backend.timing(false);
-        ran?;
-        self.share_f64(mine, "every rank's timing")
+        self.synchronize()?;
+        Ok(start.elapsed().as_secs_f64() / iters.max(1) as f64)
     }
 
     /// Ends the session: waits until every rank is done (so none exits while another

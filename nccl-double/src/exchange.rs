@@ -163,6 +163,16 @@ impl Room {
         })
     }
 
+    /// The room's name (what follows `nccl-double-` in its folder's name).
+    pub fn name(&self) -> String {
+        let folder = self
+            .dir
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        folder.strip_prefix("nccl-double-").unwrap_or(&folder).to_string()
+    }
+
     /// Where file `name` of the room is.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)

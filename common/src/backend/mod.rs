@@ -144,11 +144,12 @@ impl Backend {
         }
     }
 
-    /// Inside a timed loop or not (`on`): NCCL then takes what nccl-tests' timed loop takes
-    /// (a no-op on the CPU backend).
-    pub fn timing(&self, on: bool) {
-        if let Backend::Nccl(n) = self {
-            n.timing(on);
+    /// Inside a timed loop or not (`on`): NCCL then runs as nccl-tests' timed loop does (a
+    /// blocking communicator; a no-op on the CPU backend).
+    pub fn timing(&self, on: bool) -> Result<()> {
+        match self {
+            Backend::Cpu(_) => Ok(()),
+            Backend::Nccl(n) => n.timing(on),
         }
     }
 

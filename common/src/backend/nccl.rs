@@ -52,6 +52,16 @@ pub struct Nccl {
     comm: Cell<sys::ncclComm_t>,
     /// How many NCCL groups this rank has open (`ncclGroupStart` without its end yet).
     groups: Cell<u32>,
+    /// The blocking communicator of timed loops (null until the first one): see
+    /// [`Nccl::timing`].
+    timed: Cell<sys::ncclComm_t>,
+    /// Where `ncclCommSplit` writes it: a place that outlives the call (NCCL's helper
+    /// thread writes it when the split is complete).
+    timed_slot: Box<Cell<sys::ncclComm_t>>,
+    /// Inside a timed loop: calls go to the blocking communicator, each under [`Nccl::stuck`].
+    in_timed_loop: Cell<bool>,
+    /// The deadline of a call on the blocking communicator (armed at each call).
+    stuck: RefCell<Option<crate::deadline::Armed>>,
     /// What the last operation was, for the messages of the wait that follows.
     last: RefCell<String>,
     /// The operations queued on the stream and not yet seen finished, with their events.
@@ -182,6 +192,10 @@ impl Nccl {
             stream,
             comm: Cell::new(std::ptr::null_mut()),
             groups: Cell::new(0),
+            timed: Cell::new(std::ptr::null_mut()),
+            timed_slot: Box::new(Cell::new(std::ptr::null_mut())),
+            in_timed_loop: Cell::new(false),
+            stuck: RefCell::new(None),
             last: RefCell::new("joining the communicator (ncclCommInitRankConfig)".into()),
             progress: RefCell::new(Progress::default()),
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
@@ -395,6 +409,7 @@ impl Nccl {
     pub(super) fn close(&mut self) -> Result<()> {
         self.synchronize()?;
         self.progress.get_mut().release();
+        self.close_timed()?;
         let comm = self.live("ncclCommFinalize")?;
         // SAFETY: a live communicator of this thread.
         let r = unsafe { sys::ncclCommFinalize(comm) };
@@ -413,10 +428,113 @@ impl Nccl {
         Ok(())
     }
 
-    /// Inside a timed loop (`on`) or not: a timed loop marks its progress with fewer
-    /// events, so that its timing is nccl-tests' ([`Progress`]).
-    pub(super) fn timing(&self, on: bool) {
+    /// Inside a timed loop (`on`) or not. A timed loop is nccl-tests' own: its calls go to
+    /// a blocking communicator (nccl-tests' default), and its progress is marked with few
+    /// events ([`Progress`]).
+    ///
+    /// Why a second communicator: every wait of this backend keeps a deadline, so its
+    /// communicator is non-blocking; and from NCCL 2.23 every call on a non-blocking
+    /// communicator is launched by a helper thread (`pthread_create` in `group.cc`), the
+    /// call says `ncclInProgress`, and the next call is refused until
+    /// `ncclCommGetAsyncError` says `ncclSuccess`: a thread and a poll per call, tens of
+    /// microseconds where a small all-reduce takes ten. So the first timed loop makes a
+    /// blocking communicator of the same ranks with `ncclCommSplit` (sharing the first's
+    /// resources: `splitShare = 1`), itself a job of the non-blocking one, polled with its
+    /// deadline like an init. Its calls cannot be polled: each gets a deadline of its own
+    /// (`--timeout`, [`crate::deadline`]) in case NCCL blocks inside it.
+    pub(super) fn timing(&self, on: bool) -> Result<()> {
+        if on && self.timed.get().is_null() {
+            self.split_timed()?;
+        }
         self.progress.borrow_mut().sparse(on);
+        self.in_timed_loop.set(on);
+        *self.stuck.borrow_mut() = on.then(|| {
+            let limit = crate::units::human_duration(self.watchdog.borrow().timeout());
+            let armed = crate::deadline::arm(
+                Duration::ZERO,
+                format!(
+                    "error: rank {}: an NCCL call of the timed loop, on its blocking communicator, did not return in \
+                     {limit} (--timeout): NCCL blocked inside it (it connects to the peers at the first call: is one \
+                     gone?); this process ends here, without cleaning up",
+                    self.rank
+                ),
+            );
+            armed.pause();
+            armed
+        });
+        Ok(())
+    }
+
+    /// Makes the blocking communicator of timed loops: `ncclCommSplit` of this one, every
+    /// rank in it (color 0, key = rank: the same ranks, in the same order).
+    fn split_timed(&self) -> Result<()> {
+        let parent = self.live("ncclCommSplit")?;
+        let mut config = config(true);
+        config.splitShare = 1;
+        let slot = self.timed_slot.as_ptr();
+        // SAFETY: a live communicator; `slot` stays valid as long as `self` (NCCL writes it
+        // when the split is complete, before the parent says ncclSuccess, or never once the
+        // parent is aborted); the config is read during the call.
+        let r = unsafe { sys::ncclCommSplit(parent, 0, self.rank as c_int, slot, &mut config) };
+        let call = Call::new("making the timed loop's blocking communicator", "ncclCommSplit")
+            .ptr("comm", parent)
+            .arg("color", 0)
+            .arg("key", self.rank)
+            .ptr("newcomm", slot)
+            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=1, splitShare=1}}"));
+        self.shown.show(
+            &call,
+            Some(&r),
+            "the same ranks, blocking, for timed loops as nccl-tests times them (a job of the non-blocking one: polled)",
+        );
+        self.called(r, &call.what())?;
+        let timed = self.timed_slot.get();
+        if timed.is_null() {
+            return Err(anyhow!(
+                "rank {}: ncclCommSplit said success but gave no communicator",
+                self.rank
+            ));
+        }
+        self.timed.set(timed);
+        Ok(())
+    }
+
+    /// Ends the timed loops' communicator, if there is one: finalize, then destroy, each
+    /// under the deadline (it is blocking: the calls return when done).
+    fn close_timed(&self) -> Result<()> {
+        let timed = self.timed.replace(std::ptr::null_mut());
+        if timed.is_null() {
+            return Ok(());
+        }
+        let limit = self.watchdog.borrow().timeout();
+        for (function, doing) in [
+            ("ncclCommFinalize", "finishing the timed loops' communicator"),
+            ("ncclCommDestroy", "freeing the timed loops' communicator"),
+        ] {
+            let _deadline = crate::deadline::arm(
+                limit,
+                format!(
+                    "error: rank {}: {function} of the timed loops' blocking communicator did not return in {} \
+                     (--timeout); this process ends here, without cleaning up",
+                    self.rank,
+                    crate::units::human_duration(limit)
+                ),
+            );
+            // SAFETY: the timed communicator, live (not yet destroyed); finalized before
+            // it is destroyed, and not used after.
+            let r = unsafe {
+                match function {
+                    "ncclCommFinalize" => sys::ncclCommFinalize(timed),
+                    _ => sys::ncclCommDestroy(timed),
+                }
+            };
+            self.shown
+                .show(&Call::new("", function).ptr("comm", timed), Some(&r), "");
+            if r != ncclResult_t::ncclSuccess {
+                return Err(self.error(r, &format!("{doing} ({function})")));
+            }
+        }
+        Ok(())
     }
 
     /// Waits until every operation queued on this rank's stream has finished.
@@ -440,14 +558,21 @@ impl Nccl {
     /// its result; `call` names it and its arguments, for messages and `--show-calls`.
     pub fn call(&self, call: Call, f: impl FnOnce(sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t) -> Result<()> {
         let what = call.what();
-        let comm = self.live(&what)?;
+        let comm = self.active(&what)?;
         let stream = self.stream.cu_stream() as sys::cudaStream_t;
         self.last.replace(what.clone());
         // A `call` span on this rank's track of --trace, and an NVTX range for Nsight.
         let span = crate::record::span(call.function(), call.moved());
         let range = crate::nvtx::range(call.function());
+        let stuck = self.stuck.borrow();
+        if let Some(d) = stuck.as_ref() {
+            d.renew(self.watchdog.borrow().timeout());
+        }
         let r = f(comm, stream);
-        drop((range, span));
+        if let Some(d) = stuck.as_ref() {
+            d.pause();
+        }
+        drop((stuck, range, span));
         let bytes = call.moved() as usize;
         let call = call.ptr("comm", comm).ptr("stream", stream);
         self.shown.show(&call, Some(&r), "");
@@ -593,7 +718,7 @@ impl Nccl {
     /// NCCL's asynchronous state (`ncclCommGetAsyncError`): success or in progress, or an
     /// error reported after the call that caused it (a peer lost, a network failure).
     fn async_state(&self) -> Result<ncclResult_t> {
-        let comm = self.live("ncclCommGetAsyncError")?;
+        let comm = self.active("ncclCommGetAsyncError")?;
         let mut state = ncclResult_t::ncclSuccess;
         // SAFETY: a live communicator and a valid place for the answer.
         let r = unsafe { sys::ncclCommGetAsyncError(comm, &mut state) };
@@ -603,6 +728,16 @@ impl Nccl {
         match state {
             ncclResult_t::ncclSuccess | ncclResult_t::ncclInProgress => Ok(state),
             error => Err(self.error(error, &self.last.borrow())),
+        }
+    }
+
+    /// The communicator calls go to now: the timed loops' blocking one inside a timed
+    /// loop, else the first one; an error if it was already left.
+    fn active(&self, what: &str) -> Result<sys::ncclComm_t> {
+        let comm = self.live(what)?;
+        match self.in_timed_loop.get() && !self.timed.get().is_null() {
+            true => Ok(self.timed.get()),
+            false => Ok(comm),
         }
     }
 
@@ -641,6 +776,8 @@ impl Nccl {
                 "closing the open group before the abort (NCCL 2.22+ would queue the abort into it)",
             );
         }
+        self.stuck.borrow_mut().take();
+        let timed = self.timed.replace(std::ptr::null_mut());
         let comm = self.comm.replace(std::ptr::null_mut());
         if !comm.is_null() {
             let rank = self.rank;
@@ -664,11 +801,13 @@ impl Nccl {
                     crate::units::human_duration(ABORT_DEADLINE)
                 ),
             );
-            // SAFETY: a live communicator, not used again (the cell is null now).
-            let r = unsafe { sys::ncclCommAbort(comm) };
-            let call = Call::new("", "ncclCommAbort").ptr("comm", comm);
-            self.shown
-                .show(&call, Some(&r), "after a failure: stops this rank's kernels");
+            for c in [timed, comm].into_iter().filter(|c| !c.is_null()) {
+                // SAFETY: a live communicator, not used again (the cells are null now).
+                let r = unsafe { sys::ncclCommAbort(c) };
+                let call = Call::new("", "ncclCommAbort").ptr("comm", c);
+                self.shown
+                    .show(&call, Some(&r), "after a failure: stops this rank's kernels");
+            }
         }
     }
 

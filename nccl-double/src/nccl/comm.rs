@@ -45,6 +45,11 @@ pub struct Shared {
     /// Its ncclCommAbort was queued into a group (NCCL 2.22 on): freed at the group's end,
     /// if that end comes and the group did not fail.
     abort_queued: AtomicBool,
+    /// The helper thread of the operation in flight (non-blocking: NCCL 2.23 on, for every
+    /// operation; a split, for every version), joined by the next call.
+    helper: Mutex<Option<JoinHandle<()>>>,
+    /// How many splits this communicator made (each one's files are numbered).
+    splits: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
     /// Rung whenever `state` changes.
     changed: Condvar,
@@ -65,6 +70,9 @@ struct State {
     running: bool,
     /// `ncclCommFinalize` was called.
     finalized: bool,
+    /// An operation's helper thread has not finished yet: `ncclCommGetAsyncError` says
+    /// `ncclInProgress`, and a new call is refused (NCCL's `ncclCommEnsureReady`).
+    in_flight: bool,
 }
 
 impl State {
@@ -73,6 +81,17 @@ impl State {
         (self.joined || self.async_error.is_some()) && !self.running && self.queue.is_empty()
     }
 }
+
+/// Whether the played NCCL launches every operation of a non-blocking communicator from a
+/// helper thread: from v2.23.4 (`group.cc`: the non-blocking group path no longer depends
+/// on connections to set up), so every call says `ncclInProgress`, and the next call is
+/// refused until `ncclCommGetAsyncError` says `ncclSuccess`.
+pub fn helper_per_call() -> bool {
+    super::version() >= 22304
+}
+
+/// How many helper threads this process started (`NCCL_DOUBLE_STATS` says it at exit).
+pub static HELPERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Live communicators (addresses): a destroyed or made-up one is refused, not used.
 static COMMS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
@@ -132,6 +151,62 @@ impl Shared {
         drop(dropped);
     }
 
+    /// Puts `unit` in the queue; why not, if the communicator failed meanwhile.
+    fn push(&self, unit: Unit) -> Result<(), String> {
+        let refused = self.update(|s| {
+            if let Some(why) = s.broken.as_ref().or(s.async_error.as_ref().map(|e| &e.1)) {
+                return Err((unit, why.clone()));
+            }
+            s.queue.push_back(unit);
+            Ok(())
+        });
+        refused.map_err(|(unit, why)| {
+            drop(unit);
+            format!("a call on a communicator that already failed ({why}): it can only be destroyed or aborted")
+        })
+    }
+
+    /// Runs `job` on a helper thread, as NCCL runs a non-blocking communicator's group job
+    /// (`pthread_create` in `ncclGroupEndInternal`): the communicator is in progress until
+    /// it is done; its failure becomes the asynchronous error. `ncclInProgress`.
+    fn in_background(
+        self: &Arc<Self>,
+        what: &str,
+        job: impl FnOnce() -> Result<(), Failure> + Send + 'static,
+    ) -> NcclResult {
+        self.join_helper();
+        self.update(|s| s.in_flight = true);
+        HELPERS.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("nccl-double {what}"))
+            .spawn(move || {
+                let done = job();
+                if let Err(f) = done {
+                    shared.fail_async(f);
+                }
+                shared.update(|s| s.in_flight = false);
+            });
+        match spawned {
+            Ok(h) => {
+                *self.helper.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+                IN_PROGRESS
+            }
+            Err(e) => {
+                self.update(|s| s.in_flight = false);
+                fail(SYSTEM_ERROR, Some(self.rank), &format!("starting a helper thread: {e}"))
+            }
+        }
+    }
+
+    /// Waits for the helper thread of the last operation, if any (it is done, or about to be).
+    fn join_helper(&self) {
+        let helper = self.helper.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = helper {
+            let _ = h.join();
+        }
+    }
+
     /// The next unit to run (the worker waits for one), or `None` once aborted.
     fn next_unit(&self) -> Option<Unit> {
         let mut s = self.state();
@@ -187,35 +262,29 @@ impl Comm {
         f.code
     }
 
-    /// Queues `unit` for the worker: `ncclSuccess`, or `ncclInProgress` for a non-blocking
-    /// communicator. Refused if the communicator failed meanwhile (the unit is dropped).
+    /// Queues `unit` for the worker, as NCCL of the played version launches work:
+    /// `ncclSuccess` for a blocking communicator; `ncclInProgress` for a non-blocking one,
+    /// and from NCCL 2.23 on ([`helper_per_call`]) from a helper thread started for the
+    /// call, the communicator in progress until that thread has queued it. Refused if the
+    /// communicator failed meanwhile (the unit is dropped).
     pub fn enqueue(&self, unit: Unit) -> NcclResult {
-        let refused = self.shared.update(|s| {
-            if let Some(why) = s.broken.as_ref().or(s.async_error.as_ref().map(|e| &e.1)) {
-                return Err((unit, why.clone()));
-            }
-            s.queue.push_back(unit);
-            Ok(())
-        });
-        match refused {
-            Ok(()) if self.blocking() => SUCCESS,
-            Ok(()) => IN_PROGRESS,
-            Err((unit, why)) => {
-                drop(unit);
-                fail(
-                    INVALID_USAGE,
-                    Some(self.rank()),
-                    &format!(
-                        "a call on a communicator that already failed ({why}): it can only be destroyed or aborted"
-                    ),
-                )
-            }
+        if self.blocking() || !helper_per_call() {
+            return match self.shared.push(unit) {
+                Ok(()) if self.blocking() => SUCCESS,
+                Ok(()) => IN_PROGRESS,
+                Err(why) => fail(INVALID_USAGE, Some(self.rank()), &why),
+            };
         }
+        let shared = Arc::clone(&self.shared);
+        self.shared.in_background("enqueue", move || {
+            shared.push(unit).map_err(|why| Failure::new(INVALID_USAGE, why))
+        })
     }
 
     /// Stops the worker (at its next look, within a few ms), waits for it, and drops the
     /// queued work: the streams become idle and the frees deferred behind it happen.
     fn stop(&mut self) {
+        self.shared.join_helper();
         self.shared.abort.store(true, Ordering::Release);
         self.shared.update(|_| ());
         if let Some(w) = self.worker.take() {
@@ -254,6 +323,15 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
         ))
     } else if s.finalized {
         Some((INVALID_USAGE, format!("{call} on a finalized communicator")))
+    } else if s.in_flight {
+        Some((
+            INVALID_ARGUMENT,
+            format!(
+                "{call}: Attempt to use communicator before the previous operation returned ncclSuccess (NCCL \
+                 2.23 and later launch each operation of a non-blocking communicator from a helper thread: poll \
+                 ncclCommGetAsyncError until it says ncclSuccess before the next call)"
+            ),
+        ))
     } else if !s.joined {
         // NCCL's ncclCommEnsureReady says this, and turns ncclInProgress into an error.
         Some((
@@ -269,7 +347,11 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
     drop(s);
     match refusal {
         Some((code, why)) => Err(fail(code, Some(c.rank()), &why)),
-        None => Ok(c),
+        None => {
+            // NCCL's ncclCommEnsureReady joins the helper of the last operation.
+            c.shared.join_helper();
+            Ok(c)
+        }
     }
 }
 
@@ -318,6 +400,139 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     })
 }
 
+/// `NCCL_SPLIT_NOCOLOR`: this rank joins no new communicator.
+const NOCOLOR: c_int = -1;
+
+/// Splits `comm`: every rank of it calls this; those of one `color` form a new
+/// communicator, ranked by `key`, then by their rank in `comm`; a rank with
+/// `NCCL_SPLIT_NOCOLOR` gets none (`*newcomm` stays NULL). The new communicator shares
+/// the parent's device; `config` (read as [`ncclCommInitRankConfig`] reads it) says
+/// whether it is blocking; a NULL config copies the parent's. As in NCCL, the split runs
+/// as a job of the parent: on a non-blocking parent, it returns `ncclInProgress` at once,
+/// the parent says `ncclInProgress` until every rank of the new communicator has joined,
+/// and `*newcomm` is written then (so it must stay valid until then).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: *mut Comm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut *mut Comm,
+    config: *mut c_void,
+) -> NcclResult {
+    entry("ncclCommSplit", INTERNAL_ERROR, || {
+        let c = match usable(comm, "ncclCommSplit") {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        let who = Some(c.rank());
+        if newcomm.is_null() {
+            return fail(INVALID_ARGUMENT, who, "ncclCommSplit: newcomm is NULL");
+        }
+        // SAFETY: the caller's, checked non-NULL. NCCL: NULL until the split is complete.
+        unsafe { *newcomm = std::ptr::null_mut() };
+        if group::open() {
+            return fail(
+                INVALID_USAGE,
+                who,
+                "ncclCommSplit inside ncclGroupStart/ncclGroupEnd is not supported by the test double",
+            );
+        }
+        if color < NOCOLOR {
+            return fail(
+                INVALID_ARGUMENT,
+                who,
+                &format!("ncclCommSplit: color {color} is negative, and only NCCL_SPLIT_NOCOLOR (-1) may be"),
+            );
+        }
+        let blocking = if config.is_null() {
+            c.blocking()
+        } else {
+            // SAFETY: the caller's config, read as NCCL reads it.
+            match unsafe { super::config::read(config as *const u8, "ncclCommSplit") } {
+                Ok(cfg) => cfg.blocking.unwrap_or(true),
+                Err(f) => return fail(f.code, who, &f.why),
+            }
+        };
+        let shared = Arc::clone(&c.shared);
+        let out = newcomm as usize;
+        let job = move || split(&shared, (color, key), blocking, out);
+        if c.blocking() {
+            match job() {
+                Ok(()) => SUCCESS,
+                Err(f) => c.fail(f),
+            }
+        } else {
+            c.shared.in_background("split", job)
+        }
+    })
+}
+
+/// The split's job: every rank publishes its color and key in the parent's room; the
+/// ranks of this rank's color meet in a room of their own, and the new communicator is
+/// made there, fully joined, before `*out` is written.
+fn split(parent: &Shared, (color, key): (c_int, c_int), blocking: bool, out: usize) -> Result<(), Failure> {
+    let seq = parent.splits.fetch_add(1, Ordering::Relaxed);
+    let me = parent.rank;
+    parent
+        .room
+        .publish(&format!("split-{seq}-{me}"), format!("{color} {key}").as_bytes())?;
+    let read = |b: &[u8]| -> Option<(c_int, c_int)> {
+        let text = String::from_utf8_lossy(b);
+        let (c, k) = text.split_once(' ')?;
+        Some((c.parse().ok()?, k.parse().ok()?))
+    };
+    let wanted: Vec<Wanted> = (0..parent.nranks)
+        .map(|r| Wanted {
+            name: format!("split-{seq}-{r}"),
+            from: r,
+        })
+        .collect();
+    let got = parent.room.wait(
+        &wanted,
+        "every rank to call ncclCommSplit",
+        &mut |r, b| {
+            read(b)
+                .map(|_| ())
+                .ok_or_else(|| Failure::new(SYSTEM_ERROR, format!("rank {r}'s split is unreadable")))
+        },
+        &parent.abort,
+    );
+    let got = match got {
+        Ok(g) => g,
+        Err(Halt::Failed(f)) => return Err(f),
+        Err(Halt::Aborted) => {
+            return Err(Failure::new(
+                INVALID_USAGE,
+                "ncclCommSplit: the communicator was aborted",
+            ));
+        }
+    };
+    if color == NOCOLOR {
+        return Ok(());
+    }
+    let picked: Vec<(c_int, c_int)> = got.iter().map(|b| read(b).unwrap_or((NOCOLOR, 0))).collect();
+    let mut members: Vec<usize> = (0..parent.nranks).filter(|&r| picked[r].0 == color).collect();
+    members.sort_by_key(|&r| (picked[r].1, r));
+    let rank = members.iter().position(|&r| r == me).unwrap_or(0);
+    let nranks = members.len();
+    let room = Room::open(&format!("{}-s{seq}c{color}", parent.room.name()), rank, nranks)?;
+    let call = format!("ncclCommSplit(color {color}, key {key}: rank {rank} of {nranks})");
+    let mut child = start_in(room, (rank, nranks), parent.device, blocking, call)?;
+    child.shared.wait_for(|s| s.joined || s.async_error.is_some());
+    let failed = child.shared.state().async_error.clone();
+    if let Some((code, why)) = failed {
+        child.stop();
+        child.shared.room.leave();
+        return Err(Failure::new(code, why));
+    }
+    let child = Box::into_raw(Box::new(child));
+    comms().insert(child as usize);
+    // SAFETY: the caller's `newcomm`, which NCCL's API requires to stay valid until the
+    // split is complete.
+    unsafe { *(out as *mut *mut Comm) = child };
+    Ok(())
+}
+
 /// Both inits: the checks of the call, then the join (waited for if `blocking`).
 fn init(out: *mut *mut Comm, nranks: c_int, id: &UniqueId, rank: c_int, blocking: bool, name: &str) -> NcclResult {
     if !allowed() {
@@ -327,6 +542,7 @@ fn init(out: *mut *mut Comm, nranks: c_int, id: &UniqueId, rank: c_int, blocking
     if out.is_null() {
         return fail(INVALID_ARGUMENT, who, &format!("{name}: comm is NULL"));
     }
+    super::stats_at_exit();
     let mut comm = match start(nranks, id, rank, blocking, name) {
         Ok(c) => c,
         Err(f) => return fail(f.code, who, &f.why),
@@ -387,6 +603,12 @@ fn start(nranks: c_int, id: &UniqueId, rank: c_int, blocking: bool, name: &str) 
         room.leave();
         return Err(Failure::new(INVALID_USAGE, why));
     };
+    start_in(room, (r, n), device, blocking, call)
+}
+
+/// A communicator's start once its room and device are known (an init's, or a split's,
+/// whose device is the parent's): claim the rank (rule 2), then start the worker.
+fn start_in(room: Room, (r, n): (usize, usize), device: usize, blocking: bool, call: String) -> Result<Comm, Failure> {
     let bus_id = devices::physical(device).map(devices::bus_id).unwrap_or_default();
     let card = Card::mine(n, bus_id);
     // Rule 2: nobody else has this rank.
@@ -408,6 +630,8 @@ fn start(nranks: c_int, id: &UniqueId, rank: c_int, blocking: bool, name: &str) 
         blocking,
         abort: AtomicBool::new(false),
         abort_queued: AtomicBool::new(false),
+        helper: Mutex::new(None),
+        splits: std::sync::atomic::AtomicU64::new(0),
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
     });
@@ -560,7 +784,7 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: *mut Comm, async_error: *mu
         let s = unsafe { &*comm }.shared.state();
         let state = match &s.async_error {
             Some((code, _)) => *code,
-            None if !s.joined => IN_PROGRESS,
+            None if !s.joined || s.in_flight => IN_PROGRESS,
             None if s.finalized && !s.settled() => IN_PROGRESS,
             None => SUCCESS,
         };

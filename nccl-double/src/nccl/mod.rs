@@ -132,6 +132,28 @@ pub fn injected(function: &str) -> Option<crate::exchange::Failure> {
     })
 }
 
+/// With `NCCL_DOUBLE_STATS=<file>`, writes at the process's exit what the double counted:
+/// `helper_threads=N` (the helper threads started: NCCL 2.23's one per operation of a
+/// non-blocking communicator, and splits). Registered when the first communicator is made.
+pub fn stats_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn write_stats() {
+        if let Some(file) = std::env::var_os("NCCL_DOUBLE_STATS") {
+            let n = comm::HELPERS.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = std::fs::write(file, format!("helper_threads={n}\n"));
+        }
+    }
+    unsafe extern "C" {
+        fn atexit(f: extern "C" fn()) -> c_int;
+    }
+    if std::env::var_os("NCCL_DOUBLE_STATS").is_some() {
+        // SAFETY: registers a function that only reads a counter and writes a file.
+        ONCE.call_once(|| unsafe {
+            atexit(write_stats);
+        });
+    }
+}
+
 /// The NCCL version code ([`version`]).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGetVersion(version_out: *mut c_int) -> NcclResult {
