@@ -64,6 +64,12 @@ pub struct PerfArgs {
     #[arg(short = 'a', long = "average", value_name = "0-3", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(0..=3))]
     pub average: u8,
+    /// 1: the time column is the host's time to issue the calls, not the time until they
+    /// finished (nccl-tests' `-C`, cputime): what each call costs the CPU (NCCL's launch,
+    /// and this harness's share).
+    #[arg(short = 'C', long = "report_cputime", value_name = "0|1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub cputime: u8,
     /// The picture: `--plot`, `--plot-with`, `--no-run`.
     #[command(flatten)]
     pub plot: crate::plot::PlotArgs,
@@ -354,7 +360,11 @@ impl Sweep {
         let (coll, root, op) = (self.coll, self.root, self.op);
         let once = |s: &mut Session, recv: &mut crate::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
-        let times = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
+        let mut times = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
+        if args.cputime == 1 {
+            let issued = s.issue_time();
+            times = s.share_f64(issued, "every rank's time to issue the calls")?;
+        }
         let bytes = initial.len().max(send.as_ref().map_or(0, |b| b.len())) * size_of::<T>();
         let t = Timing::new((coll.bus_factor)(world), bytes, combine(&times, args.average));
 
@@ -485,6 +495,10 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
         (None, b) => format!("{}(bytes)", b.unwrap_or(1 << 20)),
     };
     let timing = ["rank 0's", "mean over ranks", "min over ranks", "max over ranks"][args.average as usize];
+    let timing = match args.cputime {
+        1 => format!("{timing}, to issue the calls (-C 1: the host's time, not the collectives')"),
+        _ => timing.to_string(),
+    };
     let names: Vec<&str> = args.op.iter().map(|c| c.name).collect();
     let mut lines = vec![
         format!(

@@ -169,6 +169,8 @@ pub struct Session {
     steps: bool,
     /// `--trace FILE`: rank 0 writes every rank's timeline there at the end.
     trace: Option<std::path::PathBuf>,
+    /// Seconds per call the last timed loop took to issue its calls.
+    issued: f64,
 }
 
 impl Session {
@@ -251,11 +253,7 @@ impl Session {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
                 // the backend compares the GPUs themselves, not their numbers.
                 let dev = device::device_for(rank, probe.gpus);
-                let shown = backend::calls::Shown {
-                    rank,
-                    on: run.show_calls,
-                    json: run.format == Format::Json,
-                };
+                let shown = backend::calls::Shown::new(rank, run.show_calls, run.format == Format::Json);
                 let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
@@ -318,6 +316,7 @@ impl Session {
             // Recorded and gathered alike on every rank (whatever each prints): rank 0 prints.
             steps: run.steps && kind == Kind::Cpu,
             trace: run.trace.clone(),
+            issued: 0.0,
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
@@ -872,12 +871,21 @@ impl Session {
             }
             _ => self.barrier()?,
         }
-        let start = Instant::now();
+        let (start, waited) = (Instant::now(), self.backend.waited());
         for _ in 0..iters {
             op(self)?;
         }
+        // The host's time to issue the calls: without the waits for a full queue.
+        let issuing = start.elapsed().saturating_sub(self.backend.waited() - waited);
+        self.issued = issuing.as_secs_f64() / iters.max(1) as f64;
         self.synchronize()?;
         Ok(start.elapsed().as_secs_f64() / iters.max(1) as f64)
+    }
+
+    /// How long this rank's last timed loop took to issue each call (before waiting for
+    /// them: nccl-tests' cputime), in seconds.
+    pub fn issue_time(&self) -> f64 {
+        self.issued
     }
 
     /// Ends the session: waits until every rank is done (so none exits while another

@@ -8,11 +8,12 @@
 //! The same lines come from a real GPU node and from `--simulate-gpus`: they are printed
 //! where the backend calls the library, whichever library answers.
 
+use std::borrow::Cow;
 use std::fmt::{Display, Write};
 
 /// One call: what it does (for error messages), the C function and its arguments.
 pub struct Call {
-    doing: String,
+    doing: Cow<'static, str>,
     function: &'static str,
     args: Vec<(&'static str, String)>,
     bytes: u64,
@@ -20,7 +21,7 @@ pub struct Call {
 
 impl Call {
     /// A call of `function`, which does `doing` ("all-reduce").
-    pub fn new(doing: impl Into<String>, function: &'static str) -> Call {
+    pub fn new(doing: impl Into<Cow<'static, str>>, function: &'static str) -> Call {
         Call {
             doing: doing.into(),
             function,
@@ -45,20 +46,37 @@ impl Call {
         self.bytes
     }
 
-    /// Adds the argument `name`, shown as `value`.
+    /// Adds the argument `name`, shown as `value`. Only `--show-calls` shows arguments:
+    /// without it, nothing is written (a call's arguments would cost more than a small
+    /// collective's launch).
     pub fn arg(mut self, name: &'static str, value: impl Display) -> Call {
-        self.args.push((name, value.to_string()));
+        if SHOWING.load(std::sync::atomic::Ordering::Relaxed) {
+            self.args.push((name, value.to_string()));
+        }
         self
     }
 
     /// Adds a pointer argument, shown in hexadecimal as C prints it.
     pub fn ptr<T>(self, name: &'static str, value: *const T) -> Call {
-        self.arg(name, format!("{value:p}"))
+        self.arg(name, Shown::lazily(move |f| write!(f, "{value:p}")))
+    }
+
+    /// Adds an argument shown as Rust's `{:?}` writes it (an enum's name: `ncclFloat32`).
+    pub fn named(self, name: &'static str, value: impl std::fmt::Debug) -> Call {
+        self.arg(name, Shown::lazily(move |f| write!(f, "{value:?}")))
     }
 
     /// "all-reduce (ncclAllReduce)": the call in messages.
     pub fn what(&self) -> String {
-        format!("{} ({})", self.doing, self.function)
+        self.label().to_string()
+    }
+
+    /// The call in messages, written only when needed ([`Label`]).
+    pub fn label(&self) -> Label {
+        Label {
+            doing: self.doing.clone(),
+            function: self.function,
+        }
     }
 
     /// `ncclAllReduce(sendbuff=…, count=4, …)`.
@@ -73,6 +91,37 @@ impl Call {
     }
 }
 
+/// A call as messages name it, "all-reduce (ncclAllReduce)": kept for every call queued
+/// (a wait names the one it waits for), so it costs no allocation when the doing is a
+/// constant.
+#[derive(Clone, Debug, Default)]
+pub struct Label {
+    doing: Cow<'static, str>,
+    function: &'static str,
+}
+
+impl Label {
+    /// A label for something that is not a call ("joining the communicator").
+    pub fn of(doing: impl Into<Cow<'static, str>>) -> Label {
+        Label {
+            doing: doing.into(),
+            function: "",
+        }
+    }
+}
+
+impl Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.function {
+            "" => f.write_str(&self.doing),
+            function => write!(f, "{} ({function})", self.doing),
+        }
+    }
+}
+
+/// Whether this process shows its calls (`--show-calls`): set by [`Shown::new`].
+static SHOWING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(cfg!(test));
+
 /// Where a rank shows its calls: nowhere (the default), or on its output as it makes them.
 #[derive(Clone, Copy, Debug)]
 pub struct Shown {
@@ -84,7 +133,30 @@ pub struct Shown {
     pub json: bool,
 }
 
+/// A value written only if it is shown (see [`Shown::lazily`]).
+struct Lazily<F>(F);
+
+impl<F: Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result> Display for Lazily<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (self.0)(f)
+    }
+}
+
 impl Shown {
+    /// A value that `write` writes, only when [`Call::arg`] keeps it.
+    fn lazily(write: impl Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result) -> impl Display {
+        Lazily(write)
+    }
+
+    /// Where `rank` shows its calls: on its output if `on`, on stderr if stdout carries
+    /// JSON (`json`). Calls only keep their arguments when some rank of this process shows them.
+    pub fn new(rank: usize, on: bool, json: bool) -> Shown {
+        if on {
+            SHOWING.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Shown { rank, on, json }
+    }
+
     /// Shows `call`, which returned `result` (`None`: it returns nothing), and a note.
     pub fn show(&self, call: &Call, result: Option<&dyn std::fmt::Debug>, note: &str) {
         if !self.on {

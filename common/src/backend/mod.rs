@@ -153,6 +153,15 @@ impl Backend {
         }
     }
 
+    /// The time this rank has spent waiting for queued operations so far (always zero on
+    /// the CPU backend, whose operations finish before they return).
+    pub fn waited(&self) -> std::time::Duration {
+        match self {
+            Backend::Cpu(_) => std::time::Duration::ZERO,
+            Backend::Nccl(n) => n.waited(),
+        }
+    }
+
     /// Waits until every queued operation has finished (a no-op on the CPU backend,
     /// whose operations finish before they return).
     pub fn synchronize(&self) -> Result<()> {

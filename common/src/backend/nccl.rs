@@ -19,7 +19,7 @@
 //! did the [`Watchdog`] hear of a lost rank, or pass the deadline? On a failure the
 //! communicator is aborted, which stops the kernels, and the error names who failed.
 
-use super::calls::{Call, Shown};
+use super::calls::{Call, Label, Shown};
 use super::progress::Progress;
 use super::watchdog::Watchdog;
 use super::{Buffer, Storage};
@@ -62,8 +62,11 @@ pub struct Nccl {
     in_timed_loop: Cell<bool>,
     /// The deadline of a call on the blocking communicator (armed at each call).
     stuck: RefCell<Option<crate::deadline::Armed>>,
+    /// The time spent in [`Nccl::synchronize`] so far (a timed loop's time to issue its
+    /// calls leaves out the waits of [`MAX_QUEUED`]).
+    waited: Cell<Duration>,
     /// What the last operation was, for the messages of the wait that follows.
-    last: RefCell<String>,
+    last: RefCell<Label>,
     /// The operations queued on the stream and not yet seen finished, with their events.
     progress: RefCell<Progress>,
     watchdog: RefCell<Watchdog>,
@@ -196,7 +199,8 @@ impl Nccl {
             timed_slot: Box::new(Cell::new(std::ptr::null_mut())),
             in_timed_loop: Cell::new(false),
             stuck: RefCell::new(None),
-            last: RefCell::new("joining the communicator (ncclCommInitRankConfig)".into()),
+            waited: Cell::new(Duration::ZERO),
+            last: RefCell::new(Label::of("joining the communicator (ncclCommInitRankConfig)")),
             progress: RefCell::new(Progress::default()),
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
             gpu,
@@ -220,7 +224,7 @@ impl Nccl {
             Some(&r),
             "non-blocking: it returns at once, and this rank polls until every rank has joined",
         );
-        nccl.called(r, &call.what())?;
+        nccl.called(r, call.label())?;
         Ok(nccl)
     }
 
@@ -236,7 +240,7 @@ impl Nccl {
             .clone_htod(&host)
             .with_context(|| format!("rank {}: copying to the GPU", self.rank))?;
         let bytes = std::mem::size_of_val(host.as_slice());
-        self.last.replace("copying to the GPU (cuMemcpyHtoDAsync)".into());
+        self.last.replace(Label::of("copying to the GPU (cuMemcpyHtoDAsync)"));
         let (dst, _written) = slice.device_ptr(self.stream.as_ref());
         self.show_alloc(dst, bytes, "cudarc's clone_htod: GPU memory for the buffer...");
         self.show_cuda(
@@ -356,7 +360,7 @@ impl Nccl {
         let call = Call::new(format!("send to rank {peer}"), "ncclSend")
             .arg("sendbuff", format!("{src:#x}"))
             .arg("count", buf.len())
-            .arg("datatype", format!("{:?}", T::as_nccl_type()))
+            .named("datatype", T::as_nccl_type())
             .arg("peer", peer)
             .bytes(buf.len() * size_of::<T>());
         self.call(call, |comm, stream| unsafe {
@@ -371,7 +375,7 @@ impl Nccl {
         let call = Call::new(format!("receive from rank {peer}"), "ncclRecv")
             .arg("recvbuff", format!("{dst:#x}"))
             .arg("count", count)
-            .arg("datatype", format!("{:?}", T::as_nccl_type()))
+            .named("datatype", T::as_nccl_type())
             .arg("peer", peer)
             .bytes(count * size_of::<T>());
         self.call(call, |comm, stream| unsafe {
@@ -387,7 +391,7 @@ impl Nccl {
         let call = Call::new("opening a group", "ncclGroupStart");
         self.shown
             .show(&call, Some(&r), "the calls until ncclGroupEnd are queued together");
-        self.called(r, &call.what())
+        self.called(r, call.label())
     }
 
     /// Closes the group: its operations are queued (and, non-blocking, may still be).
@@ -401,7 +405,7 @@ impl Nccl {
         let r = unsafe { sys::ncclGroupEnd() };
         let call = Call::new("closing a group", "ncclGroupEnd");
         self.shown.show(&call, Some(&r), "");
-        self.called(r, &call.what())
+        self.called(r, call.label())
     }
 
     /// Leaves the communicator as NCCL documents it: once every queued operation has
@@ -416,7 +420,7 @@ impl Nccl {
         let call = Call::new("finishing the communicator", "ncclCommFinalize").ptr("comm", comm);
         self.shown
             .show(&call, Some(&r), "finishes what is queued, with the other ranks");
-        self.called(r, &call.what())?;
+        self.called(r, call.label())?;
         // SAFETY: finalized; nothing uses it after this.
         let r = unsafe { sys::ncclCommDestroy(comm) };
         self.shown
@@ -487,7 +491,7 @@ impl Nccl {
             Some(&r),
             "the same ranks, blocking, for timed loops as nccl-tests times them (a job of the non-blocking one: polled)",
         );
-        self.called(r, &call.what())?;
+        self.called(r, call.label())?;
         let timed = self.timed_slot.get();
         if timed.is_null() {
             return Err(anyhow!(
@@ -531,7 +535,7 @@ impl Nccl {
             self.shown
                 .show(&Call::new("", function).ptr("comm", timed), Some(&r), "");
             if r != ncclResult_t::ncclSuccess {
-                return Err(self.error(r, &format!("{doing} ({function})")));
+                return Err(self.error(r, format!("{doing} ({function})")));
             }
         }
         Ok(())
@@ -539,6 +543,18 @@ impl Nccl {
 
     /// Waits until every operation queued on this rank's stream has finished.
     pub(super) fn synchronize(&self) -> Result<()> {
+        let since = Instant::now();
+        let done = self.wait_idle();
+        self.waited.set(self.waited.get() + since.elapsed());
+        done
+    }
+
+    /// The time this rank spent waiting for its GPU so far ([`Nccl::synchronize`]).
+    pub(super) fn waited(&self) -> Duration {
+        self.waited.get()
+    }
+
+    fn wait_idle(&self) -> Result<()> {
         let waited_for = |s: &Self| s.progress.borrow().waited_for(&s.last.borrow());
         let poll = Poll {
             call: Call::new("", "cuStreamQuery").ptr("hStream", self.stream.cu_stream()),
@@ -557,10 +573,9 @@ impl Nccl {
     /// Runs one NCCL call (`f`, given the communicator and the stream) and deals with
     /// its result; `call` names it and its arguments, for messages and `--show-calls`.
     pub fn call(&self, call: Call, f: impl FnOnce(sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t) -> Result<()> {
-        let what = call.what();
+        let what = call.label();
         let comm = self.active(&what)?;
         let stream = self.stream.cu_stream() as sys::cudaStream_t;
-        self.last.replace(what.clone());
         // A `call` span on this rank's track of --trace, and an NVTX range for Nsight.
         let span = crate::record::span(call.function(), call.moved());
         let range = crate::nvtx::range(call.function());
@@ -580,10 +595,11 @@ impl Nccl {
         // An event after it, so that waits can tell progress from a hang.
         let queued = {
             let mut p = self.progress.borrow_mut();
-            p.queued(what, bytes, &self.stream)
+            p.queued(&what, bytes, &self.stream)
                 .with_context(|| format!("rank {}: marking the stream's progress", self.rank))?;
             p.len()
         };
+        self.last.replace(what);
         // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
         // queue is full and the next launch would block inside NCCL, where no deadline reaches.
         if queued >= MAX_QUEUED {
@@ -594,7 +610,7 @@ impl Nccl {
 
     /// What an NCCL call returned: success; in progress (a non-blocking communicator is
     /// still queueing it: wait until NCCL says it is done); or an error, which aborts.
-    fn called(&self, r: ncclResult_t, what: &str) -> Result<()> {
+    fn called(&self, r: ncclResult_t, what: impl std::fmt::Display) -> Result<()> {
         match r {
             ncclResult_t::ncclSuccess => Ok(()),
             ncclResult_t::ncclInProgress => {
@@ -727,13 +743,13 @@ impl Nccl {
         }
         match state {
             ncclResult_t::ncclSuccess | ncclResult_t::ncclInProgress => Ok(state),
-            error => Err(self.error(error, &self.last.borrow())),
+            error => Err(self.error(error, self.last.borrow())),
         }
     }
 
     /// The communicator calls go to now: the timed loops' blocking one inside a timed
     /// loop, else the first one; an error if it was already left.
-    fn active(&self, what: &str) -> Result<sys::ncclComm_t> {
+    fn active(&self, what: impl std::fmt::Display) -> Result<sys::ncclComm_t> {
         let comm = self.live(what)?;
         match self.in_timed_loop.get() && !self.timed.get().is_null() {
             true => Ok(self.timed.get()),
@@ -742,7 +758,7 @@ impl Nccl {
     }
 
     /// The communicator, or an error if it was already left.
-    fn live(&self, what: &str) -> Result<sys::ncclComm_t> {
+    fn live(&self, what: impl std::fmt::Display) -> Result<sys::ncclComm_t> {
         let comm = self.comm.get();
         if comm.is_null() {
             return Err(anyhow!(
@@ -813,7 +829,7 @@ impl Nccl {
 
     /// An NCCL failure as a person needs it: which rank, doing what, NCCL's result code
     /// and NCCL's own last error text.
-    fn error(&self, r: ncclResult_t, what: &str) -> anyhow::Error {
+    fn error(&self, r: ncclResult_t, what: impl std::fmt::Display) -> anyhow::Error {
         let text = last_error_text(self.comm.get());
         let text = if text.is_empty() {
             String::new()

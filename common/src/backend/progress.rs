@@ -14,6 +14,7 @@
 //! operation it waits for), and inside them only operations of a MiB or more, and every
 //! 16th smaller one (the timing stays nccl-tests', whose loop records no event).
 
+use super::calls::Label;
 use anyhow::{Result, anyhow};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{self as cu, CUevent, cudaError_enum as Cu};
@@ -28,7 +29,10 @@ pub const EVERY_SMALL: u32 = 16;
 /// The operations queued and not yet seen finished, oldest first, with their events.
 #[derive(Default)]
 pub struct Progress {
+    /// Runs of operations, oldest first, each ending with its event (but maybe the last).
     ops: VecDeque<Queued>,
+    /// How many operations they hold.
+    count: usize,
     /// Events made and free to record again.
     spare: Vec<CUevent>,
     /// Operations queued since the last event.
@@ -37,21 +41,23 @@ pub struct Progress {
     sparse: bool,
 }
 
-/// One operation: what it is called in messages, and the event recorded after it.
+/// A run of operations: what the first is called in messages, how many there are, and
+/// the event recorded after the last (none yet: more may join the run).
 struct Queued {
-    what: String,
+    what: Label,
+    ops: usize,
     event: Option<CUevent>,
 }
 
 impl Progress {
     /// How many operations are queued and not yet seen finished.
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.count
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.count == 0
     }
 
     /// Inside a timed loop or not (see the module's doc).
@@ -61,10 +67,19 @@ impl Progress {
 
     /// Notes an operation of `bytes` just queued on `stream` as `what`, and records an
     /// event after it when it should have one.
-    pub fn queued(&mut self, what: String, bytes: usize, stream: &CudaStream) -> Result<()> {
+    pub fn queued(&mut self, what: &Label, bytes: usize, stream: &CudaStream) -> Result<()> {
         self.unmarked += 1;
+        self.count += 1;
+        match self.ops.back_mut() {
+            Some(run) if run.event.is_none() => run.ops += 1,
+            _ => self.ops.push_back(Queued {
+                what: what.clone(),
+                ops: 1,
+                event: None,
+            }),
+        }
         let mark = !self.sparse || bytes >= LARGE || self.unmarked >= EVERY_SMALL;
-        let event = if mark {
+        if mark {
             self.unmarked = 0;
             let event = match self.spare.pop() {
                 Some(e) => e,
@@ -83,11 +98,10 @@ impl Progress {
                 self.spare.push(event);
                 return Err(e);
             }
-            Some(event)
-        } else {
-            None
-        };
-        self.ops.push_back(Queued { what, event });
+            if let Some(run) = self.ops.back_mut() {
+                run.event = Some(event);
+            }
+        }
         Ok(())
     }
 
@@ -97,37 +111,38 @@ impl Progress {
         // The last operation known finished: the newest whose event completed, looking
         // from the oldest and stopping at the first that has not.
         let mut done = None;
-        for (i, op) in self.ops.iter().enumerate() {
-            let Some(event) = op.event else { continue };
+        for (i, run) in self.ops.iter().enumerate() {
+            let Some(event) = run.event else { continue };
             // SAFETY: an event this rank made and recorded; the context is current.
             match unsafe { cu::cuEventQuery(event) } {
                 Cu::CUDA_SUCCESS => done = Some(i),
                 Cu::CUDA_ERROR_NOT_READY => break,
-                e => return Err(anyhow!("the GPU failed while running {}: {e:?}", op.what)),
+                e => return Err(anyhow!("the GPU failed while running {}: {e:?}", run.what)),
             }
         }
         let Some(last) = done else { return Ok(false) };
-        for op in self.ops.drain(..=last) {
-            self.spare.extend(op.event);
+        for run in self.ops.drain(..=last) {
+            self.count -= run.ops;
+            self.spare.extend(run.event);
         }
         Ok(true)
     }
 
     /// Everything queued has finished (the stream is idle).
     pub fn all_done(&mut self) {
-        for op in self.ops.drain(..) {
-            self.spare.extend(op.event);
+        for run in self.ops.drain(..) {
+            self.spare.extend(run.event);
         }
-        self.unmarked = 0;
+        (self.count, self.unmarked) = (0, 0);
     }
 
     /// The operation waited for, for messages: the oldest not seen finished ("all-reduce
     /// (ncclAllReduce)", "... and the 36 queued after it"), or `last` if none is queued.
-    pub fn waited_for(&self, last: &str) -> String {
-        match self.ops.len() {
-            0 => last.to_string(),
-            1 => self.ops[0].what.clone(),
-            n => format!("{} (and the {} queued after it)", self.ops[0].what, n - 1),
+    pub fn waited_for(&self, last: &Label) -> String {
+        match (self.ops.front(), self.count) {
+            (None, _) => last.to_string(),
+            (Some(run), 1) => run.what.to_string(),
+            (Some(run), n) => format!("{} (and the {} queued after it)", run.what, n - 1),
         }
     }
 

@@ -51,7 +51,7 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
             Call::new(doing, function)
                 .ptr(buff, at)
                 .arg("count", c.count)
-                .arg("datatype", format!("{:?}", c.datatype))
+                .named("datatype", c.datatype)
                 .arg("peer", peer)
                 .bytes(bytes)
         };

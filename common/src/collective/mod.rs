@@ -194,10 +194,10 @@ impl DeviceCall {
             .ptr("sendbuff", self.send)
             .ptr("recvbuff", self.recv)
             .arg(count, self.count)
-            .arg("datatype", format!("{:?}", self.datatype))
+            .named("datatype", self.datatype)
             .bytes(self.count * self.elem);
         if coll.reduces {
-            call = call.arg("op", format!("{:?}", self.op.nccl()));
+            call = call.named("op", self.op.nccl());
         }
         if coll.rooted {
             call = call.arg("root", self.root);
