@@ -107,10 +107,20 @@ fn each_rank_shows_its_nccl_and_cuda_calls_in_order() {
             c[query]
         );
         let download = find(&c, query, "cuMemcpyDtoHAsync_v2").expect("the copy back");
-        let fin = find(&c, download, "ncclCommFinalize").expect("ncclCommFinalize");
+        // The timed runs go to a blocking communicator of the same ranks, split once from
+        // the first: its warm-up and 5 timed calls, then its finalize and destroy first.
+        let split = find(&c, download, "ncclCommSplit").expect("ncclCommSplit");
+        assert!(
+            c[split].contains(&format!("color=0, key={rank}, "))
+                && c[split].contains("config={size=44, blocking=1, splitShare=1}) = ncclInProgress"),
+            "{}",
+            c[split]
+        );
+        let fin = find(&c, split, "ncclCommFinalize").expect("ncclCommFinalize");
+        let fin = find(&c, fin + 1, "ncclCommFinalize").expect("the first communicator's ncclCommFinalize");
         find(&c, fin, "ncclCommDestroy").expect("ncclCommDestroy");
-        // The timed runs call ncclAllReduce again: 1 checked + 5 timed.
-        assert_eq!(c.iter().filter(|l| l.starts_with("ncclAllReduce(")).count(), 6, "{r}");
+        // 1 checked, then the timed loop's: 1 warm-up and 5 timed.
+        assert_eq!(c.iter().filter(|l| l.starts_with("ncclAllReduce(")).count(), 7, "{r}");
     }
     // Without the flag, no call is shown.
     let quiet = run(BIN, &["--simulate-gpus", "2"]).ok();

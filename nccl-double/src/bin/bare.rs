@@ -4,10 +4,11 @@
 //! `--iters` calls back to back and one wait (`cuStreamQuery` and
 //! `ncclCommGetAsyncError` until the stream is idle). With `--nonblocking`, the
 //! communicator is non-blocking, and every call that says `ncclInProgress` is polled to
-//! `ncclSuccess` before the next, as NCCL 2.23 and later require.
+//! `ncclSuccess` before the next, as NCCL 2.23 and later require (`--no-poll` breaks that
+//! rule on purpose: the double then refuses the next call, as NCCL does).
 //!
 //! ```text
-//! nccl-double-bare --rank R --world N --id-file PATH [--bytes B] [--iters K] [--warmup W] [--nonblocking]
+//! nccl-double-bare --rank R --world N --id-file PATH [--bytes B] [--iters K] [--warmup W] [--nonblocking [--no-poll]]
 //! ```
 //!
 //! Prints `rank=R bytes=B iters=K issue_us=X time_us=Y`: per call, the host's time to
@@ -63,6 +64,7 @@ fn run() -> Result<String, String> {
     );
     let id_file: String = arg("--id-file", None)?;
     let nonblocking = std::env::args().any(|a| a == "--nonblocking");
+    let poll = !std::env::args().any(|a| a == "--no-poll");
 
     let ctx = CudaContext::new(0).map_err(|e| format!("{e:?}"))?;
     ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
@@ -136,7 +138,7 @@ fn run() -> Result<String, String> {
                 cu_stream as _,
             )
         };
-        if check(r, "ncclAllReduce")? == R::ncclInProgress {
+        if check(r, "ncclAllReduce")? == R::ncclInProgress && poll {
             ready(comm)?;
         }
         Ok(())
