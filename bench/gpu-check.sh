@@ -23,8 +23,14 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
     --backend nccl; needs cargo and 2 GPUs);
   - a 07-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
     lines go into the report;
-  - two ranks given the same GPU (CUDA_VISIBLE_DEVICES) must be refused: exit 2 and a
-    one-line error naming the GPU;
+  - one all-reduce (02-nccl-allreduce, one rank per GPU, --size 64M) with NCCL_DEBUG=INFO
+    and NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING: NCCL's rings, trees and tuning table, the
+    first 300 lines of each rank, in their own section of the report;
+  - two ranks given the same GPU (CUDA_VISIBLE_DEVICES) must be refused: by the workbook
+    (exit 2 and a one-line error naming the GPU), or, on a GPU in EXCLUSIVE_PROCESS
+    compute mode (nvidia-smi --query-gpu=compute_mode), by the driver (CUDA's "busy or
+    unavailable" on one rank, the other ending by its --timeout); the report says which
+    and why. A hang, a panic or an exit 0 is a failure;
   - with 2 GPUs or more: one rank killed (kill -9), then one stopped (kill -STOP), in
     the middle of a large all-reduce: every other rank must end within its --timeout
     (20 s) and a few seconds, naming that rank, and nothing may be left running; and
@@ -33,13 +39,31 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
 Exit status: 0 only if every step passed (a step skipped for want of cargo or GPUs is
 not a failure, and the report says why); 1 if one failed; 2 on bad usage or no GPU.
 
+MIG: a CUDA process sees one MIG device only (CUDA enumerates the first MIG instance
+CUDA_VISIBLE_DEVICES lists). Where CUDA_VISIBLE_DEVICES names MIG devices (MIG-...), or
+is unset and nvidia-smi -L lists some, the report says so, and every multi-rank step
+starts one rank per MIG device, each with its own CUDA_VISIBLE_DEVICES=<MIG-uuid>,
+instead of --nproc-per-node; the exercises' checker, whose ranks share one
+CUDA_VISIBLE_DEVICES, is skipped.
+
+A compute node with no network: cargo build needs crates.io, unless the crates are
+already in ~/.cargo (a build or `cargo fetch` on the login node puts them there, and nodes
+that share $HOME then build offline). If the build fails for want of network, the report
+says so. Either build on the login node and run this with --no-build (same folder) or
+--bin-dir DIR (binaries copied elsewhere; the exercises' checker still needs cargo and
+the crates), or vendor the crates: on a machine with network, in the workbook's folder,
+  cargo vendor --locked vendor >>.cargo/config.toml   # the crates, and the [source]
+                                                     # lines that make cargo use them
+copy the folder (vendor/ included) to the cluster, then on the node:
+  cargo build --release --offline && bench/gpu-check.sh --no-build
+
 Options:
   --out FILE       the report (default: gpu-check-<host>-<date>.md in the current folder)
   --bin-dir DIR    use the binaries in DIR (built elsewhere) instead of building; without
                    it and without cargo, they are looked for where cargo puts them
                    (slurm/find-bins.sh: NCCL_WORKBOOK_BIN_DIR, cargo metadata,
                    CARGO_TARGET_DIR/release, ./target/release)
-  --no-build       do not run cargo build (use what is built)
+  --no-build       do not run cargo build (use what is built: on the login node, say)
   --perf-max SIZE  the perf sweep's largest size (default 256M)
   -h, --help       this help
 
@@ -51,6 +75,8 @@ Environment:
                            (target/release/libnccl_double.so, as CI uses it), with
                            GPU_CHECK_DOUBLE_DEVICES (default 4) emulated GPUs: for
                            testing this script, never an acceptance
+  GPU_CHECK_DOUBLE_MIG=1   with the double: its GPUs given to the ranks as MIG devices
+                           are (one rank each, its own CUDA_VISIBLE_DEVICES), to test that
 EOF
 }
 
@@ -92,6 +118,10 @@ say() { echo "[gpu-check $(date +%T)] $*" >&3; }
 on_double=${GPU_CHECK_ON_DOUBLE:-0}
 gpu_list="" driver="" gpus=0 gpu_note=""
 visible=()
+# MIG: a process sees one MIG device only, so every multi-rank step gives each rank its own
+# CUDA_VISIBLE_DEVICES (the devices in visible[]). compute_modes: nvidia-smi's
+# "index, uuid, mode" lines (EXCLUSIVE_PROCESS: one process per GPU, the driver enforces it).
+mig=false compute_modes=""
 # (Slurm may set NoDevFiles where a job has no GPU: that names none.)
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "$CUDA_VISIBLE_DEVICES" != NoDevFiles ]; then
   IFS=, read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"
@@ -102,6 +132,12 @@ if [ "$on_double" = 1 ]; then
   gpu_list="$gpus emulated GPUs of the NCCL test double (GPU_CHECK_ON_DOUBLE=1): NOT a GPU node"
   driver="none: the NCCL test double stands in for the CUDA driver and NCCL"
   visible=()
+  if [ "${GPU_CHECK_DOUBLE_MIG:-0}" = 1 ]; then
+    # To test the MIG plan: the emulated GPUs are given to the ranks as MIG devices are.
+    mig=true
+    for ((i = 0; i < gpus; i++)); do visible+=("$i"); done
+    gpu_note="GPU_CHECK_DOUBLE_MIG=1: given to the ranks as MIG devices are"
+  fi
 else
   have_smi=false
   command -v nvidia-smi >/dev/null 2>&1 && have_smi=true
@@ -115,11 +151,37 @@ else
     gpu_list=$(timeout 60 nvidia-smi -L 2>&1)
     gpus=$(grep -c '^GPU ' <<<"$gpu_list")
     driver=$(timeout 60 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+    compute_modes=$(timeout 60 nvidia-smi --query-gpu=index,uuid,compute_mode --format=csv,noheader 2>/dev/null |
+      grep -E '^ *[0-9]+ *,')
   fi
   if [ -z "$driver" ] && [ -r /proc/driver/nvidia/version ]; then driver=$(head -n 1 /proc/driver/nvidia/version); fi
+  # nvidia-smi -L shows a GPU's MIG devices under it, indented: "  MIG 1g.10gb Device 0:
+  # (UUID: MIG-...)" (older drivers: MIG-GPU-<uuid>/<gi>/<ci>).
+  mig_listed=$(grep -cE '^[[:space:]]+MIG ' <<<"$gpu_list")
   if [ ${#visible[@]} -gt 0 ]; then
-    gpu_note="CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: ${#visible[@]} of the node's GPUs are used"
     gpus=${#visible[@]}
+    mig_named=$(printf '%s\n' "${visible[@]}" | grep -c '^MIG-')
+    if [ "$mig_named" -gt 0 ]; then
+      mig=true
+      gpu_note="CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: $gpus device(s), $mig_named of them MIG devices"
+    else
+      gpu_note="CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: ${#visible[@]} of the node's GPUs are used"
+    fi
+  elif [ "$mig_listed" -gt 0 ]; then
+    # No CUDA_VISIBLE_DEVICES, MIG devices listed: one rank on each, and on each GPU that
+    # has none (by UUID).
+    mig=true
+    while IFS= read -r line; do
+      if [[ $line =~ ^GPU\ .*\(UUID:\ (GPU-[^\)]*)\) ]]; then
+        visible+=("${BASH_REMATCH[1]}")
+      elif [[ $line =~ ^[[:space:]]+MIG\ .*\(UUID:\ (MIG-[^\)]*)\) ]]; then
+        # A GPU with MIG devices: its MIG devices, not the GPU itself.
+        [ ${#visible[@]} -gt 0 ] && [[ ${visible[-1]} == GPU-* ]] && unset 'visible[-1]'
+        visible+=("${BASH_REMATCH[1]}")
+      fi
+    done <<<"$gpu_list"
+    gpus=${#visible[@]}
+    gpu_note="CUDA_VISIBLE_DEVICES unset, nvidia-smi lists $mig_listed MIG device(s): $gpus device(s) used, one rank on each"
   fi
   if $have_smi && [ "$gpus" = 0 ]; then
     echo "error: no GPU: nvidia-smi lists none on this node:" >&2
@@ -143,6 +205,7 @@ trap 'echo "interrupted" >&2; exit 130' INT TERM
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT \
   TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_RUN_ID NCCL_WORKBOOK_JOB_ID NCCL_WORKBOOK_LAUNCHED \
   NCCL_WORKBOOK_NCCL_DIR NO_COLOR
+unset NCCL_DEBUG_FILE # NCCL's lines (NCCL_DEBUG=INFO) go to the ranks' output, into the report
 for v in $(compgen -e | grep '^SLURM_'); do unset "$v"; done
 bins=""
 
@@ -235,6 +298,18 @@ run_step() {
 have_cargo=false
 command -v cargo >/dev/null 2>&1 && have_cargo=true
 build_note=""
+# Whether cargo's log $1 says it could not reach crates.io (or was told --offline, and lacks
+# a crate): compute nodes often have no network.
+no_network() {
+  grep -qiE "Could(n't| not) (resolve (host|proxy)|connect to server)|Timeout was reached|network is unreachable|\
+spurious network error|failed to download from|download of .* failed|unable to update registry|\
+you're using offline mode|--offline was specified|SSL connect error" "$1"
+}
+offline_advice="on the login node (which has network), in $repo: cargo build --release (it also fills \
+~/.cargo, from which a node sharing \$HOME then builds offline), then rerun this with --no-build (or --bin-dir DIR \
+for binaries copied elsewhere); or, on a machine with network: cargo vendor --locked vendor >>.cargo/config.toml, \
+copy the folder here and run cargo build --release --offline (see --help)"
+build_offline="" # the advice, once the build failed for want of network
 if [ -n "$bin_dir" ]; then
   export NCCL_WORKBOOK_BIN_DIR=$bin_dir
   build_note="given with --bin-dir"
@@ -246,10 +321,15 @@ elif $build && $have_cargo; then
   fi
   if [ "$rc" = 0 ]; then
     record "build" PASS "" "$secs" "$cmd" "$log"
+  elif no_network "$log"; then
+    build_offline=$offline_advice
+    record "build" FAIL "cargo build --release could not download the crates from crates.io (exit $rc): no network \
+here, as often on compute nodes. What to do: $offline_advice" "$secs" "$cmd" "$log"
   else
     record "build" FAIL "cargo build --release failed (exit $rc)" "$secs" "$cmd" "$log"
   fi
   build_note="built here with cargo"
+  [ "$rc" = 0 ] || build_note="cargo build failed here$([ -n "$build_offline" ] && echo " (no network)"), so built before"
 elif ! $have_cargo; then
   build_note="no cargo here: binaries already built"
 else
@@ -280,6 +360,25 @@ fi
 
 # The i-th GPU as CUDA_VISIBLE_DEVICES names it (within an allocation: its own names).
 gpu_id() { if [ ${#visible[@]} -gt 0 ]; then echo "${visible[$1]}"; else echo "$1"; fi; }
+# The compute mode of the GPU CUDA_VISIBLE_DEVICES=$1 names, from nvidia-smi
+# (Default, Exclusive_Process, Prohibited), or "" if unknown. Usually every GPU of a node
+# has the same; else the GPU is found by UUID (a MIG device's: its GPU's), then by index.
+mode_of() {
+  local id=$1 modes parent=""
+  [ -n "$compute_modes" ] || return 0
+  modes=$(awk -F', *' '{print $3}' <<<"$compute_modes" | sort -u)
+  if [ "$(grep -c . <<<"$modes")" = 1 ]; then echo "$modes"; return; fi
+  if [[ $id == MIG-* ]]; then
+    parent=$(awk -v id="$id" '/^GPU /{g=$0; sub(/.*UUID: /, "", g); sub(/\).*/, "", g)}
+      index($0, id) && /^[[:space:]]+MIG /{print g; exit}' <<<"$gpu_list")
+    id=$parent
+  fi
+  if [[ $id == GPU-* ]]; then
+    awk -F', *' -v id="$id" 'index($2, id) == 1 {print $3; exit}' <<<"$compute_modes"
+  elif [[ $id =~ ^[0-9]+$ ]]; then
+    awk -F', *' -v id="$id" '$1 + 0 == id {print $3; exit}' <<<"$compute_modes"
+  fi
+}
 # A port for a rendezvous started by hand: free, as far as /proc/net/tcp knows.
 free_port() {
   local p hex
@@ -295,6 +394,7 @@ ended() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/nu
 
 nccl_version="" nccl_line="" nccl_mapped="" nccl_version_info=""
 perf_table="" nccl_info=""
+debug_note="" debug_dir="" debug_keep=300
 
 if [ -n "$bins" ]; then
   # -------------------------------------------------------------------------------------
@@ -315,6 +415,8 @@ if [ -n "$bins" ]; then
     record "probe" FAIL "00-nccl-hello-world --backend nccl failed (exit $rc): NCCL does not run here" "$secs" "$cmd" "$log" "$tmp/probe.errors"
   elif ! grep -q '"backend": "nccl"' "$log"; then
     record "probe" FAIL "the program did not pick NCCL: ${nccl_line:-no backend line}" "$secs" "$cmd" "$log" "$tmp/probe.errors"
+  elif $mig; then
+    record "probe" PASS "one process sees ${world:-no} device(s) (MIG: one MIG device per process; the ranks are given one each), NCCL $nccl_version; devices: ${names_seen%;}" "$secs" "$cmd" "$log"
   elif [ "$gpus" != 0 ] && [ "${world:-0}" != "$gpus" ]; then
     record "probe" FAIL "the program sees ${world:-no} GPU(s), nvidia-smi/CUDA_VISIBLE_DEVICES $gpus" "$secs" "$cmd" "$log" "$tmp/probe.errors"
   else
@@ -325,107 +427,11 @@ fi
 
 if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   # -------------------------------------------------------------------------------------
-  # 4. Every lesson on NCCL, one rank per GPU.
-  hold="all $gpus ranks hold"
-  [ "$gpus" = 1 ] && hold="the one rank holds"
-  for ex in "${examples[@]}"; do
-    log=$tmp/$ex.log
-    more=()
-    # The benchmark: every collective, operator and type, checked, at a few sizes.
-    [ "$ex" = 07-nccl-perf ] && more=(--op all -o all -d all -b 4 -e 16M -f 64)
-    run_step "$ex" 600 "$log" "$bins/$ex" --backend nccl --nproc-per-node "$gpus" --timeout 60 "${more[@]}"
-    case $ex in
-      00-nccl-hello-world) want="^Hello from $gpus rank$([ "$gpus" = 1 ] || echo s):" ;;
-      01-nccl-broadcast) want="^Check: OK, $hold 42 " ;;
-      02-nccl-allreduce) want="^Check: OK, $hold $gpus " ;;
-      0[3-6]-*) want="^Check: OK, $hold the expected values" ;;
-      07-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
-      08-cudarc-allreduce) want="^rank 0: sent 1, got \\[$((gpus * (gpus + 1) / 2))\\.0" ;;
-    esac
-    if $timed_out; then
-      record "$ex" FAIL "did not end within 600 s" "$secs" "$cmd" "$log"
-    elif [ "$rc" != 0 ]; then
-      record "$ex" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
-    elif ! grep -q '^backend: nccl' "$log"; then
-      record "$ex" FAIL "not on NCCL: $(grep -m 1 '^backend:' "$log")" "$secs" "$cmd" "$log"
-    elif ! grep -q "$want" "$log"; then
-      record "$ex" FAIL "no line '${want#^}' in its output" "$secs" "$cmd" "$log"
-    else
-      record "$ex" PASS "$(grep -m 1 -E '^(Check|Hello|# Avg bus bandwidth|rank 0: sent)' "$log")" "$secs" "$cmd" "$log"
-    fi
-    left=$(reap_leftovers) || record "$ex: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
-  done
-
-  # The calls the NCCL backend makes, shown (--show-calls): every rank's ncclAllReduce.
-  log=$tmp/show-calls.log
-  run_step "--show-calls" 120 "$log" "$bins/02-nccl-allreduce" --backend nccl --nproc-per-node "$gpus" \
-    --timeout 60 --show-calls --count 1024 --iters 1
-  shown=$(grep -c '│ ncclAllReduce(.*count=1024, datatype=ncclFloat32, op=ncclSum' "$log")
-  if [ "$rc" != 0 ]; then
-    record "--show-calls" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
-  elif [ "$shown" != $((2 * gpus)) ]; then
-    record "--show-calls" FAIL "$shown ncclAllReduce lines shown, $((2 * gpus)) expected (one checked and one timed per rank)" "$secs" "$cmd" "$log"
-  else
-    record "--show-calls" PASS "$(grep -m 1 '│ ncclAllReduce(' "$log")" "$secs" "$cmd" "$log"
-  fi
-
-  # -------------------------------------------------------------------------------------
-  # 5. The exercises' checker on NCCL (it builds the exercises itself: needs cargo).
-  max_world=$((gpus > 5 ? 5 : gpus))
-  if ! $have_cargo; then
-    record "exercises' checker" SKIP "no cargo here (cargo workbook check builds the exercises)" 0 ""
-  elif [ "$gpus" -lt 2 ]; then
-    record "exercises' checker" SKIP "one GPU: its cases need at least 2 ranks, each on its own GPU" 0 ""
-  else
-    log=$tmp/workbook-check.log
-    run_step "exercises' checker" 3600 "$log" cargo workbook check --all --solution --backend nccl --max-world "$max_world"
-    summary=$(grep -E '^[0-9]+ of [0-9]+ exercises pass' "$log" | tail -n 1)
-    if [ "$rc" = 0 ]; then
-      record "exercises' checker" PASS "$summary" "$secs" "$cmd" "$log"
-    else
-      record "exercises' checker" FAIL "exit $rc${summary:+: $summary}" "$secs" "$cmd" "$log"
-    fi
-    left=$(reap_leftovers) || record "exercises' checker: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
-  fi
-
-  # -------------------------------------------------------------------------------------
-  # 6. The perf sweep, with NCCL's own account of what it chose.
-  log=$tmp/perf.log
-  # Meanwhile, which libnccl file the ranks have mapped (/proc/PID/maps: the real file, not
-  # the name it was loaded by).
-  (
-    for _ in $(seq 3600); do
-      for p in $(ours); do grep -o '/[^ ]*libnccl[^ ]*' "/proc/$p/maps" 2>/dev/null; done | sort -u >"$tmp/maps.txt"
-      [ -s "$tmp/maps.txt" ] && break
-      sleep 0.5
-    done
-  ) &
-  sampler=$!
-  [ "$on_double" = 1 ] && [ "$perf_max" = 256M ] && perf_max=1M # the double copies through files: slow
-  run_step "07-nccl-perf sweep" 1800 "$log" env NCCL_DEBUG=INFO "$bins/07-nccl-perf" --backend nccl \
-    --nproc-per-node "$gpus" -b 8 -e "$perf_max" -f 2 --timeout 60
-  kill "$sampler" 2>/dev/null
-  wait "$sampler" 2>/dev/null
-  nccl_mapped=$(sort -u "$tmp/maps.txt" 2>/dev/null | tr '\n' ' ')
-  perf_table=$(grep -E '^#|^ +[0-9]' "$log" | grep -v 'NCCL INFO')
-  nccl_info=$(grep -E 'NCCL (INFO|WARN)' "$log" | head -n 200)
-  nccl_version_info=$(grep -m 1 -o 'NCCL version .*' "$log")
-  if $timed_out; then
-    record "07-nccl-perf sweep" FAIL "did not end within 1800 s" "$secs" "$cmd" "$log"
-  elif [ "$rc" != 0 ]; then
-    record "07-nccl-perf sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd"
-  elif ! grep -q '^# Out of bounds values : 0 OK' "$log"; then
-    record "07-nccl-perf sweep" FAIL "wrong values in the sweep (see the table)" "$secs" "$cmd"
-  else
-    record "07-nccl-perf sweep" PASS "$(grep -m 1 '^# Avg bus bandwidth' "$log")" "$secs" "$cmd"
-  fi
-  left=$(reap_leftovers) || record "perf: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
-
-  # -------------------------------------------------------------------------------------
   # Ranks started by hand, as Slurm's tasks are: start_ranks EXAMPLE WORLD GPU_OF_RANK
   # ARGS...; GPU_OF_RANK is 'each' (rank i sees only GPU i), 'same' (every rank sees only
-  # the first GPU) or 'all' (every rank sees them all). Sets pids[], port, and logs in
-  # $tmp/hand/rank<R>.{out,err}.
+  # the first GPU) or 'all' (every rank sees them all); rank_env[] (VAR=value...) goes
+  # into every rank's environment. Sets pids[], port, and logs in $tmp/hand/rank<R>.{out,err}.
+  rank_env=()
   start_ranks() {
     local ex=$1 world=$2 gpu_of=$3 r
     shift 3
@@ -435,7 +441,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     mkdir -p "$tmp/hand"
     hand_cmd=""
     for ((r = 0; r < world; r++)); do
-      local env=(env)
+      local env=(env "${rank_env[@]}")
       case $gpu_of in
         each) env+=(CUDA_VISIBLE_DEVICES="$(gpu_id "$r")") ;;
         same) env+=(CUDA_VISIBLE_DEVICES="$(gpu_id 0)") ;;
@@ -484,31 +490,271 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   }
   # What a rank said, without NCCL's own INFO/WARN lines.
   said() { grep -v -E 'NCCL (INFO|WARN)' "$tmp/hand/rank$1.err"; }
+  # hand_step NAME LIMIT LOG EXAMPLE ARGS...: run_step's work for ranks started by hand, one
+  # per GPU (MIG: one per MIG device, each its own CUDA_VISIBLE_DEVICES): every rank's
+  # output in LOG; rc is the first rank's failure (or 0), ranks still running after LIMIT
+  # seconds are killed (timed_out).
+  hand_step() {
+    local name=$1 limit=$2 log=$3 ex=$4 r
+    shift 4
+    local t0=$SECONDS
+    say "running: $name ($ex, $gpus ranks started by hand, each its own CUDA_VISIBLE_DEVICES)"
+    start_ranks "$ex" "$gpus" "$spread" "$@"
+    cmd=$hand_cmd
+    wait_ranks "$limit"
+    secs=$((SECONDS - t0))
+    rc=0 timed_out=false
+    for r in "${!pids[@]}"; do
+      if [ "${codes[$r]}" = - ]; then
+        timed_out=true
+        kill -CONT "${pids[$r]}" 2>/dev/null
+        kill -9 "${pids[$r]}" 2>/dev/null
+      elif [ "$rc" = 0 ] && [ "${codes[$r]}" != 0 ]; then
+        rc=${codes[$r]}
+      fi
+    done
+    $timed_out && { rc=124; wait_ranks 5; }
+    cp "$(hand_logs)" "$log"
+  }
+  # How the multi-rank steps spread their ranks: as the user's launcher would (every rank
+  # sees every GPU, and takes GPU rank % count), or, on MIG devices, one device each.
+  spread=all
+  $mig && spread=each
 
   exec 2>>"$tmp/bash-notes.log" # "line N: PID Killed ...": bash on the ranks it saw killed
+
   # -------------------------------------------------------------------------------------
-  # 7. Two ranks on one GPU: refused, one line naming the GPU, exit 2.
+  # 4. Every lesson on NCCL, one rank per GPU.
+  hold="all $gpus ranks hold"
+  [ "$gpus" = 1 ] && hold="the one rank holds"
+  for ex in "${examples[@]}"; do
+    log=$tmp/$ex.log
+    more=()
+    # The benchmark: every collective, operator and type, checked, at a few sizes.
+    [ "$ex" = 07-nccl-perf ] && more=(--op all -o all -d all -b 4 -e 16M -f 64)
+    if $mig; then
+      hand_step "$ex" 600 "$log" "$ex" "${more[@]}"
+    else
+      run_step "$ex" 600 "$log" "$bins/$ex" --backend nccl --nproc-per-node "$gpus" --timeout 60 "${more[@]}"
+    fi
+    case $ex in
+      00-nccl-hello-world) want="^Hello from $gpus rank$([ "$gpus" = 1 ] || echo s):" ;;
+      01-nccl-broadcast) want="^Check: OK, $hold 42 " ;;
+      02-nccl-allreduce) want="^Check: OK, $hold $gpus " ;;
+      0[3-6]-*) want="^Check: OK, $hold the expected values" ;;
+      07-nccl-perf) want="^# Out of bounds values : 0 OK" ;;
+      08-cudarc-allreduce) want="^rank 0: sent 1, got \\[$((gpus * (gpus + 1) / 2))\\.0" ;;
+    esac
+    if $timed_out; then
+      record "$ex" FAIL "did not end within 600 s" "$secs" "$cmd" "$log"
+    elif [ "$rc" != 0 ]; then
+      record "$ex" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
+    elif ! grep -q '^backend: nccl' "$log"; then
+      record "$ex" FAIL "not on NCCL: $(grep -m 1 '^backend:' "$log")" "$secs" "$cmd" "$log"
+    elif ! grep -q "$want" "$log"; then
+      record "$ex" FAIL "no line '${want#^}' in its output" "$secs" "$cmd" "$log"
+    else
+      record "$ex" PASS "$(grep -m 1 -E '^(Check|Hello|# Avg bus bandwidth|rank 0: sent)' "$log")" "$secs" "$cmd" "$log"
+    fi
+    left=$(reap_leftovers) || record "$ex: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+  done
+
+  # The calls the NCCL backend makes, shown (--show-calls): every rank's ncclAllReduce.
+  log=$tmp/show-calls.log
+  if $mig; then
+    hand_step "--show-calls" 120 "$log" 02-nccl-allreduce --show-calls --count 1024 --iters 1
+  else
+    run_step "--show-calls" 120 "$log" "$bins/02-nccl-allreduce" --backend nccl --nproc-per-node "$gpus" \
+      --timeout 60 --show-calls --count 1024 --iters 1
+  fi
+  shown=$(grep -c '│ ncclAllReduce(.*count=1024, datatype=ncclFloat32, op=ncclSum' "$log")
+  if [ "$rc" != 0 ]; then
+    record "--show-calls" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
+  elif [ "$shown" != $((2 * gpus)) ]; then
+    record "--show-calls" FAIL "$shown ncclAllReduce lines shown, $((2 * gpus)) expected (one checked and one timed per rank)" "$secs" "$cmd" "$log"
+  else
+    record "--show-calls" PASS "$(grep -m 1 '│ ncclAllReduce(' "$log")" "$secs" "$cmd" "$log"
+  fi
+
+  # -------------------------------------------------------------------------------------
+  # 5. The exercises' checker on NCCL (it builds the exercises itself: needs cargo).
+  max_world=$((gpus > 5 ? 5 : gpus))
+  if ! $have_cargo; then
+    record "exercises' checker" SKIP "no cargo here (cargo workbook check builds the exercises)" 0 ""
+  elif [ -n "$build_offline" ]; then
+    record "exercises' checker" SKIP "it builds the exercises, and the build could not reach crates.io (see the build step)" 0 ""
+  elif $mig; then
+    record "exercises' checker" SKIP "MIG devices: the checker starts its ranks with one CUDA_VISIBLE_DEVICES for all, so every rank would see the same (first) MIG device" 0 ""
+  elif [ "$gpus" -lt 2 ]; then
+    record "exercises' checker" SKIP "one GPU: its cases need at least 2 ranks, each on its own GPU" 0 ""
+  else
+    log=$tmp/workbook-check.log
+    run_step "exercises' checker" 3600 "$log" cargo workbook check --all --solution --backend nccl --max-world "$max_world"
+    summary=$(grep -E '^[0-9]+ of [0-9]+ exercises pass' "$log" | tail -n 1)
+    if [ "$rc" = 0 ]; then
+      record "exercises' checker" PASS "$summary" "$secs" "$cmd" "$log"
+    elif no_network "$log"; then
+      record "exercises' checker" FAIL "exit $rc: cargo could not download the crates from crates.io to build the exercises: \
+no network here, as often on compute nodes. What to do: $offline_advice" "$secs" "$cmd" "$log"
+    else
+      record "exercises' checker" FAIL "exit $rc${summary:+: $summary}" "$secs" "$cmd" "$log"
+    fi
+    left=$(reap_leftovers) || record "exercises' checker: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+  fi
+
+  # -------------------------------------------------------------------------------------
+  # 6. The perf sweep, with NCCL's own account of what it chose.
+  log=$tmp/perf.log
+  # Meanwhile, which libnccl file the ranks have mapped (/proc/PID/maps: the real file, not
+  # the name it was loaded by).
+  (
+    for _ in $(seq 3600); do
+      for p in $(ours); do grep -o '/[^ ]*libnccl[^ ]*' "/proc/$p/maps" 2>/dev/null; done | sort -u >"$tmp/maps.txt"
+      [ -s "$tmp/maps.txt" ] && break
+      sleep 0.5
+    done
+  ) &
+  sampler=$!
+  [ "$on_double" = 1 ] && [ "$perf_max" = 256M ] && perf_max=1M # the double copies through files: slow
+  if $mig; then
+    rank_env=(NCCL_DEBUG=INFO)
+    hand_step "07-nccl-perf sweep" 1800 "$log" 07-nccl-perf -b 8 -e "$perf_max" -f 2
+    rank_env=()
+  else
+    run_step "07-nccl-perf sweep" 1800 "$log" env NCCL_DEBUG=INFO "$bins/07-nccl-perf" --backend nccl \
+      --nproc-per-node "$gpus" -b 8 -e "$perf_max" -f 2 --timeout 60
+  fi
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  nccl_mapped=$(sort -u "$tmp/maps.txt" 2>/dev/null | tr '\n' ' ')
+  perf_table=$(grep -E '^#|^ +[0-9]' "$log" | grep -v 'NCCL INFO')
+  nccl_info=$(grep -E 'NCCL (INFO|WARN)' "$log" | head -n 200)
+  nccl_version_info=$(grep -m 1 -o 'NCCL version .*' "$log")
+  if $timed_out; then
+    record "07-nccl-perf sweep" FAIL "did not end within 1800 s" "$secs" "$cmd" "$log"
+  elif [ "$rc" != 0 ]; then
+    record "07-nccl-perf sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd"
+  elif ! grep -q '^# Out of bounds values : 0 OK' "$log"; then
+    record "07-nccl-perf sweep" FAIL "wrong values in the sweep (see the table)" "$secs" "$cmd"
+  else
+    record "07-nccl-perf sweep" PASS "$(grep -m 1 '^# Avg bus bandwidth' "$log")" "$secs" "$cmd"
+  fi
+  left=$(reap_leftovers) || record "perf: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+
+  # -------------------------------------------------------------------------------------
+  # 6b. One all-reduce with NCCL's account of its set-up: the topology, the rings and trees
+  #     (GRAPH), the tuning table (TUNING). Each rank's NCCL lines are kept apart, bounded.
+  name="NCCL_DEBUG=INFO all-reduce"
+  debug_size=64M
+  [ "$on_double" = 1 ] && debug_size=1M # the double copies through files: slow
+  debug_dir=$tmp/nccl-debug
+  mkdir -p "$debug_dir"
+  rank_env=(NCCL_DEBUG=INFO "NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING")
+  t0=$SECONDS
+  start_ranks 02-nccl-allreduce "$gpus" "$spread" --size "$debug_size"
+  rank_env=()
+  say "running: $name ($gpus ranks started by hand, --size $debug_size)"
+  wait_ranks 300
+  secs=$((SECONDS - t0))
+  why="" debug_lines=0
+  for r in "${!pids[@]}"; do
+    if [ "${codes[$r]}" = - ]; then why+="rank $r still running after 300 s; "
+    elif [ "${codes[$r]}" != 0 ]; then why+="rank $r: exit ${codes[$r]} $(said "$r" | grep -m 1 '^error:'); "
+    fi
+    # NCCL prints to stdout (unless NCCL_DEBUG_FILE): both streams, in the order of each.
+    cat "$tmp/hand/rank$r.out" "$tmp/hand/rank$r.err" | grep -E 'NCCL (INFO|WARN)' >"$debug_dir/rank$r.log"
+    debug_lines=$((debug_lines + $(wc -l <"$debug_dir/rank$r.log")))
+  done
+  grep -q "^Check: OK" "$tmp/hand/rank0.out" || why+="no 'Check: OK' from rank 0; "
+  logf=$(hand_logs)
+  left=$(reap_leftovers) || why+="left running (killed now): ${left%; }; "
+  debug_cmd=$hand_cmd
+  if [ "$debug_lines" = 0 ] && [ "$on_double" = 1 ]; then
+    debug_note="The NCCL test double (GPU_CHECK_ON_DOUBLE=1) prints no NCCL_DEBUG lines: there are no rings, trees or tuning table to show. On a GPU node, NCCL's own lines are here."
+  elif [ "$debug_lines" = 0 ]; then
+    why+="NCCL printed no INFO line with NCCL_DEBUG=INFO; "
+    debug_note="NCCL printed no INFO line, though NCCL_DEBUG=INFO was set (and NCCL_DEBUG_FILE unset)."
+  fi
+  if [ -z "$why" ]; then
+    if [ "$debug_lines" = 0 ]; then debug_said="no NCCL lines: the test double prints none"
+    else debug_said="$debug_lines lines of NCCL's, in the section \"NCCL's account of one all-reduce\""; fi
+    record "$name" PASS "$(grep -m 1 '^Check:' "$tmp/hand/rank0.out"); $debug_said" "$secs" "$hand_cmd" "$logf"
+  else
+    record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
+  fi
+
+  # -------------------------------------------------------------------------------------
+  # 7. Two ranks on one GPU: refused. By the workbook (its ranks compare their GPUs, as
+  #    NCCL does: exit 2 and one line naming the GPU), or, where the GPU is in
+  #    EXCLUSIVE_PROCESS compute mode, by the driver before that (the second process to
+  #    open the GPU gets CUDA_ERROR_DEVICE_UNAVAILABLE, the other rank ends by --timeout).
   name="two ranks on one GPU refused"
+  gpu0=$(gpu_id 0)
+  mode=""
+  if [ "$on_double" = 1 ]; then
+    mode_said="the NCCL test double has no compute mode"
+  elif [ -z "$compute_modes" ]; then
+    mode_said="its compute mode unknown: no answer from nvidia-smi --query-gpu=compute_mode"
+  else
+    mode=$(mode_of "$gpu0")
+    what="GPU $gpu0"
+    [[ $gpu0 == MIG-* ]] && what="the GPU of MIG device $gpu0"
+    mode_said="$what is in compute mode $mode"
+    [ -n "$mode" ] || mode_said="$what: compute mode unknown (not in nvidia-smi's list)"
+  fi
   t0=$SECONDS
   start_ranks 00-nccl-hello-world 2 same
   wait_ranks $((rank_timeout + grace))
   secs=$((SECONDS - t0))
-  why=""
+  why="" how=""
+  busy='CUDA_ERROR_DEVICE_UNAVAILABLE|CUDA_ERROR_DEVICE_BUSY|DEVICES_UNAVAILABLE|busy or unavailable'
   for r in 0 1; do
-    lines=$(said "$r")
     if [ "${codes[$r]}" = - ]; then why+="rank $r still running after $((rank_timeout + grace)) s; "
-    elif [ "${codes[$r]}" != 2 ]; then why+="rank $r exited ${codes[$r]}, not 2; "
-    elif [ "$(grep -c . <<<"$lines")" != 1 ]; then why+="rank $r said $(grep -c . <<<"$lines") lines, not one; "
-    elif ! grep -qE '^error: .*GPU' <<<"$lines" || ! grep -qiE 'duplicate|same|both|twice|already' <<<"$lines"; then
-      why+="rank $r's error does not name the shared GPU: $lines; "
+    elif [ "${codes[$r]}" = 0 ]; then why+="rank $r exited 0: nothing refused the second rank on GPU $gpu0; "
+    elif said "$r" | grep -qE 'internal error \(a bug in the workbook|panicked'; then
+      why+="rank $r panicked: $(said "$r" | grep -m 1 -E 'internal error|panicked'); "
     fi
   done
+  refused_by_driver=""
+  for r in 0 1; do said "$r" | grep -qE "$busy" && refused_by_driver+="$r "; done
+  if [ -n "$why" ]; then
+    :
+  elif [ -z "$refused_by_driver" ]; then
+    # The workbook's refusal: exit 2 and one line naming the GPU, on both ranks.
+    for r in 0 1; do
+      lines=$(said "$r")
+      if [ "${codes[$r]}" != 2 ]; then why+="rank $r exited ${codes[$r]}, not 2; "
+      elif [ "$(grep -c . <<<"$lines")" != 1 ]; then why+="rank $r said $(grep -c . <<<"$lines") lines, not one; "
+      elif ! grep -qE '^error: .*GPU' <<<"$lines" || ! grep -qiE 'duplicate|same|both|twice|already' <<<"$lines"; then
+        why+="rank $r's error does not name the shared GPU: $lines; "
+      fi
+    done
+    case $mode in
+      Exclusive_Process) how="the workbook refused them, though $mode_said: the driver let both processes open it (an MPS server shares it?), and the ranks, comparing their GPUs' UUIDs as NCCL does, refused the duplicate" ;;
+      "") how="the workbook refused them ($mode_said): the ranks compared their GPUs' UUIDs, as NCCL does, and refused the duplicate" ;;
+      *) how="the workbook refused them ($mode_said, which lets several processes share a GPU: the ranks compared their GPUs' UUIDs, as NCCL does, and refused the duplicate)" ;;
+    esac
+    how+="; exit 2 on both; rank 0 said: $(said 0)"
+  else
+    # The driver's refusal: one rank could not open the GPU, the other ended without it.
+    r=${refused_by_driver%% *} other=$((1 - ${refused_by_driver%% *}))
+    case $mode in
+      Exclusive_Process) how="the driver refused rank $r ($mode_said: one process per GPU, so the second process to open it fails, before the ranks can compare their GPUs)" ;;
+      "") how="the driver refused rank $r ($mode_said; CUDA's error says the device is busy or unavailable: EXCLUSIVE_PROCESS, most likely)" ;;
+      *)
+        how="the driver refused rank $r"
+        why="the driver refused rank $r as busy, though $mode_said, not Exclusive_Process: does another process hold it? (nvidia-smi lists the GPU's processes); "
+        ;;
+    esac
+    said "$r" | grep -qE "^error: .*($busy)" || why+="rank $r's error is not one 'error:' line: $(said "$r" | grep -m 1 -E "$busy"); "
+    how+=": rank $r exited ${codes[$r]}: $(said "$r" | grep -m 1 -E "$busy"); rank $other exited ${codes[$other]}: $(said "$other" | grep -m 1 '^error:')"
+  fi
   logf=$(hand_logs)
   left=$(reap_leftovers) || why+="left running (killed now): ${left%; }; "
   if [ -z "$why" ]; then
-    record "$name" PASS "exit 2 on both; rank 0 said: $(said 0)" "$secs" "$hand_cmd" "$logf"
+    record "$name" PASS "$how" "$secs" "$hand_cmd" "$logf"
   else
-    record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
+    record "$name" FAIL "${why%; }${how:+ ($how)}" "$secs" "$hand_cmd" "$logf"
   fi
 
   if [ "$gpus" -ge 2 ]; then
@@ -540,7 +786,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     for sig in KILL STOP; do
       name="kill -$sig rank $victim during an all-reduce"
       t0=$SECONDS
-      start_ranks 02-nccl-allreduce "$gpus" all --size "$big" --iters 100000
+      start_ranks 02-nccl-allreduce "$gpus" "$spread" --size "$big" --iters 100000
       why=""
       # Into the timed loop: rank 0 has printed its check (then the iterations begin).
       started=false
@@ -625,8 +871,29 @@ total=${#names[@]}
   echo "- binaries: $build_note"
   echo "- GPUs ($gpus used${gpu_note:+; $gpu_note}):"
   [ -n "$gpu_list" ] || gpu_list="(no nvidia-smi here: the program's probe counted them)"
-  while IFS= read -r line; do echo "  - $line"; done <<<"$gpu_list"
+  while IFS= read -r line; do
+    # nvidia-smi -L indents a GPU's MIG devices under it: so does the list.
+    if [[ $line =~ ^[[:space:]]+(.*)$ ]]; then echo "    - ${BASH_REMATCH[1]}"; else echo "  - $line"; fi
+  done <<<"$gpu_list"
+  if $mig; then
+    devs=""
+    for i in "${!visible[@]}"; do devs+="${devs:+; }rank $i: ${visible[$i]}"; done
+    echo "- MIG: a CUDA process sees one MIG device only (CUDA enumerates the first MIG instance"
+    echo "  CUDA_VISIBLE_DEVICES lists), so every multi-rank step starts one rank per device, each with"
+    echo "  its own CUDA_VISIBLE_DEVICES, not --nproc-per-node (whose ranks would all see the first MIG"
+    echo "  device), and the exercises' checker (its ranks share one CUDA_VISIBLE_DEVICES) is skipped."
+    echo "  The ranks' devices: $devs"
+  fi
   echo "- driver: ${driver:-unknown (no nvidia-smi, no /proc/driver/nvidia/version)}"
+  if [ "$on_double" = 1 ]; then
+    echo "- compute mode: none (the NCCL test double has no compute modes)"
+  elif [ -z "$compute_modes" ]; then
+    echo "- compute mode: unknown (no answer from nvidia-smi --query-gpu=compute_mode)"
+  elif [ "$(awk -F', *' '{print $3}' <<<"$compute_modes" | sort -u | grep -c .)" = 1 ]; then
+    echo "- compute mode: $(awk -F', *' 'NR == 1 {print $3}' <<<"$compute_modes") (every GPU nvidia-smi lists)"
+  else
+    echo "- compute modes: $(awk -F', *' '{printf "%sGPU %s: %s", (NR > 1 ? "; " : ""), $1, $3}' <<<"$compute_modes")"
+  fi
   echo "- NCCL: ${nccl_version:-unknown}; the program's line: \`${nccl_line:-none}\`"
   echo "- NCCL library file the ranks mapped (/proc/PID/maps, during the perf sweep): ${nccl_mapped:-not seen}"
   echo "- NCCL's own version line (NCCL_DEBUG=INFO): ${nccl_version_info:-none}"
@@ -654,6 +921,33 @@ total=${#names[@]}
     echo '```'
     echo
   fi
+  if [ -n "$debug_dir" ]; then
+    echo "## NCCL's account of one all-reduce (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING)"
+    echo
+    echo "02-nccl-allreduce on $gpus rank(s), one per $($mig && echo "MIG device" || echo GPU), --size $debug_size, each rank started by"
+    echo "hand so that its lines stay apart. NCCL's lines as it sets up the communicator: what it found"
+    echo "(INIT: the GPUs, the links between them), the rings and trees it built over them (GRAPH:"
+    echo "\`Channel 00/02 : 0 1 2 3\`, \`Trees [0] ...\`), and the tuning table, the time it expects of"
+    echo "each algorithm and protocol at each size, from which it picks one per call (TUNING)."
+    echo "EXERCISES.md will annotate this log once a real one exists: this is where it comes from."
+    echo
+    echo '```'
+    printf '%s' "$debug_cmd"
+    echo '```'
+    echo
+    [ -n "$debug_note" ] && { echo "$debug_note"; echo; }
+    for ((r = 0; r < gpus; r++)); do
+      f=$debug_dir/rank$r.log
+      [ -s "$f" ] || continue
+      n=$(wc -l <"$f")
+      echo "### rank $r: $n lines$([ "$n" -gt "$debug_keep" ] && echo ", the first $debug_keep ($((n - debug_keep)) left out)")"
+      echo
+      echo '```'
+      head -n "$debug_keep" "$f"
+      echo '```'
+      echo
+    done
+  fi
   echo "## Steps"
   echo
   cat "$details"
@@ -670,5 +964,9 @@ if [ "$failed" = 0 ]; then
   say "all $total steps passed"
   exit 0
 fi
-say "$failed of $total steps FAILED: see $out"
+if [ -n "$build_offline" ]; then
+  say "$failed of $total steps FAILED: see $out. The build could not reach crates.io (no network here). What to do: $build_offline"
+else
+  say "$failed of $total steps FAILED: see $out"
+fi
 exit 1
