@@ -65,6 +65,12 @@ Options:
                    CARGO_TARGET_DIR/release, ./target/release)
   --no-build       do not run cargo build (use what is built: on the login node, say)
   --perf-max SIZE  the perf sweep's largest size (default 256M)
+  --nccl-tests P   nccl-tests' all_reduce_perf (the file, or nccl-tests' folder holding
+                   build/all_reduce_perf): run beside the perf sweep, same sizes, same
+                   GPUs, and the two busbw columns set side by side (else NCCL_TESTS, or
+                   all_reduce_perf on PATH; without any, the step is skipped). Build it
+                   on the login node: git clone https://github.com/NVIDIA/nccl-tests;
+                   make -C nccl-tests CUDA_HOME=... NCCL_HOME=...
   -h, --help       this help
 
 Environment:
@@ -84,7 +90,7 @@ start_dir=$PWD
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 host=$(hostname -s 2>/dev/null || hostname)
 stamp=$(date +%Y%m%d-%H%M%S)
-out="" bin_dir="" build=true perf_max=256M
+out="" bin_dir="" build=true perf_max=256M nccl_tests=${NCCL_TESTS:-}
 command_line="bench/gpu-check.sh${*:+ $*}"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -95,6 +101,8 @@ while [ $# -gt 0 ]; do
     --no-build) build=false; shift ;;
     --perf-max) perf_max=${2:?--perf-max needs a size}; shift 2 ;;
     --perf-max=*) perf_max=${1#*=}; shift ;;
+    --nccl-tests) nccl_tests=${2:?--nccl-tests needs a file or folder}; shift 2 ;;
+    --nccl-tests=*) nccl_tests=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -642,6 +650,54 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   left=$(reap_leftovers) || record "perf: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
 
   # -------------------------------------------------------------------------------------
+  # 6a. nccl-tests' all_reduce_perf on the same GPUs and sizes: its busbw beside ours. The
+  #     workbook's timed loop is nccl-tests' own (a blocking communicator, the calls back
+  #     to back, one wait): within 5% at every size is the goal. nccl-tests runs as one
+  #     process driving every GPU (-g), the workbook one process per GPU.
+  name="07-nccl-perf against nccl-tests"
+  art=""
+  if [ -n "$nccl_tests" ] && [ -d "$nccl_tests" ]; then
+    for f in "$nccl_tests/build/all_reduce_perf" "$nccl_tests/all_reduce_perf"; do [ -x "$f" ] && { art=$f; break; }; done
+  elif [ -n "$nccl_tests" ]; then
+    [ -x "$nccl_tests" ] && art=$nccl_tests
+  else
+    art=$(command -v all_reduce_perf 2>/dev/null || true)
+  fi
+  compare_table=""
+  if [ "$on_double" = 1 ]; then
+    record "$name" SKIP "the NCCL test double is not a GPU: nothing to compare" 0 ""
+  elif $mig; then
+    record "$name" SKIP "MIG devices: all_reduce_perf -g drives several GPUs from one process, which sees one MIG device" 0 ""
+  elif [ -z "$art" ]; then
+    record "$name" SKIP "no all_reduce_perf (--nccl-tests, NCCL_TESTS, or on PATH${nccl_tests:+: $nccl_tests has none}); build nccl-tests on the login node (see --help)" 0 ""
+  elif [ ! -s "$log" ] || ! grep -q '^# Out of bounds values : 0 OK' "$log"; then
+    record "$name" SKIP "the perf sweep did not pass: nothing to compare" 0 ""
+  else
+    tlog=$tmp/nccl-tests.log
+    run_step "$name" 1800 "$tlog" "$art" -b 8 -e "$perf_max" -f 2 -g "$gpus" -n 20 -w 5
+    if $timed_out; then
+      record "$name" FAIL "all_reduce_perf did not end within 1800 s" "$secs" "$cmd" "$tlog"
+    elif [ "$rc" != 0 ]; then
+      record "$name" FAIL "all_reduce_perf: exit $rc" "$secs" "$cmd" "$tlog"
+    else
+      # size, then busbw out of place (column 8) and in place (column 12), of both tables.
+      rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 12 { print $1, $8, $12 }' "$1"; }
+      compare_table=$(join <(rows "$tlog" | sort -k1,1) <(rows "$log" | sort -k1,1) | sort -n -k1,1 |
+        awk '{ r1 = ($2 > 0 ? $4 / $2 : 0); r2 = ($3 > 0 ? $5 / $3 : 0)
+               printf "| %s | %s | %s | %.2f | %s | %s | %.2f |\n", $1, $2, $4, r1, $3, $5, r2 }')
+      below=$(awk -F' *[|] *' '$5 + 0 < 0.95 || $8 + 0 < 0.95 { printf "%s%s", sep, $2; sep = ", " }' <<<"$compare_table")
+      n=$(grep -c . <<<"$compare_table")
+      if [ "$n" = 0 ]; then
+        record "$name" FAIL "no size in common between the two tables" "$secs" "$cmd" "$tlog"
+      elif [ -n "$below" ]; then
+        record "$name" FAIL "busbw below 95% of nccl-tests' at $below B (of $n sizes; a timing: rerun to tell noise from a cost)" "$secs" "$cmd" "$tlog"
+      else
+        record "$name" PASS "busbw within 5% of nccl-tests' (or above) at all $n sizes" "$secs" "$cmd" "$tlog"
+      fi
+    fi
+  fi
+
+  # -------------------------------------------------------------------------------------
   # 6b. One all-reduce with NCCL's account of its set-up: the topology, the rings and trees
   #     (GRAPH), the tuning table (TUNING). Each rank's NCCL lines are kept apart, bounded.
   name="NCCL_DEBUG=INFO all-reduce"
@@ -911,6 +967,18 @@ total=${#names[@]}
     echo '```'
     echo "$perf_table"
     echo '```'
+    echo
+  fi
+  if [ -n "$compare_table" ]; then
+    echo "## 07-nccl-perf against nccl-tests' all_reduce_perf (busbw, GB/s)"
+    echo
+    echo "The same GPUs, sizes (-b 8 -e $perf_max -f 2) and iterations (-n 20 -w 5); nccl-tests as"
+    echo "\`$art -g $gpus\` (one process, every GPU), the workbook one process per GPU. Ratio: ours over"
+    echo "nccl-tests'."
+    echo
+    echo "| size (B) | nccl-tests out of place | ours | ratio | nccl-tests in place | ours | ratio |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|"
+    echo "$compare_table"
     echo
   fi
   if [ -n "$nccl_info" ]; then

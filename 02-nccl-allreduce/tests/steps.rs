@@ -455,7 +455,7 @@ fn on_nccl_steps_say_why_in_one_line_and_the_trace_times_each_collective() {
     let events = doc["traceEvents"].as_array().unwrap();
     for rank in 0..2 {
         let colls = spans(events, rank, "collective");
-        assert_eq!(colls.len(), 3, "the checked run and two timed ones: {r}");
+        assert_eq!(colls.len(), 4, "the checked run, the timed loop's warm-up and two timed ones: {r}");
         assert!(
             colls
                 .iter()
@@ -471,7 +471,7 @@ fn on_nccl_steps_say_why_in_one_line_and_the_trace_times_each_collective() {
             .into_iter()
             .filter(|c| c["name"] == "ncclAllReduce")
             .collect();
-        assert_eq!(calls.len(), 3, "one ncclAllReduce per collective: {r}");
+        assert_eq!(calls.len(), 4, "one ncclAllReduce per collective: {r}");
         for (call, coll) in calls.iter().zip(&colls) {
             assert_eq!(call["args"]["bytes"], 16, "{call}");
             assert!(within(call, coll), "{call} inside {coll}");
