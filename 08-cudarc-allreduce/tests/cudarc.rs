@@ -1,7 +1,9 @@
 //! Lesson 08 calls cudarc's NCCL API itself: run it on simulated GPUs and on the NCCL
 //! test double, and where NCCL cannot run. Real processes.
 
-use testkit::{LIMIT, finish, nccl_command, run, spawn};
+use std::process::{Child, Command};
+use std::time::Duration;
+use testkit::{LIMIT, finish, finish_or_kill, free_port, nccl_command, run, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_08-cudarc-allreduce");
 
@@ -31,6 +33,44 @@ fn more_ranks_than_gpus_share_them_by_the_courses_rule_and_nccl_refuses() {
     assert_eq!(r.code, Some(1), "{r}");
     assert!(r.stderr.contains("NCCL failed in ncclCommInitRank with"), "{r}");
     assert!(!r.stderr.contains("panicked"), "{r}");
+}
+
+/// Rank `rank` of `world` started by hand on `port`, on the double with `gpus` GPUs.
+fn by_hand(world: usize, rank: usize, port: u16, gpus: usize, extra: &[&str]) -> Command {
+    let (w, r, p) = (world.to_string(), rank.to_string(), port.to_string());
+    let args = [&["--world-size", &w, "--rank", &r, "--master-port", &p][..], extra].concat();
+    nccl_command(BIN, &args, gpus)
+}
+
+#[test]
+fn a_rank_stuck_in_nccl_at_the_deadline_ends_at_once_with_one_line() {
+    // Two ranks whose NCCLs never meet (each has its own meeting folder, as if the other
+    // never joined): both sit in ncclCommInitRank, which has no deadline. At --timeout,
+    // each must say so and exit 1 at once: ending with exit() would run the CUDA
+    // runtime's static destructors, which wait for the thread stuck in NCCL (the double
+    // plays them).
+    let port = free_port();
+    let rooms = |r: usize| testkit::nccl_double_dir().with_file_name(format!("rooms-stuck-{}-{r}", std::process::id()));
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| {
+            std::fs::create_dir_all(rooms(r)).unwrap();
+            let mut cmd = by_hand(2, r, port, 2, &["--timeout", "2"]);
+            cmd.env("NCCL_DOUBLE_DIR", rooms(r));
+            spawn(cmd)
+        })
+        .collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let (run, in_time) = finish_or_kill(child, Duration::from_secs(30));
+        assert!(in_time, "rank {rank} did not end within 30 s of a 2 s deadline:\n{run}");
+        assert_eq!(run.code, Some(1), "{run}");
+        assert_eq!(run.stderr.lines().count(), 1, "one line:\n{run}");
+        assert!(
+            run.stderr
+                .starts_with(&format!("error: rank {rank}: not done after --timeout 2 s")),
+            "{run}"
+        );
+        let _ = std::fs::remove_dir_all(rooms(rank));
+    }
 }
 
 #[test]

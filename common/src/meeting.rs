@@ -126,15 +126,19 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     };
     // cudarc's calls block, and NCCL waits for a lost peer for ever: the whole lesson
     // gets one deadline (the workbook's own backend polls instead: backend/nccl.rs).
+    // When it passes, this thread ends the process at once, without destructors: the
+    // CUDA runtime's would wait for the lesson's thread, stuck inside NCCL.
     let limit = run.timeout;
     std::thread::spawn(move || {
         std::thread::sleep(limit);
-        crate::error::say_line(&format!(
-            "error: rank {rank}: not done after --timeout {}: cudarc's NCCL calls block with no deadline of \
-             their own, so a rank stuck in NCCL (or waiting for a lost peer) is stopped here",
-            crate::units::human_duration(limit)
-        ));
-        std::process::exit(i32::from(crate::error::EXIT_FAILURE));
+        crate::error::exit_now(
+            &format!(
+                "error: rank {rank}: not done after --timeout {}: cudarc's NCCL calls block with no deadline of \
+                 their own, so a rank stuck in NCCL (or waiting for a lost peer) is stopped here",
+                crate::units::human_duration(limit)
+            ),
+            crate::error::EXIT_FAILURE,
+        )
     });
     lesson(&mut meeting)?;
     meeting.finish()

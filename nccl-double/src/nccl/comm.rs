@@ -364,6 +364,7 @@ fn init(out: *mut *mut Comm, nranks: c_int, id: &UniqueId, rank: c_int, blocking
         Err(f) => return fail(f.code, who, &f.why),
     };
     if blocking {
+        let _blocked = crate::teardown::blocking(name);
         comm.shared.wait_for(|s| s.joined || s.async_error.is_some());
         let failed = comm.shared.state().async_error.clone();
         if let Some((code, why)) = failed {
@@ -613,6 +614,7 @@ pub extern "C" fn ncclCommFinalize(comm: *mut Comm) -> NcclResult {
         };
         c.shared.update(|s| s.finalized = true);
         if c.blocking() {
+            let _blocked = crate::teardown::blocking("ncclCommFinalize");
             c.shared.wait_for(State::settled);
             SUCCESS
         } else {
@@ -656,6 +658,7 @@ fn end(comm: *mut Comm, call: &str, settle: bool) -> NcclResult {
         if !live(comm) {
             return not_live();
         }
+        let _blocked = crate::teardown::blocking(call);
         // SAFETY: live, see `usable`.
         unsafe { &*comm }.shared.wait_for(State::settled);
     }
