@@ -113,6 +113,67 @@ fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
     assert!(!said.contains("nccl-double WARN"), "{}", runs[0]);
 }
 
+/// Four ranks by hand on two emulated nodes of two GPUs, placed cyclically as `srun
+/// --distribution=cyclic` places them: ranks 0 and 2 on node-a, 1 and 3 on node-b (local
+/// ranks 0 and 1 on each), each rank with `extra` arguments.
+fn cyclic(extra: &[&str]) -> Vec<Run> {
+    let port = free_port();
+    let cmds = (0..4)
+        .map(|r| {
+            let mut cmd = by_hand(4, r, port, 2, extra);
+            cmd.env("SLURMD_NODENAME", ["node-a", "node-b"][r % 2]);
+            cmd
+        })
+        .collect();
+    all(cmds)
+}
+
+#[test]
+fn a_cyclic_placement_is_refused_naming_the_device_rule_that_runs_it() {
+    // rank % device_count puts ranks 0 and 2 on GPU 0 of node-a: refused, and the
+    // placement named as the cause, with the option that fixes it.
+    let runs = cyclic(&[]);
+    let said = &runs[0].stderr;
+    assert_eq!(runs[0].code, Some(2), "{}", runs[0]);
+    assert!(
+        said.contains("ranks 0 and 2 are both on GPU GPU-")
+            && said.contains("of host node-a: NCCL refuses two ranks on one GPU")
+            && said.contains(
+                "the placement is cyclic-like (ranks 0 and 2 are local ranks 0 and 1 of host node-a, so rank % \
+                 device_count is not the local rank here"
+            )
+            && said.contains("--device-rule local-rank"),
+        "{}",
+        runs[0]
+    );
+    assert_eq!(said.lines().count(), 1, "one line:\n{}", runs[0]);
+    // The local rank's rule: every rank a GPU of its own, and the right sum.
+    let runs = cyclic(&["--device-rule", "local-rank", "--init", "rank", "--format", "json"]);
+    for run in &runs {
+        assert_eq!(run.code, Some(0), "{run}");
+    }
+    let j = runs[0].json();
+    assert_eq!(j["check"]["wrong"], 0, "{}", runs[0]);
+    let placed: Vec<(String, String)> = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["host"].as_str().unwrap().into(), r["device"].as_str().unwrap().into()))
+        .collect();
+    let expect = [
+        ("node-a", "cuda:0"),
+        ("node-b", "cuda:0"),
+        ("node-a", "cuda:1"),
+        ("node-b", "cuda:1"),
+    ];
+    assert_eq!(
+        placed,
+        expect.map(|(h, d)| (h.to_string(), d.to_string())),
+        "{}",
+        runs[0]
+    );
+}
+
 #[test]
 fn cuda_visible_devices_naming_no_gpu_is_one_line_and_exit_2() {
     for (visible, says) in [

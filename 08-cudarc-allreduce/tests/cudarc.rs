@@ -3,7 +3,7 @@
 
 use std::process::{Child, Command};
 use std::time::Duration;
-use testkit::{LIMIT, finish, finish_or_kill, free_port, nccl_command, run, spawn};
+use testkit::{LIMIT, Run, finish, finish_or_kill, free_port, nccl_command, run, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_08-cudarc-allreduce");
 
@@ -27,11 +27,17 @@ fn every_rank_gets_the_sum_on_simulated_gpus() {
 }
 
 #[test]
-fn more_ranks_than_gpus_share_them_by_the_courses_rule_and_nccl_refuses() {
-    // 3 ranks on 2 GPUs: ranks 0 and 2 on GPU 0, which NCCL refuses (duplicate GPU).
+fn more_ranks_than_gpus_are_refused_as_the_other_lessons_refuse_them() {
+    // 3 ranks on 2 GPUs: ranks 0 and 2 on GPU 0. Refused before the lesson makes its
+    // communicator, as lesson 02 refuses it (NCCL's own "Duplicate GPU detected").
     let r = finish(spawn(nccl_command(BIN, &["--nproc-per-node", "3"], 2)), LIMIT);
-    assert_eq!(r.code, Some(1), "{r}");
-    assert!(r.stderr.contains("NCCL failed in ncclCommInitRank with"), "{r}");
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr.contains("ranks 0 and 2 are both on GPU GPU-")
+            && r.stderr.contains("NCCL refuses two ranks on one GPU"),
+        "{r}"
+    );
+    assert!(!r.stderr.contains("ncclCommInitRank"), "{r}");
     assert!(!r.stderr.contains("panicked"), "{r}");
 }
 
@@ -40,6 +46,44 @@ fn by_hand(world: usize, rank: usize, port: u16, gpus: usize, extra: &[&str]) ->
     let (w, r, p) = (world.to_string(), rank.to_string(), port.to_string());
     let args = [&["--world-size", &w, "--rank", &r, "--master-port", &p][..], extra].concat();
     nccl_command(BIN, &args, gpus)
+}
+
+/// Four ranks by hand on two emulated nodes of two GPUs, placed cyclically as `srun
+/// --distribution=cyclic` places them (ranks 0 and 2 on node-a, 1 and 3 on node-b), with
+/// `env` set on each; run to the end.
+fn cyclic(env: &[(&str, &str)]) -> Vec<Run> {
+    let port = free_port();
+    let ranks: Vec<Child> = (0..4)
+        .map(|r| {
+            let mut cmd = by_hand(4, r, port, 2, &[]);
+            cmd.env("SLURMD_NODENAME", ["node-a", "node-b"][r % 2])
+                .envs(env.iter().copied());
+            spawn(cmd)
+        })
+        .collect();
+    ranks.into_iter().map(|c| finish(c, LIMIT)).collect()
+}
+
+#[test]
+fn a_cyclic_placement_is_refused_naming_the_device_rule_that_runs_it() {
+    let runs = cyclic(&[]);
+    assert_eq!(runs[0].code, Some(2), "{}", runs[0]);
+    let said = &runs[0].stderr;
+    assert!(
+        said.contains("ranks 0 and 2 are both on GPU GPU-")
+            && said.contains("the placement is cyclic-like")
+            && said.contains("--device-rule local-rank"),
+        "{}",
+        runs[0]
+    );
+    assert_eq!(said.lines().count(), 1, "one line:\n{}", runs[0]);
+    // The same rule as the other lessons', here from its variable.
+    let runs = cyclic(&[("NCCL_WORKBOOK_DEVICE_RULE", "local-rank")]);
+    for (rank, run) in runs.iter().enumerate() {
+        assert_eq!(run.code, Some(0), "{run}");
+        let line = format!("rank {rank}: sent {}, got [10.0, 10.0, 10.0, 10.0]", rank + 1);
+        assert!(run.stdout.lines().any(|l| l == line), "missing {line:?}:\n{run}");
+    }
 }
 
 #[test]
