@@ -111,6 +111,9 @@ pub struct Probe {
     pub nccl_error: Option<String>,
     /// `CUDA_VISIBLE_DEVICES`, when set.
     pub visible: Option<String>,
+    /// Where libnccl was looked for, when none was found
+    /// ([`crate::nccl_library::looked_in`]).
+    pub nccl_looked: Option<String>,
 }
 
 /// Looks for the driver, its GPUs and NCCL, without ever letting cudarc panic.
@@ -127,12 +130,18 @@ pub fn probe() -> Probe {
             Err(e) => p.driver_error = Some(format!("{e:?}")),
         }
     }
-    // SAFETY: only tries to load the library by name.
-    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+    if crate::nccl_library::cudarc_finds_nccl() {
         match crate::nccl_library::loaded() {
             Ok(lib) => p.nccl = Some(lib),
             Err(e) => p.nccl_error = Some(e.to_string()),
         }
+    // SAFETY: only tries to load the library by name.
+    } else if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        // What cudarc loads is not NCCL (a plugin named libnccl.so?): never call into it.
+        p.nccl_error =
+            Some("the libnccl.so cudarc loads by its own names is not NCCL (it has no ncclGetVersion)".into());
+    } else {
+        p.nccl_looked = Some(crate::nccl_library::looked_in(&|name| std::env::var_os(name)));
     }
     p
 }
@@ -173,8 +182,10 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
             lib.describe()
         ))
     } else if p.nccl.is_none() {
+        let looked = p.nccl_looked.as_deref().map(|l| format!("; {l}")).unwrap_or_default();
         Some(format!(
-            "found {} but no libnccl: install NCCL (e.g. `pip install nvidia-nccl-cu12`), or point NCCL_LIBRARY at libnccl.so.2",
+            "found {} but no libnccl: install NCCL (e.g. `pip install nvidia-nccl-cu12`), or point NCCL_LIBRARY at \
+             libnccl.so.2{looked}",
             gpus(p.gpus)
         ))
     } else {
