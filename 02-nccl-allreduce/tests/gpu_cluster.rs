@@ -113,6 +113,67 @@ fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
     assert!(!said.contains("nccl-double WARN"), "{}", runs[0]);
 }
 
+/// Four ranks by hand on two emulated nodes of two GPUs, placed cyclically as `srun
+/// --distribution=cyclic` places them: ranks 0 and 2 on node-a, 1 and 3 on node-b (local
+/// ranks 0 and 1 on each), each rank with `extra` arguments.
+fn cyclic(extra: &[&str]) -> Vec<Run> {
+    let port = free_port();
+    let cmds = (0..4)
+        .map(|r| {
+            let mut cmd = by_hand(4, r, port, 2, extra);
+            cmd.env("SLURMD_NODENAME", ["node-a", "node-b"][r % 2]);
+            cmd
+        })
+        .collect();
+    all(cmds)
+}
+
+#[test]
+fn a_cyclic_placement_is_refused_naming_the_device_rule_that_runs_it() {
+    // rank % device_count puts ranks 0 and 2 on GPU 0 of node-a: refused, and the
+    // placement named as the cause, with the option that fixes it.
+    let runs = cyclic(&[]);
+    let said = &runs[0].stderr;
+    assert_eq!(runs[0].code, Some(2), "{}", runs[0]);
+    assert!(
+        said.contains("ranks 0 and 2 are both on GPU GPU-")
+            && said.contains("of host node-a: NCCL refuses two ranks on one GPU")
+            && said.contains(
+                "the placement is cyclic-like (ranks 0 and 2 are local ranks 0 and 1 of host node-a, so rank % \
+                 device_count is not the local rank here"
+            )
+            && said.contains("--device-rule local-rank"),
+        "{}",
+        runs[0]
+    );
+    assert_eq!(said.lines().count(), 1, "one line:\n{}", runs[0]);
+    // The local rank's rule: every rank a GPU of its own, and the right sum.
+    let runs = cyclic(&["--device-rule", "local-rank", "--init", "rank", "--format", "json"]);
+    for run in &runs {
+        assert_eq!(run.code, Some(0), "{run}");
+    }
+    let j = runs[0].json();
+    assert_eq!(j["check"]["wrong"], 0, "{}", runs[0]);
+    let placed: Vec<(String, String)> = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["host"].as_str().unwrap().into(), r["device"].as_str().unwrap().into()))
+        .collect();
+    let expect = [
+        ("node-a", "cuda:0"),
+        ("node-b", "cuda:0"),
+        ("node-a", "cuda:1"),
+        ("node-b", "cuda:1"),
+    ];
+    assert_eq!(
+        placed,
+        expect.map(|(h, d)| (h.to_string(), d.to_string())),
+        "{}",
+        runs[0]
+    );
+}
+
 #[test]
 fn cuda_visible_devices_naming_no_gpu_is_one_line_and_exit_2() {
     for (visible, says) in [
@@ -322,6 +383,80 @@ fn libc_path() -> PathBuf {
         })
         .map(PathBuf::from)
         .expect("libc in /proc/self/maps")
+}
+
+#[test]
+fn a_network_plugin_preloaded_is_not_taken_for_nccl() {
+    // NCCL's network plugins are named libnccl-net*.so and are not NCCL (no
+    // ncclGetVersion): here a harmless library under that name.
+    let plugin = folder("plugin", &[], &[]).join("libnccl-net-x.so");
+    std::os::unix::fs::symlink(libc_path(), &plugin).unwrap();
+    let mut cmd = nccl_command(BIN, &["--backend", "auto"], 2);
+    cmd.env("LD_PRELOAD", &plugin);
+    let run = finish(spawn(cmd), LIMIT);
+    assert!(!run.stderr.contains("internal error"), "{run}");
+    let run = run.ok();
+    assert_eq!(run.stdout.lines().next(), Some(backend_line(2).as_str()), "{run}");
+    assert!(run.stdout.contains("Check: OK, all 2 ranks hold 2"), "{run}");
+}
+
+/// A command on the double's CUDA driver only (linked in a folder of its own, `name`,
+/// returned too): no NCCL on `LD_LIBRARY_PATH`, and no variable of this machine's that
+/// points at one.
+fn without_nccl_on_the_path(name: &str, args: &[&str]) -> (Command, PathBuf) {
+    let cuda_only = folder(name, &["libcuda.so", "libcuda.so.1"], &[]);
+    let home = testkit::nccl_double_dir().with_file_name("empty-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut cmd = nccl_command(BIN, args, 2);
+    cmd.env("LD_LIBRARY_PATH", &cuda_only)
+        .env("HOME", &home)
+        .env_remove("NCCL_HOME")
+        .env_remove("NCCL_LIBRARY")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CONDA_PREFIX")
+        .env_remove("LD_PRELOAD");
+    (cmd, cuda_only)
+}
+
+#[test]
+fn condas_nccl_in_conda_prefix_lib_is_found() {
+    // `conda install nccl` puts libnccl.so.2 in $CONDA_PREFIX/lib.
+    let prefix = folder("conda", &[], &[]);
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::os::unix::fs::symlink(double_file(), lib.join("libnccl.so.2")).unwrap();
+    let (mut cmd, _) = without_nccl_on_the_path("cuda-only-conda", &["--backend", "nccl"]);
+    cmd.env("CONDA_PREFIX", &prefix);
+    let run = finish(spawn(cmd), LIMIT).ok();
+    assert_eq!(run.stdout.lines().next(), Some(backend_line(2).as_str()), "{run}");
+    assert!(run.stdout.contains("Check: OK, all 2 ranks hold 2"), "{run}");
+}
+
+#[test]
+fn without_libnccl_the_message_lists_every_place_looked() {
+    let prefix = folder("conda-without-nccl", &[], &[]);
+    let home = Path::new("/nowhere/nccl-home");
+    let (mut cmd, cuda_only) = without_nccl_on_the_path("cuda-only-none", &["--backend", "nccl"]);
+    cmd.env("CONDA_PREFIX", &prefix).env("NCCL_HOME", home);
+    let run = finish(spawn(cmd), LIMIT);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    for place in [
+        "found 2 GPUs but no libnccl".to_string(),
+        "NCCL_LIBRARY (unset)".into(),
+        "the libraries already loaded (LD_PRELOAD)".into(),
+        "cudarc's own names".into(),
+        format!("NCCL_HOME ({0}/lib, {0}/lib64)", home.display()),
+        format!("LD_LIBRARY_PATH ({})", cuda_only.display()),
+        format!(
+            "the active environment's wheels (nvidia/nccl/lib in python3.*/{{site,dist}}-packages of {}/lib)",
+            prefix.display()
+        ),
+        format!("conda's own lib folder ({}/lib)", prefix.display()),
+        "/usr/local/cuda/lib64".into(),
+    ] {
+        assert!(run.stderr.contains(&place), "{place:?} not named:\n{run}");
+    }
 }
 
 #[test]

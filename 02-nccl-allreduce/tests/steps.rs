@@ -455,7 +455,11 @@ fn on_nccl_steps_say_why_in_one_line_and_the_trace_times_each_collective() {
     let events = doc["traceEvents"].as_array().unwrap();
     for rank in 0..2 {
         let colls = spans(events, rank, "collective");
-        assert_eq!(colls.len(), 4, "the checked run, the timed loop's warm-up and two timed ones: {r}");
+        assert_eq!(
+            colls.len(),
+            4,
+            "the checked run, the timed loop's warm-up and two timed ones: {r}"
+        );
         assert!(
             colls
                 .iter()

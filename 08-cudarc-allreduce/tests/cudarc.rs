@@ -1,7 +1,9 @@
 //! Lesson 08 calls cudarc's NCCL API itself: run it on simulated GPUs and on the NCCL
 //! test double, and where NCCL cannot run. Real processes.
 
-use testkit::{LIMIT, finish, nccl_command, run, spawn};
+use std::process::{Child, Command};
+use std::time::Duration;
+use testkit::{LIMIT, Run, finish, finish_or_kill, free_port, nccl_command, run, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_08-cudarc-allreduce");
 
@@ -25,12 +27,94 @@ fn every_rank_gets_the_sum_on_simulated_gpus() {
 }
 
 #[test]
-fn more_ranks_than_gpus_share_them_by_the_courses_rule_and_nccl_refuses() {
-    // 3 ranks on 2 GPUs: ranks 0 and 2 on GPU 0, which NCCL refuses (duplicate GPU).
+fn more_ranks_than_gpus_are_refused_as_the_other_lessons_refuse_them() {
+    // 3 ranks on 2 GPUs: ranks 0 and 2 on GPU 0. Refused before the lesson makes its
+    // communicator, as lesson 02 refuses it (NCCL's own "Duplicate GPU detected").
     let r = finish(spawn(nccl_command(BIN, &["--nproc-per-node", "3"], 2)), LIMIT);
-    assert_eq!(r.code, Some(1), "{r}");
-    assert!(r.stderr.contains("NCCL failed in ncclCommInitRank with"), "{r}");
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(
+        r.stderr.contains("ranks 0 and 2 are both on GPU GPU-")
+            && r.stderr.contains("NCCL refuses two ranks on one GPU"),
+        "{r}"
+    );
+    assert!(!r.stderr.contains("ncclCommInitRank"), "{r}");
     assert!(!r.stderr.contains("panicked"), "{r}");
+}
+
+/// Rank `rank` of `world` started by hand on `port`, on the double with `gpus` GPUs.
+fn by_hand(world: usize, rank: usize, port: u16, gpus: usize, extra: &[&str]) -> Command {
+    let (w, r, p) = (world.to_string(), rank.to_string(), port.to_string());
+    let args = [&["--world-size", &w, "--rank", &r, "--master-port", &p][..], extra].concat();
+    nccl_command(BIN, &args, gpus)
+}
+
+/// Four ranks by hand on two emulated nodes of two GPUs, placed cyclically as `srun
+/// --distribution=cyclic` places them (ranks 0 and 2 on node-a, 1 and 3 on node-b), with
+/// `env` set on each; run to the end.
+fn cyclic(env: &[(&str, &str)]) -> Vec<Run> {
+    let port = free_port();
+    let ranks: Vec<Child> = (0..4)
+        .map(|r| {
+            let mut cmd = by_hand(4, r, port, 2, &[]);
+            cmd.env("SLURMD_NODENAME", ["node-a", "node-b"][r % 2])
+                .envs(env.iter().copied());
+            spawn(cmd)
+        })
+        .collect();
+    ranks.into_iter().map(|c| finish(c, LIMIT)).collect()
+}
+
+#[test]
+fn a_cyclic_placement_is_refused_naming_the_device_rule_that_runs_it() {
+    let runs = cyclic(&[]);
+    assert_eq!(runs[0].code, Some(2), "{}", runs[0]);
+    let said = &runs[0].stderr;
+    assert!(
+        said.contains("ranks 0 and 2 are both on GPU GPU-")
+            && said.contains("the placement is cyclic-like")
+            && said.contains("--device-rule local-rank"),
+        "{}",
+        runs[0]
+    );
+    assert_eq!(said.lines().count(), 1, "one line:\n{}", runs[0]);
+    // The same rule as the other lessons', here from its variable.
+    let runs = cyclic(&[("NCCL_WORKBOOK_DEVICE_RULE", "local-rank")]);
+    for (rank, run) in runs.iter().enumerate() {
+        assert_eq!(run.code, Some(0), "{run}");
+        let line = format!("rank {rank}: sent {}, got [10.0, 10.0, 10.0, 10.0]", rank + 1);
+        assert!(run.stdout.lines().any(|l| l == line), "missing {line:?}:\n{run}");
+    }
+}
+
+#[test]
+fn a_rank_stuck_in_nccl_at_the_deadline_ends_at_once_with_one_line() {
+    // Two ranks whose NCCLs never meet (each has its own meeting folder, as if the other
+    // never joined): both sit in ncclCommInitRank, which has no deadline. At --timeout,
+    // each must say so and exit 1 at once: ending with exit() would run the CUDA
+    // runtime's static destructors, which wait for the thread stuck in NCCL (the double
+    // plays them).
+    let port = free_port();
+    let rooms = |r: usize| testkit::nccl_double_dir().with_file_name(format!("rooms-stuck-{}-{r}", std::process::id()));
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| {
+            std::fs::create_dir_all(rooms(r)).unwrap();
+            let mut cmd = by_hand(2, r, port, 2, &["--timeout", "2"]);
+            cmd.env("NCCL_DOUBLE_DIR", rooms(r));
+            spawn(cmd)
+        })
+        .collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let (run, in_time) = finish_or_kill(child, Duration::from_secs(30));
+        assert!(in_time, "rank {rank} did not end within 30 s of a 2 s deadline:\n{run}");
+        assert_eq!(run.code, Some(1), "{run}");
+        assert_eq!(run.stderr.lines().count(), 1, "one line:\n{run}");
+        assert!(
+            run.stderr
+                .starts_with(&format!("error: rank {rank}: not done after --timeout 2 s")),
+            "{run}"
+        );
+        let _ = std::fs::remove_dir_all(rooms(rank));
+    }
 }
 
 #[test]

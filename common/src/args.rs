@@ -1,6 +1,7 @@
 //! The command line every example shares: how to launch, which backend, how to print
 //! ([`RunArgs`]), and what data to move ([`DataArgs`]).
 
+pub use crate::device::DeviceRule;
 pub use crate::transport::TransportChoice;
 use crate::units::{parse_duration, parse_size};
 use clap::{Args, ValueEnum};
@@ -50,6 +51,12 @@ pub struct RunArgs {
     /// How long any wait may last before failing with who was missing (e.g. 60, 10s, 500ms, 2m).
     #[arg(long, value_name = "TIME", default_value = "60s", value_parser = parse_duration)]
     pub timeout: Duration,
+
+    /// Which number picks each rank's device among its node's: `rank` (the course's rule,
+    /// device = rank % device_count) or `local-rank` (device = local_rank % device_count).
+    #[arg(long, value_enum, value_name = "RULE", env = "NCCL_WORKBOOK_DEVICE_RULE",
+          default_value_t = DeviceRule::Rank)]
+    pub device_rule: DeviceRule,
 
     /// CPU backend: how each pair of ranks exchanges data. `auto`: shared memory within a
     /// host, TCP between hosts (as NCCL does); `tcp` or `shm` for every pair.

@@ -92,20 +92,9 @@ fn watch() {
                 let now = Instant::now().duration_since(epoch()).as_micros() as u64;
                 if at != 0 && now >= at {
                     let line = LINE.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                    exit_now(&line);
+                    crate::error::exit_now(&line, crate::error::EXIT_FAILURE);
                 }
             }
         });
     });
-}
-
-/// Says `line`, removes the files this process made for itself (its private library
-/// links), and ends the process with status 1 without running destructors or `atexit`
-/// handlers.
-pub fn exit_now(line: &str) -> ! {
-    crate::error::say_line(line);
-    crate::nccl_library::clean_up();
-    crate::simulate::clean_up();
-    // SAFETY: _exit ends the process at once; nothing after it runs.
-    unsafe { libc::_exit(i32::from(crate::error::EXIT_FAILURE)) }
 }

@@ -3,23 +3,97 @@
 //! The course's rule is `device = rank % device_count`: with 4 GPUs per node and ranks
 //! placed node by node, ranks 0-3 take GPUs 0-3 of the first node, ranks 4-7 GPUs 0-3 of
 //! the second. On the CPU backend the "devices" are host buffers, `cpu:0`, `cpu:1`...,
-//! one per rank of the node.
+//! one per rank of the node. `--device-rule local-rank` uses the local rank instead,
+//! right for any placement (`srun --distribution=cyclic` deals ranks out like cards, and
+//! then `rank % device_count` puts two ranks of a node on one GPU). Every lesson picks its
+//! device here, by [`device_for`].
 //!
 //! The probe asks, in order, for the CUDA driver library, its GPUs and libnccl, checking
 //! each library is there before cudarc touches it (cudarc panics on a missing library).
 //!
 //! "Its GPUs" are the ones `CUDA_VISIBLE_DEVICES` lets this process see: Slurm's
 //! `--gpus-per-task=1` gives every task its own GPU as its device 0, so that
-//! `rank % device_count` is 0 everywhere and yet every rank has a GPU of its own.
+//! `rank % device_count` is 0 everywhere and yet every rank has a GPU of its own. The
+//! ranks then compare the GPUs themselves ([`gpu`]), as NCCL does.
+
+pub mod gpu;
 
 use crate::args::BackendChoice;
 use crate::error::usage;
+use crate::launch::Identity;
 use crate::nccl_library::{Loaded, OLDEST};
+use crate::rendezvous::Store;
 use anyhow::{Result, bail};
 
-/// The course's rule: the device a rank uses.
-pub fn device_for(rank: usize, device_count: usize) -> usize {
-    rank % device_count.max(1)
+/// Which number picks a rank's device among its node's (`--device-rule`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceRule {
+    /// The course's rule, device = rank % device_count: right when ranks are placed node
+    /// by node, in blocks of device_count.
+    #[default]
+    Rank,
+    /// device = local_rank % device_count: right for any placement (e.g. `srun
+    /// --distribution=cyclic`).
+    LocalRank,
+}
+
+impl DeviceRule {
+    /// The rule as a formula, for messages: `rank % device_count`.
+    pub fn formula(self) -> &'static str {
+        match self {
+            DeviceRule::Rank => "rank % device_count",
+            DeviceRule::LocalRank => "local_rank % device_count",
+        }
+    }
+}
+
+/// The flag that picks the local rank's rule, as messages name it.
+pub const LOCAL_RANK_RULE: &str = "--device-rule local-rank (or NCCL_WORKBOOK_DEVICE_RULE=local-rank)";
+
+/// The device a rank uses, by `rule`: `rank % device_count` (the course's rule) or
+/// `local_rank % device_count`.
+pub fn device_for(rule: DeviceRule, rank: usize, local_rank: usize, device_count: usize) -> usize {
+    let n = match rule {
+        DeviceRule::Rank => rank,
+        DeviceRule::LocalRank => local_rank,
+    };
+    n % device_count.max(1)
+}
+
+/// Where a rank runs: its host, and its place among the ranks of that host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The host's name ([`crate::launch::hostname`]).
+    pub host: String,
+    /// The rank's index among the ranks of its host.
+    pub local_rank: usize,
+    /// How many ranks its host runs.
+    pub local_world: usize,
+}
+
+/// This rank's place. The launcher's word when it gave it (torchrun's `LOCAL_RANK`,
+/// Slurm's `SLURM_LOCALID`), else found by comparing every rank's host name through the
+/// store: the local rank is the rank's position among those of its host, in rank order
+/// (as Slurm and torchrun number them).
+pub fn place(store: &mut Store, id: &Identity) -> Result<Place> {
+    let host = crate::launch::hostname();
+    let hosts = store.share(
+        "host",
+        id.rank,
+        id.world_size,
+        host.as_bytes(),
+        "every rank's host name",
+    )?;
+    let same_host: Vec<usize> = (0..id.world_size).filter(|r| hosts[*r] == host.as_bytes()).collect();
+    let local_rank = id
+        .local_rank
+        .unwrap_or_else(|| same_host.iter().position(|r| *r == id.rank).unwrap_or(0));
+    let local_world = id.local_world_size.unwrap_or(same_host.len());
+    Ok(Place {
+        host,
+        local_rank,
+        local_world,
+    })
 }
 
 /// What the probe found on this machine.
@@ -37,6 +111,9 @@ pub struct Probe {
     pub nccl_error: Option<String>,
     /// `CUDA_VISIBLE_DEVICES`, when set.
     pub visible: Option<String>,
+    /// Where libnccl was looked for, when none was found
+    /// ([`crate::nccl_library::looked_in`]).
+    pub nccl_looked: Option<String>,
 }
 
 /// Looks for the driver, its GPUs and NCCL, without ever letting cudarc panic.
@@ -53,12 +130,18 @@ pub fn probe() -> Probe {
             Err(e) => p.driver_error = Some(format!("{e:?}")),
         }
     }
-    // SAFETY: only tries to load the library by name.
-    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+    if crate::nccl_library::cudarc_finds_nccl() {
         match crate::nccl_library::loaded() {
             Ok(lib) => p.nccl = Some(lib),
             Err(e) => p.nccl_error = Some(e.to_string()),
         }
+    // SAFETY: only tries to load the library by name.
+    } else if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        // What cudarc loads is not NCCL (a plugin named libnccl.so?): never call into it.
+        p.nccl_error =
+            Some("the libnccl.so cudarc loads by its own names is not NCCL (it has no ncclGetVersion)".into());
+    } else {
+        p.nccl_looked = Some(crate::nccl_library::looked_in(&|name| std::env::var_os(name)));
     }
     p
 }
@@ -99,8 +182,10 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
             lib.describe()
         ))
     } else if p.nccl.is_none() {
+        let looked = p.nccl_looked.as_deref().map(|l| format!("; {l}")).unwrap_or_default();
         Some(format!(
-            "found {} but no libnccl: install NCCL (e.g. `pip install nvidia-nccl-cu12`), or point NCCL_LIBRARY at libnccl.so.2",
+            "found {} but no libnccl: install NCCL (e.g. `pip install nvidia-nccl-cu12`), or point NCCL_LIBRARY at \
+             libnccl.so.2{looked}",
             gpus(p.gpus)
         ))
     } else {
@@ -194,9 +279,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_course_rule() {
-        let devices: Vec<usize> = (0..6).map(|r| device_for(r, 4)).collect();
+    fn the_course_rule_and_the_local_ranks() {
+        let devices: Vec<usize> = (0..6).map(|r| device_for(DeviceRule::Rank, r, 0, 4)).collect();
         assert_eq!(devices, [0, 1, 2, 3, 0, 1]);
+        // Cyclic placement on 2 nodes of 2 GPUs: ranks 0, 2 on the first (local ranks 0, 1).
+        let cyclic = [(0, 0), (1, 0), (2, 1), (3, 1)];
+        let by_rank: Vec<usize> = cyclic
+            .iter()
+            .map(|&(r, l)| device_for(DeviceRule::Rank, r, l, 2))
+            .collect();
+        let by_local: Vec<usize> = cyclic
+            .iter()
+            .map(|&(r, l)| device_for(DeviceRule::LocalRank, r, l, 2))
+            .collect();
+        assert_eq!((by_rank, by_local), (vec![0, 1, 0, 1], vec![0, 0, 1, 1]));
     }
 
     #[test]

@@ -85,6 +85,23 @@ pub fn say_line(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
+/// Ends this process at once: says `line` on stderr (one line, as [`say_line`]), removes
+/// the files this process made itself (the private folders of [`crate::nccl_library`] and
+/// [`crate::simulate`]), then `_exit(code)`. No destructor and no `atexit` handler runs:
+/// for a deadline that fires while another thread of the process may be inside CUDA or
+/// NCCL, where `exit` would run the CUDA runtime's static destructors (linked into
+/// libnccl) concurrently with that thread, and they can wait for it for ever.
+pub fn exit_now(line: &str, code: u8) -> ! {
+    use std::io::Write;
+    say_line(line);
+    let _ = std::io::stderr().flush();
+    crate::nccl_library::clean_up();
+    crate::simulate::clean_up();
+    // SAFETY: _exit ends the process without running any code of its own; nothing after
+    // this line is needed (the output is written, our files are removed).
+    unsafe { libc::_exit(i32::from(code)) }
+}
+
 /// `line` with every word (a run without spaces) longer than `max` characters cut, as
 /// [`cut`] does: a message that quotes a 100 kB value (a variable, a flag, an address)
 /// stays one readable line, wherever the value came from.

@@ -8,15 +8,19 @@ use crate::device;
 use crate::launch::Identity;
 use crate::rendezvous::{Join, Store, StoreServer};
 use anyhow::{Context, Result, anyhow};
+use cudarc::driver::CudaContext;
 use std::net::ToSocketAddrs;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One rank, met with the others: who it is, and the store they share.
 pub struct Meeting {
     rank: usize,
     world: usize,
-    local_rank: usize,
-    gpus: usize,
+    device: usize,
+    /// This rank's GPU, held open from the check that no other rank shares it until the
+    /// end (the lesson's `CudaContext::new` takes the same primary context).
+    _context: Arc<CudaContext>,
     store: Store,
     server: Option<StoreServer>,
     timeout: Duration,
@@ -33,9 +37,11 @@ impl Meeting {
         self.world
     }
 
-    /// The GPU this rank uses, by the course's rule: `local rank % GPUs on the node`.
+    /// The GPU this rank uses, by the course's rule `rank % GPUs on the node` (or
+    /// `local_rank % GPUs` with `--device-rule local-rank`), checked to be no other
+    /// rank's.
     pub fn device(&self) -> usize {
-        device::device_for(self.local_rank, self.gpus)
+        self.device
     }
 
     /// Bytes that rank 0 makes (`make` runs there only) and every rank gets: how NCCL's
@@ -114,28 +120,37 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
         world_size: id.world_size,
         rank,
     };
-    let store = Store::connect(&id.master_addr, id.store_port, &join, run.timeout)?;
+    let mut store = Store::connect(&id.master_addr, id.store_port, &join, run.timeout)?;
+    // The device by the same rule as every lesson's, and no GPU shared by two ranks:
+    // the check the workbook's NCCL backend makes, before the lesson makes its communicator.
+    let place = device::place(&mut store, &id)?;
+    let dev = device::device_for(run.device_rule, rank, place.local_rank, probe.gpus);
+    let context = CudaContext::new(dev).with_context(|| format!("rank {rank}: opening CUDA device {dev}"))?;
+    let gpu = device::gpu::identify(&context, &place.host)
+        .with_context(|| format!("rank {rank}: reading device {dev}'s identity"))?;
+    device::gpu::one_rank_per_gpu(&mut store, (rank, id.world_size), &gpu)?;
     let mut meeting = Meeting {
         rank,
         world: id.world_size,
-        local_rank: id.local_rank.unwrap_or(rank),
-        gpus: probe.gpus,
+        device: dev,
+        _context: context,
         store,
         server,
         timeout: run.timeout,
     };
     // cudarc's calls block, and NCCL waits for a lost peer for ever: the whole lesson
     // gets one deadline (the workbook's own backend polls instead: backend/nccl.rs).
+    // When it passes, the deadline's watcher ends the process at once, without
+    // destructors: the CUDA runtime's would wait for the lesson's thread, stuck in NCCL.
     let limit = run.timeout;
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        crate::error::say_line(&format!(
-            "error: rank {rank}: not done after --timeout {}: cudarc's NCCL calls block with no deadline of \
-             their own, so a rank stuck in NCCL (or waiting for a lost peer) is stopped here",
+    let _deadline = crate::deadline::arm(
+        limit,
+        format!(
+            "error: rank {rank}: not done after --timeout {}: cudarc's NCCL calls block with no deadline of their \
+             own, so a rank stuck in NCCL (or waiting for a lost peer) is stopped here",
             crate::units::human_duration(limit)
-        ));
-        std::process::exit(i32::from(crate::error::EXIT_FAILURE));
-    });
+        ),
+    );
     lesson(&mut meeting)?;
     meeting.finish()
 }

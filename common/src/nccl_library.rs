@@ -14,8 +14,14 @@
 //! 4. `NCCL_HOME/lib` and `NCCL_HOME/lib64`;
 //! 5. the folders of `LD_LIBRARY_PATH`;
 //! 6. the `nvidia/nccl/lib` folder of a Python wheel (`pip install nvidia-nccl-cu12`) in
-//!    the active virtual or conda environment, or the user's and system's site-packages;
-//! 7. the system's library folders.
+//!    the active virtual or conda environment;
+//! 7. `$CONDA_PREFIX/lib`, where conda's own `nccl` package puts `libnccl.so.2`;
+//! 8. the wheels of the user's and the system's site-packages;
+//! 9. the system's library folders.
+//!
+//! A candidate is NCCL when the library itself defines `ncclGetVersion`, whatever its
+//! name: a network plugin (`libnccl-net*.so`, preloaded or in a folder) is not, and
+//! cudarc would panic on its first call into it.
 //!
 //! It then links the file as `libnccl.so` in a private folder and starts itself again,
 //! once, with that folder first on `LD_LIBRARY_PATH`. (glibc knows a file it has already
@@ -102,29 +108,85 @@ fn file_of(addr: *const c_void) -> Option<PathBuf> {
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
 }
 
-/// The libnccl already in this process (put there by `LD_PRELOAD`), if any.
+/// The NCCL already in this process (put there by `LD_PRELOAD`), if any: a loaded
+/// library that defines `ncclGetVersion` itself (a preloaded network plugin,
+/// `libnccl-net*.so`, has NCCL's name but is not NCCL).
 pub fn preloaded() -> Option<PathBuf> {
+    loaded_objects().into_iter().find(|p| defines_nccl(p, true) == Ok(true))
+}
+
+/// The files of the libraries loaded in this process, in the loader's order.
+fn loaded_objects() -> Vec<PathBuf> {
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, found: *mut c_void) -> c_int {
         // SAFETY: the loader passes a valid entry; `found` is the Vec below.
         let (info, found) = unsafe { (&*info, &mut *(found as *mut Vec<PathBuf>)) };
         if !info.dlpi_name.is_null() {
             // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-            let path = PathBuf::from(std::ffi::OsStr::from_bytes(
-                unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes(),
-            ));
-            if path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libnccl"))
-            {
-                found.push(path);
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+            if !name.is_empty() {
+                found.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
             }
         }
         0
     }
     let mut found: Vec<PathBuf> = Vec::new();
-    // SAFETY: the callback only reads each entry and pushes to `found`, which outlives the call.
+    // SAFETY: the callback only reads each entry and pushes to `found`, which outlives the
+    // call (nothing is loaded inside it: the loader's lock is held).
     unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut Vec<PathBuf> as *mut c_void) };
-    found.into_iter().next()
+    found
+}
+
+/// Whether the library `file` itself defines `ncclGetVersion`: the mark of NCCL. With
+/// `loaded_only`, only a library already in this process is asked (`RTLD_NOLOAD`: nothing
+/// new is loaded); else the file is loaded privately and let go. `Err`: the loader's
+/// reason it cannot load the file.
+fn defines_nccl(file: &Path, loaded_only: bool) -> std::result::Result<bool, String> {
+    let c = CString::new(file.as_os_str().as_bytes()).map_err(|_| "its path has a NUL byte".to_string())?;
+    let flags = if loaded_only {
+        libc::RTLD_NOLOAD | libc::RTLD_LAZY
+    } else {
+        libc::RTLD_LAZY | libc::RTLD_LOCAL
+    };
+    // SAFETY: opens the library (or, with RTLD_NOLOAD, only finds it), looks up one
+    // symbol and asks the loader which file holds it, then lets it go; the symbol's
+    // address is not used after the dlclose.
+    unsafe {
+        let handle = libc::dlopen(c.as_ptr(), flags);
+        if handle.is_null() {
+            let why = libc::dlerror();
+            return Err(if why.is_null() {
+                "the loader refused it".to_string()
+            } else {
+                CStr::from_ptr(why).to_string_lossy().into_owned()
+            });
+        }
+        let symbol = libc::dlsym(handle, c"ncclGetVersion".as_ptr());
+        // dlsym also searches the library's dependencies: the symbol must be its own.
+        let own = !symbol.is_null() && file_of(symbol).is_some_and(|f| same_file(&f, file));
+        libc::dlclose(handle);
+        Ok(own)
+    }
+}
+
+/// Whether two paths name one file (links resolved), as the loader tells libraries apart.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// Whether the library cudarc loads by its own names (`libnccl.so`...) is NCCL: cudarc
+/// panics ("Missing symbol ncclGetVersion") on its first call into one that is not.
+pub fn cudarc_finds_nccl() -> bool {
+    // SAFETY: loads the library cudarc would use, by its names, and only looks up a symbol.
+    unsafe {
+        cudarc::nccl::sys::is_culib_present()
+            && cudarc::nccl::sys::culib()
+                .get::<unsafe extern "C" fn(*mut c_int) -> c_int>(b"ncclGetVersion\0")
+                .is_ok()
+    }
 }
 
 /// Checks that `NCCL_LIBRARY`'s value names a loadable NCCL; the error says what it is instead.
@@ -139,75 +201,156 @@ fn check_named(file: &Path) -> Result<()> {
     if !file.is_file() {
         return Err(usage(format!("NCCL_LIBRARY={shown}: there is no such file")));
     }
-    let c = CString::new(file.as_os_str().as_bytes()).map_err(|_| usage("NCCL_LIBRARY has a NUL byte"))?;
-    // SAFETY: loads the file privately to look for one symbol, then lets it go.
-    unsafe {
-        let handle = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
-        if handle.is_null() {
-            let why = libc::dlerror();
-            let why = if why.is_null() {
-                "the loader refused it".to_string()
-            } else {
-                CStr::from_ptr(why).to_string_lossy().into_owned()
-            };
-            return Err(usage(format!(
-                "NCCL_LIBRARY={shown} is not a library this program can load: {why}"
-            )));
-        }
-        let has = !libc::dlsym(handle, c"ncclGetVersion".as_ptr()).is_null();
-        libc::dlclose(handle);
-        if !has {
-            return Err(usage(format!(
-                "NCCL_LIBRARY={shown} is not NCCL: it has no ncclGetVersion (name libnccl.so.2 or the file it links to)"
-            )));
-        }
+    match defines_nccl(file, false) {
+        Err(why) => Err(usage(format!(
+            "NCCL_LIBRARY={shown} is not a library this program can load: {why}"
+        ))),
+        Ok(false) => Err(usage(format!(
+            "NCCL_LIBRARY={shown} is not NCCL: it has no ncclGetVersion (name libnccl.so.2 or the file it links to)"
+        ))),
+        Ok(true) => Ok(()),
     }
-    Ok(())
 }
 
 /// Set on the restarted process, so that it does not look again.
 const ENV_DONE: &str = "NCCL_WORKBOOK_NCCL_DIR";
 const NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
-/// Where libnccl is, by the order above (`None`: nowhere this program knows to look).
+/// Where libnccl is, by the order above: the first candidate that is NCCL (`None`:
+/// nowhere this program knows to look).
 pub fn locate(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    candidates(env).into_iter().find(|f| defines_nccl(f, false) == Ok(true))
+}
+
+/// The files named like NCCL that the search finds, in its order: `NCCL_LIBRARY`'s
+/// alone when it is set, else `libnccl.so.2` then `libnccl.so` in each of [`folders`].
+pub fn candidates(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
     if let Some(file) = env("NCCL_LIBRARY").filter(|v| !v.is_empty()).map(PathBuf::from) {
-        return file.is_file().then_some(file);
+        return if file.is_file() { vec![file] } else { Vec::new() };
     }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(home) = env("NCCL_HOME").map(PathBuf::from) {
-        dirs.extend([home.join("lib"), home.join("lib64")]);
-    }
-    if let Some(path) = env("LD_LIBRARY_PATH") {
-        dirs.extend(std::env::split_paths(&path));
-    }
-    for root in ["VIRTUAL_ENV", "CONDA_PREFIX"]
+    folders(env)
         .iter()
-        .filter_map(|v| env(v))
-        .map(PathBuf::from)
-    {
-        dirs.extend(wheel_dirs(&root.join("lib")));
-    }
-    if let Some(home) = env("HOME").map(PathBuf::from) {
-        dirs.extend(wheel_dirs(&home.join(".local/lib")));
-    }
-    for sys in ["/usr/local/lib", "/usr/lib"] {
-        dirs.extend(wheel_dirs(Path::new(sys)));
-    }
-    dirs.extend(
-        [
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/usr/lib64",
-            "/usr/local/cuda/lib64",
-            "/usr/lib",
-            "/usr/local/lib",
-        ]
-        .map(PathBuf::from),
-    );
-    dirs.iter()
+        .flat_map(|step| step.dirs.iter())
         .flat_map(|d| NAMES.iter().map(move |n| d.join(n)))
-        .find(|f| f.is_file())
+        .filter(|f| f.is_file())
+        .collect()
+}
+
+/// One step of the search through folders: how messages name it, and its folders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// What puts the folders there, and which: `LD_LIBRARY_PATH (/opt/a, /opt/b)`.
+    pub named: String,
+    /// The folders, in order.
+    pub dirs: Vec<PathBuf>,
+}
+
+/// The folders looked in, in order, step by step (4 to 9 of the list above): what
+/// [`locate`] searches and what the "no libnccl" message lists.
+pub fn folders(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Step> {
+    let set = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let list = |dirs: &[PathBuf]| {
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut steps = Vec::new();
+    steps.push(match set("NCCL_HOME") {
+        Some(home) => {
+            let dirs = vec![home.join("lib"), home.join("lib64")];
+            Step {
+                named: format!("NCCL_HOME ({})", list(&dirs)),
+                dirs,
+            }
+        }
+        None => Step {
+            named: "NCCL_HOME (unset)".into(),
+            dirs: Vec::new(),
+        },
+    });
+    let ld: Vec<PathBuf> = env("LD_LIBRARY_PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .filter(|d| !d.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    steps.push(Step {
+        named: format!(
+            "LD_LIBRARY_PATH ({})",
+            if ld.is_empty() { "empty".into() } else { list(&ld) }
+        ),
+        dirs: ld,
+    });
+    // Wheels: `<root>/python3.*/{site,dist}-packages/nvidia/nccl/lib`, named by their roots.
+    let wheels = |roots: Vec<PathBuf>, none: &str| {
+        let shown = if roots.is_empty() {
+            none.to_string()
+        } else {
+            format!(
+                "nvidia/nccl/lib in python3.*/{{site,dist}}-packages of {}",
+                list(&roots)
+            )
+        };
+        (roots.iter().flat_map(|r| wheel_dirs(r)).collect::<Vec<_>>(), shown)
+    };
+    let env_roots: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(|v| set(v))
+        .map(|root| root.join("lib"))
+        .collect();
+    let (dirs, shown) = wheels(env_roots, "no VIRTUAL_ENV or CONDA_PREFIX");
+    steps.push(Step {
+        named: format!("the active environment's wheels ({shown})"),
+        dirs,
+    });
+    steps.push(match set("CONDA_PREFIX") {
+        Some(prefix) => Step {
+            named: format!("conda's own lib folder ({})", prefix.join("lib").display()),
+            dirs: vec![prefix.join("lib")],
+        },
+        None => Step {
+            named: "conda's own lib folder (CONDA_PREFIX unset)".into(),
+            dirs: Vec::new(),
+        },
+    });
+    let mut other_roots: Vec<PathBuf> = set("HOME").map(|h| h.join(".local/lib")).into_iter().collect();
+    other_roots.extend(["/usr/local/lib", "/usr/lib"].map(PathBuf::from));
+    let (dirs, shown) = wheels(other_roots, "");
+    steps.push(Step {
+        named: format!("the user's and system's wheels ({shown})"),
+        dirs,
+    });
+    let system: Vec<PathBuf> = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/local/cuda/lib64",
+        "/usr/lib",
+        "/usr/local/lib",
+    ]
+    .map(PathBuf::from)
+    .into();
+    steps.push(Step {
+        named: format!("the system's folders ({})", list(&system)),
+        dirs: system,
+    });
+    steps
+}
+
+/// Every place the search looked, in order, for the message that says no NCCL was found.
+pub fn looked_in(env: &dyn Fn(&str) -> Option<OsString>) -> String {
+    let named = env("NCCL_LIBRARY")
+        .filter(|v| !v.is_empty())
+        .map(|v| format!("NCCL_LIBRARY ({})", Path::new(&v).display()))
+        .unwrap_or_else(|| "NCCL_LIBRARY (unset)".into());
+    let steps: Vec<String> = folders(env).into_iter().map(|s| s.named).collect();
+    format!(
+        "looked for libnccl.so.2 and libnccl.so in: {named}, the libraries already loaded (LD_PRELOAD), cudarc's own \
+         names on the loader's path, {}",
+        steps.join(", ")
+    )
 }
 
 /// `<lib>/python3.*/{site,dist}-packages/nvidia/nccl/lib` folders.
@@ -250,8 +393,7 @@ pub fn make_loadable() -> Result<()> {
         (Some(n), _) => n,
         (None, Some(p)) => p,
         // cudarc already finds one, and none was asked for: nothing to do.
-        // SAFETY: only tries to load the library by name.
-        (None, None) if unsafe { cudarc::nccl::sys::is_culib_present() } => return Ok(()),
+        (None, None) if cudarc_finds_nccl() => return Ok(()),
         (None, None) => match locate(&env) {
             Some(f) => f,
             None => return Ok(()),
@@ -303,14 +445,16 @@ mod tests {
     #[test]
     fn looks_where_installs_put_it_in_order() {
         let root = std::env::temp_dir().join(format!("nccl-locate-{}", std::process::id()));
-        let (named, home, ld, venv) = (
+        let (named, home, ld, venv, conda) = (
             root.join("named"),
             root.join("home"),
             root.join("ld"),
             root.join("venv"),
+            root.join("conda"),
         );
         let wheel = venv.join("lib/python3.11/site-packages/nvidia/nccl/lib");
-        for d in [&named, &home.join("lib"), &ld, &wheel] {
+        let conda_wheel = conda.join("lib/python3.12/site-packages/nvidia/nccl/lib");
+        for d in [&named, &home.join("lib"), &ld, &wheel, &conda_wheel] {
             std::fs::create_dir_all(d).unwrap();
         }
         for f in [
@@ -318,6 +462,8 @@ mod tests {
             home.join("lib/libnccl.so.2"),
             ld.join("libnccl.so.2"),
             wheel.join("libnccl.so.2"),
+            conda_wheel.join("libnccl.so.2"),
+            conda.join("lib/libnccl.so.2"),
         ] {
             std::fs::write(f, b"").unwrap();
         }
@@ -334,17 +480,45 @@ mod tests {
             ("NCCL_HOME", home.clone()),
             ("LD_LIBRARY_PATH", ld.clone()),
             ("VIRTUAL_ENV", venv.clone()),
+            ("CONDA_PREFIX", conda.clone()),
         ];
+        // (Empty files: named like NCCL, which is all `candidates` looks at; `locate`
+        // then keeps the first that defines ncclGetVersion.)
         for (skip, expect) in [
             (0, named.join("libnccl.so.2.18.3")),
             (1, home.join("lib/libnccl.so.2")),
             (2, ld.join("libnccl.so.2")),
             (3, wheel.join("libnccl.so.2")),
+            // The active environment's wheels, then conda's own lib folder.
+            (4, conda_wheel.join("libnccl.so.2")),
         ] {
-            assert_eq!(locate(&vars(all[skip..].to_vec())), Some(expect));
+            assert_eq!(candidates(&vars(all[skip..].to_vec())).first(), Some(&expect));
         }
+        let conda_only = candidates(&vars(all[4..].to_vec()));
+        assert_eq!(
+            conda_only.get(1),
+            Some(&conda.join("lib/libnccl.so.2")),
+            "{conda_only:?}"
+        );
+        // None of them is NCCL.
+        assert_eq!(locate(&vars(all[1..].to_vec())), None);
         // A named file that does not exist is not replaced by a guess.
-        assert_eq!(locate(&vars(vec![("NCCL_LIBRARY", root.join("missing.so"))])), None);
+        assert_eq!(
+            candidates(&vars(vec![("NCCL_LIBRARY", root.join("missing.so"))])),
+            Vec::<PathBuf>::new()
+        );
+        // The message names every step, set or not.
+        let said = looked_in(&vars(vec![("LD_LIBRARY_PATH", ld.clone())]));
+        for step in [
+            "NCCL_LIBRARY (unset)".to_string(),
+            "NCCL_HOME (unset)".to_string(),
+            format!("LD_LIBRARY_PATH ({})", ld.display()),
+            "the active environment's wheels (no VIRTUAL_ENV or CONDA_PREFIX)".to_string(),
+            "conda's own lib folder (CONDA_PREFIX unset)".to_string(),
+            "/usr/lib/x86_64-linux-gnu".to_string(),
+        ] {
+            assert!(said.contains(&step), "{step:?} in {said}");
+        }
         std::fs::remove_dir_all(root).unwrap();
     }
 }

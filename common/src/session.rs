@@ -163,6 +163,8 @@ pub struct Session {
     seq: u64,
     /// Devices per node: GPUs on NCCL, ranks of the node on the CPU backend.
     device_count: usize,
+    /// Which number picked the device (`--device-rule`).
+    device_rule: device::DeviceRule,
     /// Why a check failed: the session still finishes, then fails.
     failed: Option<String>,
     /// `--steps` on the CPU backend, until the timed runs: rank 0 prints the steps.
@@ -222,13 +224,11 @@ impl Session {
         same_command(&mut store, rank, world)?;
 
         // Who is where: local ranks come from the launcher, or from comparing hosts.
-        let host = crate::launch::hostname();
-        let hosts = store.share("host", rank, world, host.as_bytes(), "every rank's host name")?;
-        let same_host: Vec<usize> = (0..world).filter(|r| hosts[*r] == host.as_bytes()).collect();
-        let local_rank = id
-            .local_rank
-            .unwrap_or_else(|| same_host.iter().position(|r| *r == rank).unwrap_or(0));
-        let local_world = id.local_world_size.unwrap_or(same_host.len());
+        let device::Place {
+            host,
+            local_rank,
+            local_world,
+        } = device::place(&mut store, &id)?;
         let choice = Choice {
             backend: if kind == Kind::Nccl { "nccl" } else { "cpu" }.into(),
             reason: reason.clone(),
@@ -240,11 +240,11 @@ impl Session {
         };
         same_backend(&mut store, rank, world, &choice)?;
 
-        // The device, by the course's rule, and the backend on it.
+        // The device, by the course's rule (or --device-rule's), and the backend on it.
         let device_count = if kind == Kind::Cpu { local_world } else { probe.gpus };
+        let dev = device::device_for(run.device_rule, rank, local_rank, device_count);
         let (backend, device, device_name, transports) = match kind {
             Kind::Cpu => {
-                let dev = device::device_for(rank, device_count);
                 let (cpu, transports) =
                     backend::cpu::Cpu::connect(&mut store, &id, &host, run, crate::collective::named)?;
                 (Backend::Cpu(cpu), format!("cpu:{dev}"), None, transports)
@@ -252,7 +252,6 @@ impl Session {
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
                 // the backend compares the GPUs themselves, not their numbers.
-                let dev = device::device_for(rank, probe.gpus);
                 let shown = backend::calls::Shown::new(rank, run.show_calls, run.format == Format::Json);
                 let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
@@ -312,6 +311,7 @@ impl Session {
             last_op: None,
             seq: 0,
             device_count,
+            device_rule: run.device_rule,
             failed: None,
             // Recorded and gathered alike on every rank (whatever each prints): rank 0 prints.
             steps: run.steps && kind == Kind::Cpu,
@@ -396,7 +396,12 @@ impl Session {
             &rows,
         ));
         self.say(&format!(
-            "Each rank uses device = rank % device_count, with device_count = {}.",
+            "Each rank uses device = {}{}, with device_count = {}.",
+            self.device_rule.formula(),
+            match self.device_rule {
+                device::DeviceRule::Rank => "",
+                device::DeviceRule::LocalRank => " (--device-rule local-rank)",
+            },
             self.device_count
         ));
         Ok(())

@@ -393,6 +393,7 @@ pub extern "C" fn cuCtxSynchronize() -> CuResult {
         require_init!();
         match current_device() {
             Some(d) => {
+                let _blocked = crate::teardown::blocking("cuCtxSynchronize");
                 stream::wait_device(d);
                 SUCCESS
             }
@@ -439,6 +440,7 @@ pub extern "C" fn cuStreamDestroy_v2(stream: Handle) -> CuResult {
 pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CuResult {
     entry("cuStreamSynchronize", UNKNOWN, || {
         require_init!();
+        let _blocked = crate::teardown::blocking("cuStreamSynchronize");
         stream::wait_issued(attempt!(stream_key(stream)));
         SUCCESS
     })
@@ -525,6 +527,7 @@ pub extern "C" fn cuEventSynchronize(event: Handle) -> CuResult {
     entry("cuEventSynchronize", UNKNOWN, || {
         require_init!();
         if let Some((key, mark)) = attempt!(recorded(event)) {
+            let _blocked = crate::teardown::blocking("cuEventSynchronize");
             stream::wait_before(key, mark);
         }
         SUCCESS
@@ -566,6 +569,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut DevicePtr, size: usize, stre
             );
             return INVALID_VALUE;
         }
+        let _blocked = crate::teardown::blocking("cuMemAllocAsync");
         stream::wait_issued(key);
         match memory::alloc(size, key.device) {
             Some(p) => {
@@ -645,6 +649,7 @@ fn copy(name: &str, dst: usize, src: usize, bytes: usize, device: usize, stream:
         warn(None, &format!("{name}: {why}"));
         return INVALID_VALUE;
     }
+    let _blocked = crate::teardown::blocking(name);
     stream::wait_issued(key);
     // SAFETY: the device side is checked; the host side is the caller's promise, as with
     // the real driver.
@@ -734,6 +739,7 @@ pub extern "C" fn cuMemsetD8Async(dst: DevicePtr, value: u8, count: usize, strea
             warn(None, &format!("cuMemsetD8Async: {why}"));
             return INVALID_VALUE;
         }
+        let _blocked = crate::teardown::blocking("cuMemsetD8Async");
         stream::wait_issued(key);
         match memory::write_checked(dst as usize, &vec![value; count]) {
             Ok(()) => SUCCESS,

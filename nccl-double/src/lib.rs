@@ -48,6 +48,7 @@ mod nccl;
 mod reduce;
 mod result;
 mod stream;
+mod teardown;
 
 use std::collections::BTreeSet;
 use std::ffi::{CString, c_char};

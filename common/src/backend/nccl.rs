@@ -23,13 +23,12 @@ use super::calls::{Call, Label, Shown};
 use super::progress::Progress;
 use super::watchdog::Watchdog;
 use super::{Buffer, Storage};
+use crate::device::gpu::{Gpu, identify};
 use crate::element::Element;
-use crate::error::SharedError;
 use crate::rendezvous::Store;
 use anyhow::{Context, Result, anyhow};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::sys::{self, ncclResult_t};
-use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
@@ -75,20 +74,6 @@ pub struct Nccl {
     aside: RefCell<Option<CudaSlice<u8>>>,
     /// Where `--show-calls` prints the calls.
     shown: Shown,
-}
-
-/// A physical GPU, as NCCL tells GPUs apart: the same device number on two ranks may be
-/// two GPUs (each Slurm task sees its own GPU as device 0), two ranks on one GPU is an error.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct Gpu {
-    /// The host the rank runs on.
-    pub host: String,
-    /// The GPU's UUID, as `nvidia-smi -L` prints it (`GPU-8f2c...`): unique in the world.
-    pub uuid: String,
-    /// The GPU's PCI bus id (`0000:1B:00.0`): what NCCL compares on one host.
-    pub bus_id: String,
-    /// The GPU's name (`NVIDIA A100-SXM4-64GB`).
-    pub name: String,
 }
 
 impl Nccl {
@@ -146,21 +131,7 @@ impl Nccl {
             ok,
             "with cuDeviceGetUuid: which GPU this is, compared across ranks through the store",
         );
-        let gpus: Vec<Gpu> = store.share_json("nccl/gpu", rank, world, &gpu, "every rank's GPU")?;
-        if let Some((a, b)) = duplicate(&gpus) {
-            let g = &gpus[a];
-            return Err(SharedError {
-                message: format!(
-                    "ranks {a} and {b} are both on GPU {} ({}, PCI bus {}) of host {}: NCCL refuses two ranks on \
-                     one GPU (\"Duplicate GPU detected\"); start at most one rank per GPU (--nproc-per-node, or \
-                     --ntasks-per-node, no more than the node's GPUs), give each task its own \
-                     (srun --gpus-per-task=1), or use --backend cpu",
-                    g.uuid, g.name, g.bus_id, g.host
-                ),
-                usage: true,
-            }
-            .into());
-        }
+        crate::device::gpu::one_rank_per_gpu(store, (rank, world), &gpu)?;
 
         // 3. The unique id: made by rank 0, read by everyone from the store.
         let id = if rank == 0 {
@@ -899,45 +870,6 @@ fn id_bytes(bytes: &[u8]) -> String {
     format!("{{{} bytes: {} …}}", bytes.len(), first.join(" "))
 }
 
-/// The identity of the context's GPU: UUID, PCI bus id, name.
-fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
-    let uuid = ctx.uuid().map_err(|e| anyhow!("cuDeviceGetUuid: {e:?}"))?;
-    let b: Vec<u8> = uuid.bytes.iter().map(|c| *c as u8).collect();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let uuid = format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    );
-    let mut bus = [0 as c_char; 32];
-    // SAFETY: a buffer of 32 bytes for a NUL-terminated id of 13.
-    let r = unsafe { cudarc::driver::sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, ctx.cu_device()) };
-    if r != cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS {
-        return Err(anyhow!("cuDeviceGetPCIBusId: {r:?}"));
-    }
-    // SAFETY: the driver wrote a NUL-terminated string.
-    let bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
-    let name = ctx.name().unwrap_or_else(|e| format!("(unknown: {e:?})"));
-    Ok(Gpu {
-        host: host.to_string(),
-        uuid,
-        bus_id,
-        name,
-    })
-}
-
-/// The first two ranks on one physical GPU (the same UUID), if any.
-fn duplicate(gpus: &[Gpu]) -> Option<(usize, usize)> {
-    (0..gpus.len()).find_map(|a| {
-        (a + 1..gpus.len())
-            .find(|&b| gpus[a].uuid == gpus[b].uuid)
-            .map(|b| (a, b))
-    })
-}
-
 fn device<T: Element>(buf: &Buffer<T>) -> &CudaSlice<T> {
     match &buf.storage {
         Storage::Device(s) => s,
@@ -966,24 +898,6 @@ fn last_error_text(comm: sys::ncclComm_t) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn gpu(host: &str, uuid: &str) -> Gpu {
-        Gpu {
-            host: host.into(),
-            uuid: uuid.into(),
-            bus_id: "0000:1B:00.0".into(),
-            name: "A100".into(),
-        }
-    }
-
-    #[test]
-    fn two_ranks_on_one_gpu_are_found_by_uuid_not_device_number() {
-        // Slurm's per-task binding: four tasks, each sees its own GPU as device 0.
-        let per_task = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"].map(|u| gpu("n1", u));
-        assert_eq!(duplicate(&per_task), None);
-        let shared = [gpu("n1", "GPU-a"), gpu("n1", "GPU-b"), gpu("n1", "GPU-a")];
-        assert_eq!(duplicate(&shared), Some((0, 2)));
-    }
 
     #[test]
     fn the_config_is_nccls_initializer_made_non_blocking_and_gives_its_fields_only() {

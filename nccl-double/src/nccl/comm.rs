@@ -548,6 +548,7 @@ fn init(out: *mut *mut Comm, nranks: c_int, id: &UniqueId, rank: c_int, blocking
         Err(f) => return fail(f.code, who, &f.why),
     };
     if blocking {
+        let _blocked = crate::teardown::blocking(name);
         comm.shared.wait_for(|s| s.joined || s.async_error.is_some());
         let failed = comm.shared.state().async_error.clone();
         if let Some((code, why)) = failed {
@@ -806,6 +807,7 @@ pub extern "C" fn ncclCommFinalize(comm: *mut Comm) -> NcclResult {
         };
         c.shared.update(|s| s.finalized = true);
         if c.blocking() {
+            let _blocked = crate::teardown::blocking("ncclCommFinalize");
             c.shared.wait_for(State::settled);
             SUCCESS
         } else {
@@ -975,6 +977,7 @@ fn end(comm: *mut Comm, call: &str, settle: bool) -> NcclResult {
         if !live(comm) {
             return not_live();
         }
+        let _blocked = crate::teardown::blocking(call);
         // SAFETY: live, see `usable`.
         unsafe { &*comm }.shared.wait_for(State::settled);
     }

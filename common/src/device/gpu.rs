@@ -1,0 +1,168 @@
+//! One rank per GPU: every rank's GPU is compared through the store before NCCL is asked
+//! for anything, as NCCL compares them ("Duplicate GPU detected"), and two ranks on one
+//! GPU are refused in one line that names both ranks and the GPU, and the placement when
+//! it is the cause. Shared by the workbook's NCCL backend and by lesson 08, which calls
+//! NCCL itself, so that both refuse the same jobs alike.
+
+use super::LOCAL_RANK_RULE;
+use crate::error::SharedError;
+use crate::rendezvous::Store;
+use anyhow::{Result, anyhow};
+use cudarc::driver::CudaContext;
+use serde::{Deserialize, Serialize};
+use std::ffi::{CStr, c_char, c_int};
+
+/// A physical GPU, as NCCL tells GPUs apart: the same device number on two ranks may be
+/// two GPUs (each Slurm task sees its own GPU as device 0), two ranks on one GPU is an error.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    /// The host the rank runs on.
+    pub host: String,
+    /// The GPU's UUID, as `nvidia-smi -L` prints it (`GPU-8f2c...`): unique in the world.
+    pub uuid: String,
+    /// The GPU's PCI bus id (`0000:1B:00.0`): what NCCL compares on one host.
+    pub bus_id: String,
+    /// The GPU's name (`NVIDIA A100-SXM4-64GB`).
+    pub name: String,
+    /// The device number the rank opened it as (`cuda:N`).
+    pub device: usize,
+    /// How many GPUs the rank's process sees (its `device_count`).
+    pub devices: usize,
+}
+
+/// The identity of the context's GPU: UUID, PCI bus id, name, and its number here.
+pub fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
+    let uuid = ctx.uuid().map_err(|e| anyhow!("cuDeviceGetUuid: {e:?}"))?;
+    let b: Vec<u8> = uuid.bytes.iter().map(|c| *c as u8).collect();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let uuid = format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    );
+    let mut bus = [0 as c_char; 32];
+    // SAFETY: a buffer of 32 bytes for a NUL-terminated id of 13.
+    let r = unsafe { cudarc::driver::sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, ctx.cu_device()) };
+    if r != cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS {
+        return Err(anyhow!("cuDeviceGetPCIBusId: {r:?}"));
+    }
+    // SAFETY: the driver wrote a NUL-terminated string.
+    let bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+    let name = ctx.name().unwrap_or_else(|e| format!("(unknown: {e:?})"));
+    let devices = CudaContext::device_count().map_err(|e| anyhow!("cuDeviceGetCount: {e:?}"))?;
+    Ok(Gpu {
+        host: host.to_string(),
+        uuid,
+        bus_id,
+        name,
+        device: ctx.ordinal(),
+        devices: devices.max(0) as usize,
+    })
+}
+
+/// The first two ranks on one physical GPU (the same UUID), if any.
+pub fn duplicate(gpus: &[Gpu]) -> Option<(usize, usize)> {
+    (0..gpus.len()).find_map(|a| {
+        (a + 1..gpus.len())
+            .find(|&b| gpus[a].uuid == gpus[b].uuid)
+            .map(|b| (a, b))
+    })
+}
+
+/// Shares this rank's GPU with every rank through the store, and refuses two ranks on
+/// one GPU before NCCL does: bad input that every rank meets alike (exit 2).
+pub fn one_rank_per_gpu(store: &mut Store, (rank, world): (usize, usize), gpu: &Gpu) -> Result<()> {
+    let gpus: Vec<Gpu> = store.share_json("nccl/gpu", rank, world, gpu, "every rank's GPU")?;
+    match duplicate(&gpus) {
+        None => Ok(()),
+        Some((a, b)) => Err(SharedError {
+            message: refusal(&gpus, a, b),
+            usage: true,
+        }
+        .into()),
+    }
+}
+
+/// Why ranks `a` and `b` may not share their GPU, and what to do instead.
+fn refusal(gpus: &[Gpu], a: usize, b: usize) -> String {
+    let g = &gpus[a];
+    let both = format!(
+        "ranks {a} and {b} are both on GPU {} ({}, PCI bus {}) of host {}: NCCL refuses two ranks on one GPU \
+         (\"Duplicate GPU detected\")",
+        g.uuid, g.name, g.bus_id, g.host
+    );
+    match cyclic(gpus, a, b) {
+        Some((la, lb)) => format!(
+            "{both}; the placement is cyclic-like (ranks {a} and {b} are local ranks {la} and {lb} of host {}, so \
+             rank % device_count is not the local rank here, as with srun --distribution=cyclic): {LOCAL_RANK_RULE} \
+             picks device = local_rank % device_count instead, one GPU per rank of a host",
+            g.host
+        ),
+        None => format!(
+            "{both}; start at most one rank per GPU (--nproc-per-node, or --ntasks-per-node, no more than the \
+             node's GPUs), give each task its own (srun --gpus-per-task=1), or use --backend cpu"
+        ),
+    }
+}
+
+/// The local ranks of `a` and `b` when the placement is what put them on one GPU: both
+/// took `rank % device_count`, and `local_rank % device_count` would have given them
+/// two. The local rank is each rank's position among the ranks of its host.
+fn cyclic(gpus: &[Gpu], a: usize, b: usize) -> Option<(usize, usize)> {
+    let local = |r: usize| (0..r).filter(|o| gpus[*o].host == gpus[r].host).count();
+    let (ga, gb) = (&gpus[a], &gpus[b]);
+    let (la, lb) = (local(a), local(b));
+    let by_rank = ga.device == a % ga.devices.max(1) && gb.device == b % gb.devices.max(1);
+    let apart = la % ga.devices.max(1) != lb % gb.devices.max(1);
+    (ga.host == gb.host && by_rank && apart).then_some((la, lb))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(host: &str, uuid: &str, device: usize) -> Gpu {
+        Gpu {
+            host: host.into(),
+            uuid: uuid.into(),
+            bus_id: "0000:1B:00.0".into(),
+            name: "A100".into(),
+            device,
+            devices: 2,
+        }
+    }
+
+    #[test]
+    fn two_ranks_on_one_gpu_are_found_by_uuid_not_device_number() {
+        // Slurm's per-task binding: four tasks, each sees its own GPU as device 0.
+        let per_task = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"].map(|u| gpu("n1", u, 0));
+        assert_eq!(duplicate(&per_task), None);
+        let shared = [gpu("n1", "GPU-a", 0), gpu("n1", "GPU-b", 1), gpu("n1", "GPU-a", 0)];
+        assert_eq!(duplicate(&shared), Some((0, 2)));
+        // Three ranks on one node of two GPUs: no placement helps, so none is blamed.
+        let e = refusal(&shared, 0, 2);
+        assert!(e.contains("start at most one rank per GPU"), "{e}");
+        assert!(!e.contains("cyclic"), "{e}");
+    }
+
+    #[test]
+    fn a_cyclic_placement_is_named_with_the_option_that_fixes_it() {
+        // Ranks 0, 2 on node a, 1, 3 on node b, each by rank % 2.
+        let cyclic = [
+            gpu("a", "GPU-a0", 0),
+            gpu("b", "GPU-b1", 1),
+            gpu("a", "GPU-a0", 0),
+            gpu("b", "GPU-b1", 1),
+        ];
+        assert_eq!(duplicate(&cyclic), Some((0, 2)));
+        let e = refusal(&cyclic, 0, 2);
+        assert!(
+            e.contains("the placement is cyclic-like (ranks 0 and 2 are local ranks 0 and 1 of host a"),
+            "{e}"
+        );
+        assert!(e.contains("--device-rule local-rank"), "{e}");
+    }
+}
