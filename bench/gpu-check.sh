@@ -578,8 +578,10 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   shown=$(grep -c '│ ncclAllReduce(.*count=1024, datatype=ncclFloat32, op=ncclSum' "$log")
   if [ "$rc" != 0 ]; then
     record "--show-calls" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
-  elif [ "$shown" != $((2 * gpus)) ]; then
-    record "--show-calls" FAIL "$shown ncclAllReduce lines shown, $((2 * gpus)) expected (one checked and one timed per rank)" "$secs" "$cmd" "$log"
+  elif [ "$shown" != $((3 * gpus)) ]; then
+    record "--show-calls" FAIL "$shown ncclAllReduce lines shown, $((3 * gpus)) expected (per rank: one checked, the timed loop's warm-up and one timed)" "$secs" "$cmd" "$log"
+  elif [ "$(grep -c '│ ncclCommSplit(' "$log")" != "$gpus" ]; then
+    record "--show-calls" FAIL "no ncclCommSplit on every rank: the timed loop's blocking communicator is missing" "$secs" "$cmd" "$log"
   else
     record "--show-calls" PASS "$(grep -m 1 '│ ncclAllReduce(' "$log")" "$secs" "$cmd" "$log"
   fi
