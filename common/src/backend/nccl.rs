@@ -655,9 +655,13 @@ impl Nccl {
                     return Err(e);
                 }
             }
-            // Spin a little (small collectives finish in microseconds), then sleep longer
-            // and longer, up to a millisecond: a rank that waits long costs no CPU.
-            if pause.is_zero() && since.elapsed() < Duration::from_micros(200) {
+            // In a timed loop, poll as nccl-tests' testStreamSynchronize does, yielding the
+            // core between looks: a sleep would add up to its length to the time measured.
+            // Elsewhere, spin a little (small collectives finish in microseconds), then
+            // sleep longer and longer, up to a millisecond: a rank that waits long costs no CPU.
+            if self.in_timed_loop.get() {
+                std::thread::yield_now();
+            } else if pause.is_zero() && since.elapsed() < Duration::from_micros(200) {
                 std::hint::spin_loop();
             } else {
                 pause = (pause * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
