@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 /// The oldest NCCL this workbook runs with: cudarc 0.19's oldest NCCL (its feature
 /// `nccl-02018`). Everything called here is in it: the non-blocking communicator and
 /// `ncclCommGetAsyncError` (2.14), `ncclCommFinalize` (2.14), `ncclConfig_t` as laid out
-/// in 2.17, and `ncclGetLastError` (2.13).
+/// in 2.17, `ncclGetLastError` (2.13), and `ncclCommSplit` (2.18).
 pub const OLDEST: (u32, u32, u32) = (2, 18, 0);
 
 /// The NCCL a process has loaded: its version and its file.
