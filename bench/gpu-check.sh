@@ -204,7 +204,7 @@ export GPU_CHECK_RUN=$run_id # marks every process this check starts (found agai
 # shellcheck disable=SC2317 # called by the trap
 cleanup() {
   if declare -F reap_leftovers >/dev/null; then reap_leftovers >/dev/null; fi
-  rm -rf "$tmp"
+  rm -rf "$tmp" "${double_rooms:-}"
 }
 trap cleanup EXIT
 trap 'echo "interrupted" >&2; exit 130' INT TERM
@@ -364,6 +364,10 @@ if [ "$on_double" = 1 ] && [ -n "$bins" ]; then
   export LD_LIBRARY_PATH=$tmp/double${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export NCCL_DOUBLE=1 NCCL_DOUBLE_DEVICES=$gpus
   unset NCCL_DOUBLE_HOST
+  # The double's meeting folders: a killed rank never leaves its own, so they go in a
+  # folder of this run's (in /dev/shm, where the double is quick), removed at the end.
+  double_rooms=$(mktemp -d /dev/shm/gpu-check-rooms.XXXXXX 2>/dev/null || mktemp -d "$tmp/rooms.XXXXXX")
+  export NCCL_DOUBLE_DIR=$double_rooms
 fi
 
 # The i-th GPU as CUDA_VISIBLE_DEVICES names it (within an allocation: its own names).
