@@ -66,13 +66,13 @@ bare() {
   for ((r = n - 1; r >= 0; r--)); do
     # Each rank its own GPU, as Slurm's per-task binding gives it.
     # shellcheck disable=SC2086 # $extra is one flag or none
-    CUDA_VISIBLE_DEVICES=$r "$rel/nccl-double-bare" --rank "$r" --world "$n" --id-file "$id" --bytes "$b" \
+    CUDA_VISIBLE_DEVICES=$r timeout -k 5 300 "$rel/nccl-double-bare" --rank "$r" --world "$n" --id-file "$id" --bytes "$b" \
       --iters "$iters" $extra >"$work/bare.$r" &
   done
   wait
   out=$(cat "$work/bare.0")
   if [ -z "$out" ]; then
-    echo "error: nccl-double-bare failed ($n ranks, $b bytes${extra:+, $extra})" >&2
+    echo "error: nccl-double-bare failed or ran past 300 s ($n ranks, $b bytes${extra:+, $extra})" >&2
     exit 1
   fi
   rm -f "$id"
@@ -82,10 +82,10 @@ bare() {
 # perf RANKS BYTES C: rank 0's time per call (out of place) of 07-nccl-perf -C C.
 perf() {
   local t
-  t=$("$rel/07-nccl-perf" --backend nccl --nproc-per-node "$1" -b "$2" -e "$2" -n "$iters" -w 5 -a 0 -C "$3" \
+  t=$(timeout -k 5 300 "$rel/07-nccl-perf" --backend nccl --nproc-per-node "$1" -b "$2" -e "$2" -n "$iters" -w 5 -a 0 -C "$3" \
     --timeout 60 | awk '$1 ~ /^[0-9]+$/ { print $6; exit }')
   if [ -z "$t" ]; then
-    echo "error: 07-nccl-perf failed ($1 ranks, $2 bytes, -C $3)" >&2
+    echo "error: 07-nccl-perf failed or ran past 300 s ($1 ranks, $2 bytes, -C $3)" >&2
     exit 1
   fi
   echo "$t"

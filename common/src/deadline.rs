@@ -51,9 +51,7 @@ impl Armed {
             AT.store(micros_from_now(after), Ordering::Release);
         }
     }
-}
 
-impl Armed {
     /// Holds the deadline off until the next [`Armed::renew`] (an atomic store).
     pub fn pause(&self) {
         if GENERATION.load(Ordering::Acquire) == self.generation {
@@ -64,19 +62,25 @@ impl Armed {
 
 impl Drop for Armed {
     fn drop(&mut self) {
-        if GENERATION.load(Ordering::Acquire) == self.generation {
-            AT.store(0, Ordering::Release);
-        }
+        self.pause();
     }
 }
 
 /// Arms the deadline: unless the returned guard is dropped within `after`, `line` is said
 /// (as the process's last line on stderr) and the process ends with status 1.
 pub fn arm(after: Duration, line: String) -> Armed {
+    let armed = standby(line);
+    armed.renew(after);
+    armed
+}
+
+/// A deadline that says `line` when it passes, held off until [`Armed::renew`] sets it:
+/// for calls that each get the same deadline, renewed before and paused after each one.
+pub fn standby(line: String) -> Armed {
     watch();
     *LINE.lock().unwrap_or_else(|p| p.into_inner()) = line;
+    AT.store(0, Ordering::Release);
     let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
-    AT.store(micros_from_now(after), Ordering::Release);
     Armed { generation }
 }
 

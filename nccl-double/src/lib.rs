@@ -145,6 +145,17 @@ fn trace(name: &'static str) {
     }
 }
 
+/// Runs `f` when the process exits through `exit` (`atexit`; `_exit` skips it): the
+/// double's reports at exit. `f` must only read the double's own state and write files.
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    unsafe extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+    }
+    // SAFETY: registers a plain function of this library, which stays mapped until the
+    // process ends (it is never unloaded: cudarc keeps it open).
+    unsafe { atexit(f) };
+}
+
 /// A setting from the environment, or `default` (with a warning if it does not parse).
 pub(crate) fn env_number(name: &str, default: u64) -> u64 {
     match std::env::var(name) {

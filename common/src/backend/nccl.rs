@@ -329,7 +329,7 @@ impl Nccl {
     pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         let (src, _read) = device(buf).device_ptr(self.stream.as_ref());
         let call = Call::new(format!("send to rank {peer}"), "ncclSend")
-            .arg("sendbuff", format!("{src:#x}"))
+            .ptr("sendbuff", src as *const c_void)
             .arg("count", buf.len())
             .named("datatype", T::as_nccl_type())
             .arg("peer", peer)
@@ -344,7 +344,7 @@ impl Nccl {
         let count = buf.len();
         let (dst, _written) = device_mut(buf).device_ptr_mut(self.stream.as_ref());
         let call = Call::new(format!("receive from rank {peer}"), "ncclRecv")
-            .arg("recvbuff", format!("{dst:#x}"))
+            .ptr("recvbuff", dst as *const c_void)
             .arg("count", count)
             .named("datatype", T::as_nccl_type())
             .arg("peer", peer)
@@ -425,17 +425,12 @@ impl Nccl {
         self.in_timed_loop.set(on);
         *self.stuck.borrow_mut() = on.then(|| {
             let limit = crate::units::human_duration(self.watchdog.borrow().timeout());
-            let armed = crate::deadline::arm(
-                Duration::ZERO,
-                format!(
-                    "error: rank {}: an NCCL call of the timed loop, on its blocking communicator, did not return in \
-                     {limit} (--timeout): NCCL blocked inside it (it connects to the peers at the first call: is one \
-                     gone?); this process ends here, without cleaning up",
-                    self.rank
-                ),
-            );
-            armed.pause();
-            armed
+            crate::deadline::standby(format!(
+                "error: rank {}: an NCCL call of the timed loop, on its blocking communicator, did not return in \
+                 {limit} (--timeout): NCCL blocked inside it (it connects to the peers at the first call: is one \
+                 gone?); this process ends here, without cleaning up",
+                self.rank
+            ))
         });
         Ok(())
     }
@@ -482,10 +477,16 @@ impl Nccl {
             return Ok(());
         }
         let limit = self.watchdog.borrow().timeout();
-        for (function, doing) in [
-            ("ncclCommFinalize", "finishing the timed loops' communicator"),
-            ("ncclCommDestroy", "freeing the timed loops' communicator"),
-        ] {
+        type End = unsafe fn(sys::ncclComm_t) -> ncclResult_t;
+        let steps: [(&str, End, &str); 2] = [
+            (
+                "ncclCommFinalize",
+                sys::ncclCommFinalize,
+                "finishes what is queued: blocking, it returns when done",
+            ),
+            ("ncclCommDestroy", sys::ncclCommDestroy, ""),
+        ];
+        for (function, end, note) in steps {
             let _deadline = crate::deadline::arm(
                 limit,
                 format!(
@@ -497,16 +498,11 @@ impl Nccl {
             );
             // SAFETY: the timed communicator, live (not yet destroyed); finalized before
             // it is destroyed, and not used after.
-            let r = unsafe {
-                match function {
-                    "ncclCommFinalize" => sys::ncclCommFinalize(timed),
-                    _ => sys::ncclCommDestroy(timed),
-                }
-            };
+            let r = unsafe { end(timed) };
             self.shown
-                .show(&Call::new("", function).ptr("comm", timed), Some(&r), "");
+                .show(&Call::new("", function).ptr("comm", timed), Some(&r), note);
             if r != ncclResult_t::ncclSuccess {
-                return Err(self.error(r, format!("{doing} ({function})")));
+                return Err(self.error(r, format!("ending the timed loops' communicator ({function})")));
             }
         }
         Ok(())
@@ -564,12 +560,19 @@ impl Nccl {
         self.shown.show(&call, Some(&r), "");
         self.called(r, &what)?;
         // An event after it, so that waits can tell progress from a hang.
-        let queued = {
+        let (event, queued) = {
             let mut p = self.progress.borrow_mut();
-            p.queued(&what, bytes, &self.stream)
+            let event = p
+                .queued(&what, bytes, &self.stream)
                 .with_context(|| format!("rank {}: marking the stream's progress", self.rank))?;
-            p.len()
+            (event, p.len())
         };
+        if let Some(event) = event {
+            self.show_cuda(
+                Call::new("", "cuEventRecord").ptr("hEvent", event),
+                "after it: a wait counts the GPU's progress by these (cuEventQuery)",
+            );
+        }
         self.last.replace(what);
         // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
         // queue is full and the next launch would block inside NCCL, where no deadline reaches.

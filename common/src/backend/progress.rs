@@ -66,8 +66,8 @@ impl Progress {
     }
 
     /// Notes an operation of `bytes` just queued on `stream` as `what`, and records an
-    /// event after it when it should have one.
-    pub fn queued(&mut self, what: &Label, bytes: usize, stream: &CudaStream) -> Result<()> {
+    /// event after it when it should have one: that event, if so.
+    pub fn queued(&mut self, what: &Label, bytes: usize, stream: &CudaStream) -> Result<Option<CUevent>> {
         self.unmarked += 1;
         self.count += 1;
         match self.ops.back_mut() {
@@ -101,8 +101,9 @@ impl Progress {
             if let Some(run) = self.ops.back_mut() {
                 run.event = Some(event);
             }
+            return Ok(Some(event));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Forgets the operations the GPU has finished, as far as the events tell: whether

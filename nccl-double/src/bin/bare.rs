@@ -20,8 +20,12 @@ use cudarc::driver::sys::{self as cu, cudaError_enum as Cu};
 use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
 use cudarc::nccl::sys::{self, ncclResult_t as R};
 use std::ffi::c_char;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+#[path = "shared/id_file.rs"]
+mod id_file;
 
 fn main() -> ExitCode {
     match run() {
@@ -62,34 +66,20 @@ fn run() -> Result<String, String> {
         arg("--iters", Some(1000))?,
         arg("--warmup", Some(5))?,
     );
-    let id_file: String = arg("--id-file", None)?;
+    let id_path: String = arg("--id-file", None)?;
     let nonblocking = std::env::args().any(|a| a == "--nonblocking");
     let poll = !std::env::args().any(|a| a == "--no-poll");
 
     let ctx = CudaContext::new(0).map_err(|e| format!("{e:?}"))?;
     ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
     let stream = ctx.default_stream();
-    let id = if rank == 0 {
-        let id = cudarc::nccl::result::get_uniqueid().map_err(|e| format!("{e:?}"))?;
-        let b: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
-        let tmp = format!("{id_file}.tmp{}", std::process::id());
-        std::fs::write(&tmp, b)
-            .and_then(|()| std::fs::rename(&tmp, &id_file))
-            .map_err(|e| e.to_string())?;
-        id
-    } else {
-        let since = Instant::now();
-        loop {
-            match std::fs::read(&id_file) {
-                Ok(b) if b.len() == 128 => {
-                    break sys::ncclUniqueId {
-                        internal: std::array::from_fn(|i| b[i] as c_char),
-                    };
-                }
-                _ if since.elapsed() > Duration::from_secs(20) => return Err("no id".into()),
-                _ => std::thread::sleep(Duration::from_millis(5)),
-            }
-        }
+    let make = || {
+        let id = cudarc::nccl::result::get_uniqueid().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+        Ok(id.internal.map(|c| c as u8))
+    };
+    let id = id_file::share(Path::new(&id_path), rank, Duration::from_secs(20), make)?;
+    let id = sys::ncclUniqueId {
+        internal: id.map(|b| b as c_char),
     };
     // SAFETY: plain data; the fields through splitShare are set, 44 bytes given.
     let mut config: sys::ncclConfig_t = unsafe { std::mem::zeroed() };

@@ -385,6 +385,9 @@ fn raw_op(op: &ReduceOp) -> sys::ncclRedOp_t {
     }
 }
 
+#[path = "shared/id_file.rs"]
+mod id_file;
+
 /// Rank 0 makes the id and writes it to the file; the others wait for the file.
 fn shared_id(a: &Args) -> Result<Id, Fail> {
     let Some(path) = a.id_file.clone() else {
@@ -393,31 +396,12 @@ fn shared_id(a: &Args) -> Result<Id, Fail> {
         }
         return Err(Fail("--id-file is needed with --world > 1".into()));
     };
-    if a.rank == 0 {
-        let id = Id::new().map_err(nccl("ncclGetUniqueId"))?;
-        let bytes: Vec<u8> = id.internal().iter().map(|c| *c as u8).collect();
-        let tmp = path.with_file_name(format!(".{}.tmp", std::process::id()));
-        std::fs::write(&tmp, &bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| Fail(format!("writing the id to {}: {e}", path.display())))?;
-        return Ok(id);
-    }
-    let deadline = Instant::now() + Duration::from_secs(a.id_timeout);
-    loop {
-        if let Ok(b) = std::fs::read(&path)
-            && b.len() == 128
-        {
-            let mut internal = [0 as c_char; 128];
-            for (i, x) in internal.iter_mut().zip(b) {
-                *i = x as c_char;
-            }
-            return Ok(Id::uninit(internal));
-        }
-        if Instant::now() > deadline {
-            return Err(Fail(format!("no id in {} after {} s", path.display(), a.id_timeout)));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let make = || {
+        let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+        Ok(id.internal().map(|c| c as u8))
+    };
+    let bytes = id_file::share(&path, a.rank, Duration::from_secs(a.id_timeout), make).map_err(Fail)?;
+    Ok(Id::uninit(bytes.map(|b| b as c_char)))
 }
 
 fn main() -> ExitCode {

@@ -899,13 +899,7 @@ fn warn_at_exit() {
             );
         }
     }
-    unsafe extern "C" {
-        fn atexit(f: extern "C" fn()) -> c_int;
-    }
-    // SAFETY: registers a function that only reads the double's own tables.
-    ONCE.call_once(|| unsafe {
-        atexit(at_exit);
-    });
+    ONCE.call_once(|| crate::at_exit(at_exit));
 }
 
 /// NCCL's abort frees memory that the other ranks of the node may still be using, so it

@@ -143,14 +143,8 @@ pub fn stats_at_exit() {
             let _ = std::fs::write(file, format!("helper_threads={n}\n"));
         }
     }
-    unsafe extern "C" {
-        fn atexit(f: extern "C" fn()) -> c_int;
-    }
     if std::env::var_os("NCCL_DOUBLE_STATS").is_some() {
-        // SAFETY: registers a function that only reads a counter and writes a file.
-        ONCE.call_once(|| unsafe {
-            atexit(write_stats);
-        });
+        ONCE.call_once(|| crate::at_exit(write_stats));
     }
 }
 
