@@ -85,6 +85,21 @@ pub fn say_line(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
+/// The line that says `e` for `rank` (`None`: the launcher): `error: rank 2: ...`. Contexts
+/// already naming the rank are not repeated; a message that lists ranks ("check FAILED
+/// ...: rank 0: 4 wrong; rank 1: ...") is left whole.
+pub fn line(rank: Option<usize>, e: &anyhow::Error) -> String {
+    let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
+    let bare = who.trim_end_matches(": ");
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| c.to_string())
+        .filter(|c| c != bare)
+        .map(|c| c.strip_prefix(&who).map(str::to_string).unwrap_or(c))
+        .collect();
+    format!("error: {who}{}", parts.join(": "))
+}
+
 /// Ends this process at once: says `line` on stderr (one line, as [`say_line`]), removes
 /// the files this process made itself (the private folders of [`crate::nccl_library`] and
 /// [`crate::simulate`]), then `_exit(code)`. No destructor and no `atexit` handler runs:

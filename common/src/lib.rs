@@ -198,18 +198,7 @@ fn fits_in_shared_memory(run: &RunArgs, nproc: usize) -> Result<()> {
 }
 
 fn fail(rank: Option<usize>, e: &anyhow::Error) -> ExitCode {
-    let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
-    // Contexts already naming the rank are not repeated; a message that lists ranks
-    // ("check FAILED ...: rank 0: 4 wrong; rank 1: ...") is left whole.
-    let bare = who.trim_end_matches(": ");
-    let parts: Vec<String> = e
-        .chain()
-        .map(|c| c.to_string())
-        .filter(|c| c != bare)
-        .map(|c| c.strip_prefix(&who).map(str::to_string).unwrap_or(c))
-        .collect();
-    let msg = parts.join(": ");
-    error::say_line(&format!("error: {who}{msg}"));
+    error::say_line(&error::line(rank, e));
     ExitCode::from(error::exit_code(e))
 }
 

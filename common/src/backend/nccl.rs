@@ -775,21 +775,14 @@ impl Nccl {
         let comm = self.comm.replace(std::ptr::null_mut());
         if !comm.is_null() {
             let rank = self.rank;
-            let why = match failure {
-                Some(e) => {
-                    let said = format!("{e:#}");
-                    let said = said
-                        .strip_prefix(&format!("rank {rank}: "))
-                        .unwrap_or(&said)
-                        .to_string();
-                    format!("{said}; then")
-                }
-                None => "ending with its NCCL communicator open:".into(),
+            let said = match failure {
+                Some(e) => format!("{}; then", crate::error::line(Some(rank), e)),
+                None => format!("error: rank {rank}: ending with its NCCL communicator open:"),
             };
             let _deadline = crate::deadline::arm(
                 ABORT_DEADLINE,
                 format!(
-                    "error: rank {rank}: {why} NCCL's abort (ncclCommAbort) did not return in {}: it waits for the \
+                    "{said} NCCL's abort (ncclCommAbort) did not return in {}: it waits for the \
                      node's other ranks, and hangs when one of them is stopped or gone (NCCL issues #1013, #1777); \
                      this process ends here, without cleaning up",
                     crate::units::human_duration(ABORT_DEADLINE)
