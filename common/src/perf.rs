@@ -361,6 +361,7 @@ impl Sweep {
         let once = |s: &mut Session, recv: &mut crate::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
         let mut times = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
+        let algo = s.algorithm().to_string();
         if args.cputime == 1 {
             let issued = s.issue_time();
             times = s.share_f64(issued, "every rank's time to issue the calls")?;
@@ -393,6 +394,7 @@ impl Sweep {
             algbw: t.algbw,
             busbw: t.busbw,
             wrong,
+            algo,
         })
     }
 }
@@ -570,7 +572,7 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
             "", "", "", "", "", "out-of-place", "in-place"
         ),
         format!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}",
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}  algo",
             "size", "count", "type", "redop", "root", COLUMNS, COLUMNS
         ),
         format!(
@@ -597,8 +599,14 @@ fn format_row(row: &PerfRow) -> String {
             wrong
         )
     };
+    // The algorithm, as NCCL's tuner names its choice: one name, or out-of-place's and
+    // in-place's when they differ (an in-place all-to-all has no single copy).
+    let algo = match (&row.out_of_place.algo, &row.in_place.algo) {
+        (o, i) if o == i => o.clone(),
+        (o, i) => format!("{o}/{i}"),
+    };
     format!(
-        "  {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}",
+        "  {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}  {algo}",
         row.size,
         row.count,
         row.datatype,
@@ -696,6 +704,7 @@ mod tests {
             algbw: 0.85,
             busbw: 1.27,
             wrong: Some(0),
+            algo: "ring".into(),
         };
         let row = PerfRow {
             size: 104857600,
@@ -704,7 +713,11 @@ mod tests {
             redop: "sum".into(),
             root: -1,
             out_of_place: p.clone(),
-            in_place: Placement { wrong: None, ..p },
+            in_place: Placement {
+                wrong: None,
+                algo: "single-copy".into(),
+                ..p
+            },
         };
         let line = format_row(&row);
         assert!(
@@ -712,8 +725,9 @@ mod tests {
             "{line}"
         );
         assert!(line.contains(" 123457    0.85    1.27       0"), "{line}");
-        assert!(line.ends_with("N/A"), "{line}");
+        assert!(line.ends_with("N/A  ring/single-copy"), "{line}");
         let header = format!("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}", "", "", "", "", "", COLUMNS);
-        assert_eq!(line.len(), header.len() + 2 + COLUMNS.len(), "{line}\n{header}");
+        let algo = "  ring/single-copy".len();
+        assert_eq!(line.len(), header.len() + 2 + COLUMNS.len() + algo, "{line}\n{header}");
     }
 }

@@ -46,6 +46,10 @@ pub struct Report {
     /// Bus bandwidth: algbw times nccl-tests' factor for the collective.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busbw_gbps: Option<f64>,
+    /// The algorithm of the timed collective: the tuner's name (`single-copy`), or on
+    /// NCCL "NCCL's choice".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub algo: Option<String>,
     /// The benchmark's sweep when there is one (its fields at the top level, as before
     /// there were several).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -107,6 +111,8 @@ pub struct Placement {
     pub busbw: f64,
     /// Wrong elements over every rank (nccl-tests' #wrong); absent when not checked.
     pub wrong: Option<u64>,
+    /// The algorithm that ran (the tuner's name; on NCCL, "NCCL's choice").
+    pub algo: String,
 }
 
 /// What one rank reported.

@@ -711,6 +711,15 @@ impl Session {
         matches!(&self.backend, Backend::Cpu(c) if c.reads_peers())
     }
 
+    /// Which algorithm ran the last collective: the tuner's name on the CPU backend
+    /// ([`crate::collective::tuner`]); on NCCL, NCCL chooses (`NCCL_DEBUG=INFO` shows it).
+    pub fn algorithm(&self) -> &'static str {
+        match &self.backend {
+            Backend::Cpu(c) => c.last_algorithm().map_or("?", |a| a.name()),
+            Backend::Nccl(_) => "NCCL's choice",
+        }
+    }
+
     /// Puts the benchmark's sweeps in the JSON report.
     pub fn set_perf(&mut self, mut sweeps: Vec<crate::report::Perf>) {
         match sweeps.len() {
@@ -801,6 +810,7 @@ impl Session {
         self.report.time_us = Some(t.seconds * 1e6);
         self.report.algbw_gbps = Some(t.algbw);
         self.report.busbw_gbps = Some(t.busbw);
+        self.report.algo = Some(self.algorithm().into());
         let factor = match (coll.bus_factor)(world) {
             1.0 => "= algbw".to_string(),
             f => format!(
@@ -813,10 +823,11 @@ impl Session {
             n => format!("mean of {n} runs"),
         };
         self.say(&format!(
-            "Time: {:.1} us per {} of {} (slowest of {world} ranks, {runs}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
+            "Time: {:.1} us per {} of {} via {} (slowest of {world} ranks, {runs}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
             coll.title,
             human_bytes(bytes),
+            self.algorithm(),
             t.algbw,
             t.busbw,
         ));

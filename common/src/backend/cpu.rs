@@ -8,7 +8,8 @@
 
 use crate::args::RunArgs;
 use crate::backend::host_memory::{self, PeerArena};
-use crate::collective::SEND_RECV_TAG;
+use crate::collective::tuner::{self, Algorithm, Allowed, Facts};
+use crate::collective::{Collective, SEND_RECV_TAG};
 use crate::element::{Element, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
 use crate::launch::Identity;
@@ -18,7 +19,7 @@ use crate::transport::{self, Via, shm, tcp};
 use crate::transport::{Link, Mismatch};
 use crate::units;
 use anyhow::{Context, Result, anyhow};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
@@ -27,9 +28,11 @@ use std::thread;
 const LLC_DEFAULT: usize = 32 << 20;
 /// A link that buffers at least this much gets ring steps in slices, in one thread.
 const MIN_SLICE: usize = 256 << 10;
-/// Messages up to this size go straight from every rank to every rank that needs them
-/// (one message time), not round the ring (2(n - 1) message times for an all-reduce): for
-/// them the time per message, α, is all there is, and the ring multiplies it.
+/// Messages up to this size may go straight from every rank to every rank that needs
+/// them (one message time, [`Algorithm::Direct`]), not round the ring (2(n - 1) message
+/// times for an all-reduce): for them the time per message, α, is all there is, and the
+/// ring multiplies it. Every such message fits a link's buffer (a shared-memory slot, a
+/// socket's buffer), so the sends may all go before the receives.
 pub const SMALL: usize = 16 << 10;
 
 /// A rank of the CPU backend: its place in the world, and a link to every other rank.
@@ -38,8 +41,14 @@ pub struct Cpu {
     world: usize,
     links: Vec<Option<Box<dyn Link>>>,
     pipelined: bool,
-    /// `NCCL_ALGO=Ring`: the ring at every size, as NCCL's own variable asks of NCCL.
-    ring_only: bool,
+    /// What `NCCL_ALGO` allows ([`tuner::Allowed`]).
+    allowed: Allowed,
+    /// Some host of the job runs more ranks than it has cores.
+    oversubscribed: bool,
+    /// `NCCL_DEBUG=INFO` on rank 0, text output: each distinct choice is printed once.
+    debug: bool,
+    /// What ran last ([`Cpu::ran`]) and the choices printed so far.
+    ran: Mutex<(Option<Algorithm>, BTreeSet<(u8, usize, &'static str)>)>,
     /// Buffers from this size are written around the cache: see [`Cpu::streams`].
     stream_above: usize,
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
@@ -71,7 +80,10 @@ impl Cpu {
             world,
             links,
             pipelined,
-            ring_only: std::env::var("NCCL_ALGO").is_ok_and(|a| a.trim().eq_ignore_ascii_case("ring")),
+            allowed: Allowed::default(),
+            oversubscribed: false,
+            debug: false,
+            ran: Mutex::new((None, BTreeSet::new())),
             stream_above,
             names,
             scratch: Mutex::new((vec![], vec![])),
@@ -79,7 +91,7 @@ impl Cpu {
         }
     }
 
-    /// The same rank, reading its peers' buffers through `arenas` (see [`Cpu::single_copy`]).
+    /// The same rank, reading its peers' buffers through `arenas` (see [`Algorithm::SingleCopy`]).
     pub fn with_peer_arenas(self, arenas: Option<Vec<Option<PeerArena>>>) -> Cpu {
         Cpu {
             peer_arenas: arenas,
@@ -102,17 +114,48 @@ impl Cpu {
         ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world)
     }
 
-    /// Whether every link of the ring shares memory, so that a piece may be sent before
-    /// the previous one is received (see the pipelined all-reduce).
-    pub fn pipelined(&self) -> bool {
-        self.pipelined
+    /// The same rank, choosing among what `allowed` allows (`NCCL_ALGO`), on a job some of
+    /// whose hosts have more ranks than cores (`oversubscribed`), printing each distinct
+    /// choice (`debug`: `NCCL_DEBUG=INFO`, rank 0).
+    pub fn with_tuning(self, allowed: Allowed, oversubscribed: bool, debug: bool) -> Cpu {
+        Cpu {
+            allowed,
+            oversubscribed,
+            debug,
+            ..self
+        }
     }
 
-    /// Whether a collective of `len` bytes goes direct, rank to rank, rather than round
-    /// the ring: it is small ([`SMALL`]), and neither `--steps` (which shows the ring) nor
-    /// `NCCL_ALGO=Ring` asks for the ring. Every rank answers alike for the same `len`.
-    pub fn direct(&self, len: usize) -> bool {
-        len <= SMALL && !self.ring_only && !crate::record::steps_on()
+    /// Which algorithm runs `coll` on `bytes` (its larger buffer): [`tuner::choose`],
+    /// from what this rank knows alike with every other.
+    pub fn choose(&self, coll: &Collective, bytes: usize) -> Algorithm {
+        let facts = Facts {
+            ranks: self.world,
+            ring_in_memory: self.pipelined,
+            reads_peers: self.reads_peers(),
+            oversubscribed: self.oversubscribed,
+            steps: crate::record::steps_on(),
+        };
+        tuner::choose(coll, bytes, &facts, &self.allowed)
+    }
+
+    /// Notes that `algo` runs `coll` on `bytes` (what [`Cpu::choose`] said, or what a
+    /// single copy fell back to): the trace's and `--steps`' label, the `Time:` line's
+    /// and the benchmark's name ([`Cpu::last_algorithm`]), and with `NCCL_DEBUG=INFO`
+    /// a line the first time this choice is made.
+    pub fn ran(&self, coll: &Collective, bytes: usize, algo: Algorithm) {
+        crate::record::algorithm(algo.label(coll));
+        let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
+        ran.0 = Some(algo);
+        if self.debug && ran.1.insert((coll.tag, bytes, algo.name())) {
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout(), "{}", tuner::debug_line(coll, bytes, algo));
+        }
+    }
+
+    /// The algorithm of the last collective this rank ran.
+    pub fn last_algorithm(&self) -> Option<Algorithm> {
+        self.ran.lock().unwrap_or_else(|p| p.into_inner()).0
     }
 
     /// Whether results of a `len`-byte buffer are written around the cache
@@ -125,16 +168,7 @@ impl Cpu {
         len >= self.stream_above
     }
 
-    /// Whether a collective of `len` bytes copies straight from other ranks' buffers (a
-    /// single copy, [`crate::backend::host_memory`]): every rank is on this host and maps
-    /// every other one's arena, the message is at least `from` bytes (where the
-    /// collective gains by it) and past [`SMALL`], and neither `--steps` nor
-    /// `NCCL_ALGO=Ring` asks for the ring. Every rank answers alike for the same `len`.
-    pub fn single_copy(&self, len: usize, from: usize) -> bool {
-        self.reads_peers() && len > SMALL && len >= from && !self.ring_only && !crate::record::steps_on()
-    }
-
-    /// Whether this rank maps every other rank's arena (see [`Cpu::single_copy`]).
+    /// Whether this rank maps every other rank's arena (see [`Algorithm::SingleCopy`]).
     pub fn reads_peers(&self) -> bool {
         self.peer_arenas.is_some()
     }
@@ -400,11 +434,28 @@ impl Cpu {
         names: fn(u8) -> &'static str,
     ) -> Result<(Cpu, BTreeMap<String, Via>)> {
         let (rank, world) = (id.rank, id.world_size);
-        // One machine = one host name and one boot: two containers may share a name, not a boot id.
+        // NCCL_ALGO, read before anything connects: a name the CPU backend lacks is the
+        // user's error, said in one line.
+        let allowed = Allowed::from_env().map_err(|message| SharedError { message, usage: true })?;
+        let cores = cores().map_err(|message| SharedError { message, usage: true })?;
+        // One machine = one host name and one boot: two containers may share a name, not a
+        // boot id. Each rank says how many cores it may run on, after its machine.
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let machine = format!("{host} {}", boot.trim());
-        let keys = store.share("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
-        let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        let machine = format!("{host} {}\n{cores}", boot.trim());
+        let said = store.share("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
+        let said: Vec<(String, usize)> = said
+            .iter()
+            .map(|k| {
+                let text = String::from_utf8_lossy(k);
+                let (machine, cores) = text.rsplit_once('\n').unwrap_or((&text, "1"));
+                (machine.to_string(), cores.parse().unwrap_or(1))
+            })
+            .collect();
+        let keys: Vec<String> = said.iter().map(|(k, _)| k.clone()).collect();
+        // Some machine runs more ranks than the fewest cores any of its ranks may use: the
+        // same answer on every rank, from what every rank said.
+        let oversubscribed = said.iter().any(|(k, c)| keys.iter().filter(|o| *o == k).count() > *c);
+        let debug = rank == 0 && run.format == crate::args::Format::Text && debug_info();
         let table = transport::choose(&keys, run.transport).map_err(|message| SharedError { message, usage: true })?;
         let every = || table.iter().flatten().flatten();
 
@@ -447,7 +498,9 @@ impl Cpu {
             true => host_memory::connect(store, rank, world)?,
             false => None,
         };
-        let cpu = Cpu::new(rank, world, links, ring_in_memory, names, llc / local).with_peer_arenas(arenas);
+        let cpu = Cpu::new(rank, world, links, ring_in_memory, names, llc / local)
+            .with_peer_arenas(arenas)
+            .with_tuning(allowed, oversubscribed, debug);
         Ok((cpu, pairs))
     }
 }
@@ -494,6 +547,24 @@ pub(crate) fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
         true => copy_around_cache(&mut dst[..from.len()], from),
         false => dst[..from.len()].copy_from_slice(from),
     }
+}
+
+/// The cores this rank may run on: `NCCL_WORKBOOK_CORES` where set (a test, or a
+/// machine whose cores are shared with other work), else what the system lets this
+/// process use. A value the variable cannot mean is the user's error, said in one line.
+fn cores() -> Result<usize, String> {
+    match std::env::var("NCCL_WORKBOOK_CORES") {
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("NCCL_WORKBOOK_CORES={text}: a number of cores, at least 1")),
+        },
+        Err(_) => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+/// Whether `NCCL_DEBUG` asks for NCCL's INFO lines (INFO or TRACE), as NCCL reads it.
+pub fn debug_info() -> bool {
+    std::env::var("NCCL_DEBUG").is_ok_and(|v| matches!(v.trim().to_uppercase().as_str(), "INFO" | "TRACE"))
 }
 
 /// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` where set (`32M`: a

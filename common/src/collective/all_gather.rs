@@ -2,6 +2,7 @@
 //! receives all of them, rank i's at block i (`n × count` elements).
 
 use super::ring::all_gather_steps;
+use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
 use crate::backend::cpu::{Cpu, keep};
 use crate::backend::nccl::Nccl;
@@ -40,9 +41,9 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 
 /// The ring all-gather: this rank's block goes into its place in the receive buffer,
 /// then `n - 1` steps pass the blocks round the ring, each rank forwarding the block it
-/// received last. It is the second half of the ring all-reduce. On one host, past
-/// [`crate::backend::cpu::SMALL`], each rank copies the others' blocks straight from their
-/// buffers instead ([`single_copy`]).
+/// received last. It is the second half of the ring all-reduce. On one host, when the
+/// tuner says so ([`super::tuner::choose`]), each rank copies the others' blocks straight
+/// from their buffers instead ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r) = (cpu.world(), cpu.rank());
@@ -51,22 +52,25 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         buf[r * block..(r + 1) * block].copy_from_slice(src);
         crate::record::wrote(&buf[r * block..(r + 1) * block]);
     }
-    if n == 1 {
-        crate::record::algorithm("the ring");
-        return Ok(());
-    }
     let streaming = cpu.streams(buf.len());
-    if cpu.single_copy(buf.len(), 0) {
-        // Each rank's block, in its receive buffer, where the others read it.
-        let mine = &buf[r * block..(r + 1) * block];
-        if let Some(theirs) = cpu
-            .share_regions(ALL_GATHER.tag, &[mine], &[block])
-            .context("all-gather")?
-        {
-            return single_copy(cpu, buf, block, &theirs, streaming);
+    match cpu.choose(&ALL_GATHER, buf.len()) {
+        Algorithm::SingleCopy => {
+            // Each rank's block, in its receive buffer, where the others read it.
+            let mine = &buf[r * block..(r + 1) * block];
+            if let Some(theirs) = cpu
+                .share_regions(ALL_GATHER.tag, &[mine], &[block])
+                .context("all-gather")?
+            {
+                return single_copy(cpu, buf, block, &theirs, streaming);
+            }
         }
+        _ if n == 1 => {
+            cpu.ran(&ALL_GATHER, buf.len(), Algorithm::Ring);
+            return Ok(());
+        }
+        _ => {}
     }
-    crate::record::algorithm("the ring");
+    cpu.ran(&ALL_GATHER, buf.len(), Algorithm::Ring);
     // Rank r starts with block r (`first` = 0).
     all_gather_steps(
         cpu,
@@ -86,7 +90,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
 fn single_copy(cpu: &Cpu, buf: &mut [u8], block: usize, theirs: &[Vec<&[u8]>], streaming: bool) -> Result<()> {
     use crate::record::{self, Dir, How};
     let (n, r) = (cpu.world(), cpu.rank());
-    record::algorithm("single copy: every rank copies every other rank's block from its buffer");
+    cpu.ran(&ALL_GATHER, buf.len(), Algorithm::SingleCopy);
     for p in (1..n).map(|k| (r + k) % n) {
         let t = record::clock();
         let dst = &mut buf[p * block..(p + 1) * block];

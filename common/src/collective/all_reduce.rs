@@ -2,7 +2,8 @@
 //! (sum, product, max, min or average) of every rank's buffer.
 
 use super::ring::all_gather_steps;
-use super::single_copy::{REDUCING_FROM, reduce_into};
+use super::single_copy::reduce_into;
+use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
 use crate::backend::cpu::{Cpu, Signal, chunk_range, keep, split_two};
 use crate::backend::nccl::Nccl;
@@ -54,11 +55,12 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 /// around the ring, `n - 1` steps again, until every rank has every chunk. Each rank
 /// sends 2(n-1)/n of the buffer in all: nccl-tests' busbw factor.
 ///
-/// This is the ring step by step, as the lesson draws it. When every link of the ring
-/// shares memory, the same ring runs piece by piece instead ([`pipelined`]), which saves
-/// the buffer's partial results (except on two ranks under `--steps`, to show the
-/// lesson's ring). A small buffer skips the ring altogether ([`direct`]), and a large one
-/// on one host is read where it lies, in the other ranks' memory ([`single_copy`]).
+/// This is the ring step by step, as the lesson draws it ([`ring`]). The tuner
+/// ([`super::tuner::choose`]) picks it only over TCP or under `--steps` on two ranks:
+/// when every link of the ring shares memory, the same ring runs piece by piece instead
+/// ([`pipelined`]), which saves the buffer's partial results; a small buffer skips the
+/// ring altogether ([`direct`]), and a large one on one host is read where it lies, in
+/// the other ranks' memory ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall {
         send,
@@ -66,26 +68,27 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         reduction: red,
         ..
     } = call;
-    let (n, r) = (cpu.world(), cpu.rank());
-    if let (Some(src), 1) = (send, n) {
-        data.copy_from_slice(src);
-    }
+    let n = cpu.world();
+    let algo = cpu.choose(&ALL_REDUCE, data.len());
     if n == 1 {
+        cpu.ran(&ALL_REDUCE, data.len(), algo);
+        if let Some(src) = send {
+            data.copy_from_slice(src);
+        }
         red.finish(data, n);
         return Ok(());
     }
-    if cpu.direct(data.len()) {
-        return direct(cpu, send, data, red);
+    match algo {
+        Algorithm::Direct => direct(cpu, send, data, red),
+        Algorithm::SingleCopy => single_copy(cpu, send, data, red),
+        Algorithm::RingPipelined => pipelined(cpu, send, data, red),
+        _ => ring(cpu, send, data, red),
     }
-    if cpu.single_copy(data.len(), REDUCING_FROM) {
-        return single_copy(cpu, send, data, red);
-    }
-    // Two ranks have no partial result to pass on, but piece by piece each reduced piece
-    // goes out while it is still in the cache (measured 10-30% faster from 1 MiB on a
-    // 2-core Xeon); `--steps` shows them the lesson's ring, step by step.
-    if cpu.pipelined() && (n > 2 || !record::steps_on()) {
-        return pipelined(cpu, send, data, red);
-    }
+}
+
+/// The ring step by step (see [`cpu`]).
+fn ring(cpu: &Cpu, send: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
+    let (n, r) = (cpu.world(), cpu.rank());
     let (tag, e) = (ALL_REDUCE.tag, red.elem);
     let (left, right) = cpu.neighbours();
     let count = data.len() / e;
@@ -94,7 +97,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         c.start * e..c.end * e
     };
     let streaming = cpu.streams(data.len());
-    record::algorithm("the ring step by step");
+    cpu.ran(&ALL_REDUCE, data.len(), Algorithm::Ring);
     record::phase("reduce-scatter");
     for step in 0..n - 1 {
         let t = record::clock();
@@ -140,7 +143,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
 /// memory slot, a socket's buffer), so no rank waits for another to receive.
 fn direct(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_REDUCE.tag);
-    record::algorithm("direct: every rank's buffer to every rank (a small message)");
+    cpu.ran(&ALL_REDUCE, data.len(), Algorithm::Direct);
     for k in 1..n {
         let peer = (r + k) % n;
         let mine = src.unwrap_or(data);
@@ -213,7 +216,7 @@ fn single_copy(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -
         return pipelined(cpu, src, data, red);
     };
     let peer = |p: usize| (theirs[p][0], theirs[p][1]);
-    record::algorithm("single copy: each rank reduces its chunk of every rank's buffer, then copies the others'");
+    cpu.ran(&ALL_REDUCE, len, Algorithm::SingleCopy);
 
     record::phase("reduce-scatter");
     let own = chunk(r);
@@ -264,7 +267,7 @@ fn pipelined(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element
     let per = (SLOT_BYTES / e).max(1);
     let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
     let streaming = cpu.streams(data.len());
-    record::algorithm("the ring piece by piece (pipelined)");
+    cpu.ran(&ALL_REDUCE, data.len(), Algorithm::RingPipelined);
     for k in 0..longest.div_ceil(per).max(1) {
         // Piece k of chunk c, in bytes (chunks differ by one element at most: a last
         // piece may be empty).

@@ -2,6 +2,7 @@
 //! goes to rank j, where it lands as block i. NCCL has no call for it: programs (and
 //! nccl-tests' `alltoall`) group one `ncclSend` and one `ncclRecv` per peer.
 
+use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole};
 use crate::backend::calls::Call;
 use crate::backend::cpu::{Cpu, keep};
@@ -92,9 +93,9 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 
 /// `n - 1` steps: at step s, this rank sends its block for rank r + s and receives the
 /// block rank r - s has for it, so that every step pairs every rank with two others
-/// and every link is busy once. Its own block is a copy. Out of place on one host, past
-/// [`crate::backend::cpu::SMALL`], each rank copies its blocks straight from the others'
-/// send buffers instead (a single copy, as in `single_copy.rs`).
+/// and every link is busy once. Its own block is a copy. Out of place on one host, when
+/// the tuner says so ([`super::tuner::choose`]), each rank copies its blocks straight
+/// from the others' send buffers instead (a single copy, as in `single_copy.rs`).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
@@ -117,10 +118,10 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     // from it: one copy per byte, where a slot takes two. In place the blocks to send are
     // the copy aside, outside the arena: every rank then sees that and all go pairwise
     // (whether or not the others are in place too).
-    if cpu.single_copy(buf.len(), 0)
+    if cpu.choose(&ALL_TO_ALL, buf.len()) == Algorithm::SingleCopy
         && let Some(theirs) = cpu.share_regions(tag, &[src], &[src.len()]).context("all-to-all")?
     {
-        record::algorithm("single copy: every rank copies its block of every other rank's send buffer");
+        cpu.ran(&ALL_TO_ALL, buf.len(), Algorithm::SingleCopy);
         for s in 1..n {
             let from = (r + n - s) % n;
             let t = record::clock();
@@ -129,7 +130,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         }
         return cpu.all_done(tag).context("all-to-all");
     }
-    record::algorithm("pairwise: at step s each rank sends to rank + s and receives from rank - s");
+    cpu.ran(&ALL_TO_ALL, buf.len(), Algorithm::Pairwise);
     for s in 1..n {
         let (to, from) = ((r + s) % n, (r + n - s) % n);
         let dst = &mut buf[blk(from)];

@@ -1,5 +1,6 @@
 //! Broadcast (`ncclBroadcast`): the root's buffer is copied into every rank's buffer.
 
+use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
 use crate::backend::cpu::{Cpu, Signal, keep};
 use crate::backend::nccl::Nccl;
@@ -46,7 +47,7 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 /// message time where the chain takes n - 1 (NCCL's tree makes a similar trade).
 fn direct(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), BROADCAST.tag);
-    record::algorithm("direct: the root to every rank (a small message)");
+    cpu.ran(&BROADCAST, buf.len(), Algorithm::Direct);
     if r != root {
         let t = record::clock();
         cpu.link(root)
@@ -81,7 +82,7 @@ fn single_copy(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) 
     let (n, r, tag) = (cpu.world(), cpu.rank(), BROADCAST.tag);
     let streaming = cpu.streams(buf.len());
     let others = || (1..n).map(move |k| (root + k) % n);
-    record::algorithm("single copy: every rank copies the root's buffer straight from its memory");
+    cpu.ran(&BROADCAST, buf.len(), Algorithm::SingleCopy);
     let context = || format!("broadcast from rank {root}");
     if r != root {
         let t = record::clock();
@@ -109,28 +110,33 @@ fn single_copy(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) 
     others().try_for_each(|peer| cpu.wait_signal(tag, peer, Signal::Done).with_context(context))
 }
 
-/// Pipelined ring broadcast: the root sends its buffer piece by piece to its right
-/// neighbour; every rank forwards each piece to the next as soon as it has it, so the
-/// pieces flow round the ring like water down a pipe. Out of place, the root sends from
-/// `send` and copies each piece into its own buffer after sending it, while the piece
-/// travels. A small buffer goes [`direct`] from the root; on one host, a buffer past
-/// [`crate::backend::cpu::SMALL`] is copied by every rank straight from the root's
-/// memory ([`single_copy`]).
+/// Broadcast on the CPU backend: what the tuner chooses ([`super::tuner::choose`]). A
+/// small buffer goes [`direct`] from the root; on one host, a large one is copied by
+/// every rank straight from the root's memory ([`single_copy`]); else the [`chain`].
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall { send, buf, root, .. } = call;
     let (n, r) = (cpu.world(), cpu.rank());
     let pos = (r + n - root) % n; // this rank's distance from the root along the ring
     let root_src = send.filter(|_| pos == 0);
-    if n > 2 && cpu.direct(buf.len()) {
-        return direct(cpu, root_src, buf, root);
+    match cpu.choose(&BROADCAST, buf.len()) {
+        Algorithm::Direct => direct(cpu, root_src, buf, root),
+        Algorithm::SingleCopy => single_copy(cpu, root_src, buf, root),
+        _ => chain(cpu, root_src, buf, root),
     }
-    if cpu.single_copy(buf.len(), 0) {
-        return single_copy(cpu, root_src, buf, root);
-    }
+}
+
+/// Pipelined chain broadcast (NCCL's ring broadcast): the root sends its buffer piece by
+/// piece to its right neighbour; every rank forwards each piece to the next as soon as it
+/// has it, so the pieces flow round the ring like water down a pipe. Out of place, the
+/// root sends from `root_src` and copies each piece into its own buffer after sending
+/// it, while the piece travels.
+fn chain(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (n, r) = (cpu.world(), cpu.rank());
+    let pos = (r + n - root) % n;
     let (left, right) = cpu.neighbours();
     let streaming = cpu.streams(buf.len());
     let tag = BROADCAST.tag;
-    record::algorithm("a chain from the root round the ring, piece by piece (pipelined)");
+    cpu.ran(&BROADCAST, buf.len(), Algorithm::Chain);
     // On a chain of three ranks or more, at least 8 pieces, so that a buffer of a few
     // hundred KiB flows down the chain too (one piece would cross one link after the
     // other); at most PIECE each. Two ranks have no chain: smaller pieces only add waits.

@@ -18,6 +18,7 @@ pub mod reduce;
 pub mod reduce_scatter;
 mod ring;
 mod single_copy;
+pub mod tuner;
 
 pub use all_gather::ALL_GATHER;
 pub use all_reduce::ALL_REDUCE;

@@ -1,6 +1,7 @@
 //! Reduce (`ncclReduce`): the element-wise reduction of every rank's buffer, on the root
 //! only. The other ranks' receive buffers are not written.
 
+use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
 use crate::backend::cpu::Cpu;
 use crate::backend::nccl::Nccl;
@@ -55,6 +56,11 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
     let (left, right) = cpu.neighbours();
     let pos = (r + 2 * n - root - 1) % n; // 0 after the root, ..., n - 1 on the root
+    let len = buf.len();
+    // The chain is reduce's one algorithm: the tuner has nothing else to choose.
+    let algo = cpu.choose(&REDUCE, len);
+    debug_assert_eq!(algo, Algorithm::Chain);
+    cpu.ran(&REDUCE, len, algo);
     if n == 1 {
         if let Some(src) = send {
             buf.copy_from_slice(src);
@@ -62,8 +68,6 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         red.finish(buf, n);
         return Ok(());
     }
-    let len = buf.len();
-    record::algorithm("a chain round the ring to the root, piece by piece (pipelined)");
     for (i, start) in (0..len.max(1)).step_by(PIECE).enumerate() {
         let at = start..(start + PIECE).min(len);
         let step = |what: &str, peer: usize| format!("reduce to rank {root}: {what} piece {i} {}", cpu.peer_name(peer));

@@ -1,7 +1,8 @@
 //! Reduce-scatter (`ncclReduceScatter`): every rank contributes `n × count` elements;
 //! rank i receives block i of their element-wise reduction (`count` elements).
 
-use super::single_copy::{REDUCING_FROM, reduce_into};
+use super::single_copy::reduce_into;
+use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
 use crate::backend::cpu::{Cpu, split_two};
 use crate::backend::nccl::Nccl;
@@ -46,8 +47,8 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 ///
 /// The partial results travel through two working buffers of one block, never through
 /// the send buffer: in place, the other blocks of the buffer keep their values, as with
-/// NCCL. On one host, from 256 KiB, each rank reduces its block straight from the others'
-/// buffers instead ([`single_copy`]).
+/// NCCL. On one host, when the tuner says so ([`super::tuner::choose`]), each rank reduces
+/// its block straight from the others' buffers instead ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r) = (cpu.world(), cpu.rank());
@@ -58,15 +59,16 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         ..
     } = call;
     let blk = |i: usize| i * block..(i + 1) * block;
+    let algo = cpu.choose(&REDUCE_SCATTER, n * block);
     if n == 1 {
-        crate::record::algorithm("the ring");
+        cpu.ran(&REDUCE_SCATTER, n * block, algo);
         if let Some(src) = send {
             buf.copy_from_slice(&src[blk(0)]);
         }
         red.finish(buf, n);
         return Ok(());
     }
-    if cpu.single_copy(n * block, REDUCING_FROM) {
+    if algo == Algorithm::SingleCopy {
         let input = send.unwrap_or(&*buf);
         let tag = REDUCE_SCATTER.tag;
         if let Some(theirs) = cpu
@@ -76,7 +78,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
             return single_copy(cpu, send, buf, block, &theirs, red);
         }
     }
-    crate::record::algorithm("the ring");
+    cpu.ran(&REDUCE_SCATTER, n * block, Algorithm::Ring);
     let mut working = cpu.scratch(block);
     let (a, b) = &mut *working;
     let (mut out, mut into) = (&mut a[..block], &mut b[..block]);
@@ -129,7 +131,7 @@ fn single_copy(
     use crate::record::{self, Dir, How};
     let (n, r) = (cpu.world(), cpu.rank());
     let mine = r * block..(r + 1) * block;
-    record::algorithm("single copy: each rank reduces its block of every rank's buffer");
+    cpu.ran(&REDUCE_SCATTER, n * block, Algorithm::SingleCopy);
     let t = record::clock();
     let result = match send {
         Some(_) => &mut buf[..],

@@ -6,13 +6,6 @@
 use crate::backend::cpu::Cpu;
 use crate::element::Reduction;
 
-/// All-reduce and reduce-scatter read where they lie from this size. Below it, in place,
-/// the ring through the shared slots was as fast or faster (all-reduce on a 2-core Xeon,
-/// 2 ranks: 64 KiB 6.2-7.3 GB/s busbw against 3.4-5.7; 256 KiB level; 4 MiB 5.0 against
-/// 11-12): a buffer that fits the cores' own caches is read from the other core's cache
-/// either way, and reading a peer's buffer in place also takes its lines away from it.
-pub(super) const REDUCING_FROM: usize = 256 << 10;
-
 /// A reduction runs in pieces of this size: a piece of the result stays in the cache
 /// while every rank's piece is added to it.
 const PIECE: usize = 64 << 10;

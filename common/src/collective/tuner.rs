@@ -1,0 +1,436 @@
+//! Which algorithm runs: the one place the CPU backend chooses, as NCCL's tuner does
+//! (`src/graph/tuning.cc` and `enqueue.cc`'s `topoGetAlgoInfo`): by the collective, its
+//! size, the number of ranks, how they are connected, and whether they outnumber the
+//! cores. Every collective's `cpu` function asks [`choose`] and runs what it answers;
+//! every input is the same on every rank, so every rank runs the same algorithm.
+//!
+//! What it chose is named where a student looks: a lesson's `Time:` line, the
+//! benchmark's `algo` column (and field), the trace's `algorithm`, and with
+//! `NCCL_DEBUG=INFO` one line per choice, worded as NCCL's `TUNING` line:
+//! `AllReduce: 1024 Bytes -> Algo direct proto simple`.
+//!
+//! `NCCL_ALGO` is read as NCCL reads it ([`Allowed::parse`]); NCCL's `Ring` means the
+//! CPU backend's ring-shaped algorithms, and two names of its own (`direct`,
+//! `single-copy`) pick the others. README's "Which algorithm runs" maps the names onto
+//! NCCL's.
+
+use super::{ALL, Collective};
+use crate::backend::cpu::SMALL;
+
+/// One way of running a collective on the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Every rank sends its buffer straight to every rank that needs it: one message
+    /// time, for small messages (NCCL's LL protocol and tree make the same trade).
+    Direct,
+    /// The ring, step by step (NCCL's Ring, one chunk per step).
+    Ring,
+    /// The ring, piece by piece round the whole ring (NCCL's Ring, as NCCL runs it).
+    RingPipelined,
+    /// A chain from (or to) the root round the ring, piece by piece: NCCL's Ring for
+    /// broadcast and reduce.
+    Chain,
+    /// Every rank reads the others' buffers where they lie, on one host: NCCL's P2P
+    /// transport with P2P read (`NCCL_P2P_DISABLE=1` turns it off, as it does NCCL's).
+    SingleCopy,
+    /// All-to-all: at step s each rank sends to rank + s and receives from rank - s.
+    Pairwise,
+}
+
+impl Algorithm {
+    /// The short name: `direct`, `ring`, `ring-pipelined`, `chain`, `single-copy`,
+    /// `pairwise`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Direct => "direct",
+            Algorithm::Ring => "ring",
+            Algorithm::RingPipelined => "ring-pipelined",
+            Algorithm::Chain => "chain",
+            Algorithm::SingleCopy => "single-copy",
+            Algorithm::Pairwise => "pairwise",
+        }
+    }
+
+    /// The family `NCCL_ALGO` names it by: NCCL's `Ring` for every ring-shaped one.
+    fn family(self) -> Family {
+        match self {
+            Algorithm::Direct => Family::Direct,
+            Algorithm::SingleCopy => Family::SingleCopy,
+            _ => Family::Ring,
+        }
+    }
+
+    /// What it does for `coll`, in one line, after its name (the trace, `--steps`):
+    /// `single-copy: every rank copies the root's buffer straight from its memory`.
+    pub fn label(self, coll: &Collective) -> &'static str {
+        use Algorithm::*;
+        match (coll.name, self) {
+            ("broadcast", Direct) => "direct: the root to every rank (a small message)",
+            ("broadcast", SingleCopy) => "single-copy: every rank copies the root's buffer straight from its memory",
+            ("broadcast", _) => "chain: from the root round the ring, piece by piece (pipelined)",
+            ("reduce", _) => "chain: round the ring to the root, piece by piece (pipelined)",
+            ("all_reduce", Direct) => "direct: every rank's buffer to every rank (a small message)",
+            ("all_reduce", SingleCopy) => {
+                "single-copy: each rank reduces its chunk of every rank's buffer, then copies the others'"
+            }
+            ("all_reduce", RingPipelined) => "ring-pipelined: the ring piece by piece (pipelined)",
+            ("all_reduce", _) => "ring: the ring step by step",
+            ("all_gather", SingleCopy) => "single-copy: every rank copies every other rank's block from its buffer",
+            ("reduce_scatter", SingleCopy) => "single-copy: each rank reduces its block of every rank's buffer",
+            ("alltoall", SingleCopy) => {
+                "single-copy: every rank copies its block of every other rank's send buffer"
+            }
+            ("alltoall", _) => "pairwise: at step s each rank sends to rank + s and receives from rank - s",
+            _ => "ring: the blocks pass round the ring, one per step",
+        }
+    }
+}
+
+/// What the tuner knows of the job: the same on every rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Facts {
+    /// The number of ranks.
+    pub ranks: usize,
+    /// Every link of the ring (rank i to i + 1) shares memory and buffers several
+    /// pieces: the ring may run piece by piece.
+    pub ring_in_memory: bool,
+    /// Every rank is on one host and maps every other rank's buffers (no TCP, and
+    /// `NCCL_P2P_DISABLE` unset): the single copy can run.
+    pub reads_peers: bool,
+    /// Some host runs more ranks than it has cores (ranks take turns on a core).
+    pub oversubscribed: bool,
+    /// `--steps` is recording: it shows the ring, so the ring runs.
+    pub steps: bool,
+}
+
+/// Which algorithm runs `coll` on `bytes` (its larger buffer, as nccl-tests sizes it),
+/// among those `allowed` (`NCCL_ALGO`). The algorithms that can run here (the transport,
+/// `--steps`, a direct message's size) and `NCCL_ALGO` allows are the candidates; of
+/// them, a small message goes [`Algorithm::Direct`], one past [`single_copy_from`]
+/// [`Algorithm::SingleCopy`], the rest round the ring. When `NCCL_ALGO` leaves a single
+/// candidate it runs at every size, and when it leaves none the ring runs (it always can).
+pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed) -> Algorithm {
+    use Algorithm::*;
+    let n = facts.ranks;
+    let ring = match coll.name {
+        "broadcast" | "reduce" => Chain,
+        "alltoall" => Pairwise,
+        "all_reduce" if facts.ring_in_memory && (n > 2 || !facts.steps) => RingPipelined,
+        _ => Ring,
+    };
+    if n < 2 {
+        return ring;
+    }
+    let can = |a: Algorithm| match a {
+        // All the sends go before the receives: only what fits a link's buffer. A
+        // broadcast on two ranks is direct anyway.
+        Direct => {
+            bytes <= SMALL && !facts.steps && matches!(coll.name, "all_reduce") | (coll.name == "broadcast" && n > 2)
+        }
+        SingleCopy => facts.reads_peers && !facts.steps && coll.name != "reduce",
+        _ => true,
+    };
+    let ok = |a: Algorithm| can(a) && allowed.allows(coll, a.family());
+    let candidates: Vec<Algorithm> = [Direct, SingleCopy, ring].into_iter().filter(|a| ok(*a)).collect();
+    match candidates[..] {
+        [] => ring,
+        [only] => only,
+        _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
+        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, n, facts.oversubscribed) => {
+            SingleCopy
+        }
+        _ if candidates.contains(&ring) => ring,
+        // Direct and the single copy, not the ring: past a direct message, the copy.
+        _ => SingleCopy,
+    }
+}
+
+/// From this size a collective reads the other ranks' buffers (single copy) rather than
+/// take messages through the shared slots, on `ranks` ranks, on a host with as many
+/// cores as ranks or more, or fewer (`oversubscribed`).
+///
+/// The single copy takes one copy per byte where a slot takes two, and no rank waits for
+/// another's pieces; but it starts and ends with a handshake (where the buffers are, and
+/// "done reading", from every rank to every rank): a few message times, and on an
+/// oversubscribed host each of them may be a sleep and a wake-up (tens of µs). So it
+/// pays from a size that grows with the ranks, and more when ranks share cores.
+/// Reduction in place gains least: a buffer in the cores' caches is read from the other
+/// core's cache either way, and reading a peer's buffer in place takes its lines away.
+///
+/// Measured with `bench/crossover.sh` (`07-nccl-perf`, single copy forced with
+/// `NCCL_ALGO=single-copy` against `NCCL_ALGO=^single-copy`, out of place, µs per call)
+/// on a 2-core AMD EPYC VM shared with other builds (load average 3-5): see the table in
+/// the report of issue 26; the thresholds below are its crossovers, rounded up to a power
+/// of 4 (the script's sizes), and larger where the rows were too noisy to tell.
+pub fn single_copy_from(coll: &Collective, ranks: usize, oversubscribed: bool) -> usize {
+    let reduces = coll.reduces;
+    match (oversubscribed, reduces) {
+        // Cores enough: the handshake is a few spins; the copy wins past a direct message,
+        // the reductions from where a buffer outgrows the caches' share.
+        (false, false) => SMALL + 1,
+        (false, true) => 256 << 10,
+        // Ranks sharing cores: the handshake sleeps. Chapter 7's packed broadcast
+        // (121 KiB on 4 ranks) goes through the slots.
+        (true, false) => match ranks {
+            ..=3 => 256 << 10,
+            _ => 1 << 20,
+        },
+        (true, true) => 1 << 20,
+    }
+}
+
+/// Which families of algorithms `NCCL_ALGO` allows, per collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allowed {
+    /// `[collective in ALL order][family]`.
+    per: [[bool; FAMILIES]; ALL.len()],
+}
+
+/// What `NCCL_ALGO` names on the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// NCCL's `Ring`: the ring, the pipelined ring, the chain, the pairwise all-to-all.
+    Ring = 0,
+    /// `direct` (the CPU backend's own).
+    Direct = 1,
+    /// `single-copy` (the CPU backend's own; NCCL's P2P read).
+    SingleCopy = 2,
+}
+
+const FAMILIES: usize = 3;
+const FAMILY_NAMES: [&str; FAMILIES] = ["ring", "direct", "single-copy"];
+/// NCCL's algorithms the CPU backend does not have (`ncclAlgoStr`, 2.18 to 2.28).
+const NCCL_ONLY: [&str; 6] = ["Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
+/// NCCL's names of the collectives (`ncclFuncStr`), in [`ALL`]'s order; all-to-all is
+/// the CPU backend's own (NCCL runs it as send/receive, which `NCCL_ALGO` does not tune).
+const PREFIXES: [&str; 6] = ["Broadcast", "Reduce", "AllReduce", "AllGather", "ReduceScatter", "AllToAll"];
+
+impl Default for Allowed {
+    fn default() -> Allowed {
+        Allowed {
+            per: [[true; FAMILIES]; ALL.len()],
+        }
+    }
+}
+
+impl Allowed {
+    /// Whether `family` may run `coll`.
+    fn allows(&self, coll: &Collective, family: Family) -> bool {
+        let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+        self.per[i][family as usize]
+    }
+
+    /// `NCCL_ALGO` from the environment (everything when unset or empty).
+    pub fn from_env() -> Result<Allowed, String> {
+        match std::env::var("NCCL_ALGO") {
+            Ok(text) if !text.trim().is_empty() => Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}")),
+            _ => Ok(Allowed::default()),
+        }
+    }
+
+    /// Reads `NCCL_ALGO` as NCCL's `parseList` does: `;`-separated lists, each
+    /// `[collective:][^]name,name…`; a list without a collective (only the first may
+    /// lack one) is for every collective; `^` allows all but the names; case does not
+    /// matter. `Ring` is NCCL's; `direct` and `single-copy` are the CPU backend's own.
+    /// NCCL's other algorithms (`Tree`, `CollNetDirect`, …) have no counterpart here:
+    /// allowing one is refused (excluding one with `^` changes nothing).
+    pub fn parse(text: &str) -> Result<Allowed, String> {
+        let mut allowed = Allowed::default();
+        for (k, entry) in text.split(';').enumerate() {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            let (prefix, list) = match entry.split_once(':') {
+                Some((p, l)) => (Some(p.trim()), l.trim()),
+                None if k == 0 => (None, entry),
+                None => return Err(format!("'{entry}': every list but the first must name its collective (allreduce:ring)")),
+            };
+            let (exclude, list) = match list.strip_prefix('^') {
+                Some(rest) => (true, rest),
+                None => (false, list),
+            };
+            let mut named = [false; FAMILIES];
+            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let squashed = name.replace(['-', '_'], "");
+                if let Some(f) = FAMILY_NAMES.iter().position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed)) {
+                    named[f] = true;
+                } else if let Some(nccl) = NCCL_ONLY.iter().find(|a| a.eq_ignore_ascii_case(name)) {
+                    if !exclude {
+                        return Err(format!(
+                            "the CPU backend has no {nccl}: it has ring (NCCL's Ring), direct and single-copy"
+                        ));
+                    }
+                } else {
+                    return Err(format!(
+                        "unknown algorithm '{name}': ring (NCCL's Ring), direct or single-copy (NCCL's Tree, \
+                         CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT need GPUs)"
+                    ));
+                }
+            }
+            let row = named.map(|n| n != exclude);
+            let squashed = |s: &str| s.replace(['-', '_'], "").to_lowercase();
+            let which: Vec<usize> = match prefix {
+                None => (0..ALL.len()).collect(),
+                Some(p) => match PREFIXES.iter().position(|q| squashed(q) == squashed(p)) {
+                    Some(i) => vec![i],
+                    None => {
+                        return Err(format!(
+                            "unknown collective '{p}': one of {}",
+                            PREFIXES.map(|p| p.to_lowercase()).join(", ")
+                        ));
+                    }
+                },
+            };
+            for i in which {
+                allowed.per[i] = row;
+            }
+        }
+        Ok(allowed)
+    }
+}
+
+/// NCCL's name of a collective (`ncclFuncToString`): `AllReduce`.
+pub fn nccl_func(coll: &Collective) -> &'static str {
+    let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+    PREFIXES[i]
+}
+
+/// The `NCCL_DEBUG=INFO` line of a choice, worded as NCCL's (`enqueue.cc`): every CPU
+/// message is one protocol, data then a flag saying it is there, as NCCL's Simple.
+pub fn debug_line(coll: &Collective, bytes: usize, algo: Algorithm) -> String {
+    format!(
+        "cpu INFO {}: {bytes} Bytes -> Algo {} proto simple",
+        nccl_func(coll),
+        algo.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::{ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE, REDUCE_SCATTER};
+    use Algorithm::*;
+
+    const ONE_HOST: Facts = Facts {
+        ranks: 4,
+        ring_in_memory: true,
+        reads_peers: true,
+        oversubscribed: false,
+        steps: false,
+    };
+
+    fn with(text: &str) -> Allowed {
+        Allowed::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn nccl_algo_reads_as_nccls_parse_list() {
+        let all = Allowed::default();
+        assert_eq!(with(""), all);
+        let ring = with("Ring");
+        for c in ALL {
+            assert!(ring.allows(c, Family::Ring) && !ring.allows(c, Family::Direct), "{}", c.name);
+            assert!(!ring.allows(c, Family::SingleCopy));
+        }
+        // Case does not matter, nor - or _ in names; `^` excludes.
+        assert_eq!(with("RING"), ring);
+        assert_eq!(with("ring,direct,SINGLE_COPY"), all);
+        let no_copy = with("^single-copy");
+        assert!(no_copy.allows(&BROADCAST, Family::Ring) && no_copy.allows(&BROADCAST, Family::Direct));
+        assert!(!no_copy.allows(&BROADCAST, Family::SingleCopy));
+        // Per collective; a later list replaces that collective's.
+        let per = with("ring;allreduce:single-copy;broadcast:^ring");
+        assert!(per.allows(&ALL_REDUCE, Family::SingleCopy) && !per.allows(&ALL_REDUCE, Family::Ring));
+        assert!(!per.allows(&BROADCAST, Family::Ring) && per.allows(&BROADCAST, Family::Direct));
+        assert!(per.allows(&REDUCE_SCATTER, Family::Ring) && !per.allows(&REDUCE_SCATTER, Family::SingleCopy));
+        assert_eq!(with("all_reduce:ring"), with("AllReduce:Ring"));
+        // Excluding what the CPU backend lacks changes nothing.
+        assert_eq!(with("^tree"), all);
+    }
+
+    #[test]
+    fn nccl_algo_refuses_what_the_cpu_backend_lacks_in_one_line() {
+        for (text, says) in [
+            ("Tree", "the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy"),
+            ("ring,nvls", "the CPU backend has no NVLS"),
+            ("allreduce:pat", "no PAT"),
+            ("ring;tree", "every list but the first must name its collective"),
+            ("gather:ring", "unknown collective 'gather'"),
+            ("rings", "unknown algorithm 'rings'"),
+        ] {
+            let e = Allowed::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn small_messages_go_direct_large_ones_by_single_copy_the_rest_round_the_ring() {
+        let all = Allowed::default();
+        assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(&ALL_REDUCE, SMALL + 4, &ONE_HOST, &all), RingPipelined);
+        assert_eq!(choose(&ALL_REDUCE, 16 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&BROADCAST, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&REDUCE, 16 << 20, &ONE_HOST, &all), Chain);
+        assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &all), Pairwise);
+        assert_eq!(choose(&ALL_GATHER, 4, &ONE_HOST, &all), Ring);
+        // Over TCP: no single copy, no pipelined ring; --steps: the ring.
+        let tcp = Facts {
+            ring_in_memory: false,
+            reads_peers: false,
+            ..ONE_HOST
+        };
+        assert_eq!(choose(&ALL_REDUCE, 16 << 20, &tcp, &all), Ring);
+        assert_eq!(choose(&ALL_TO_ALL, 16 << 20, &tcp, &all), Pairwise);
+        let steps = Facts { steps: true, ..ONE_HOST };
+        assert_eq!(choose(&ALL_REDUCE, 4, &steps, &all), RingPipelined);
+        assert_eq!(choose(&ALL_REDUCE, 4, &Facts { ranks: 2, ..steps }, &all), Ring);
+        // Broadcast on two ranks: the chain is direct already.
+        assert_eq!(choose(&BROADCAST, 4, &Facts { ranks: 2, ..ONE_HOST }, &all), Chain);
+    }
+
+    #[test]
+    fn ranks_sharing_cores_take_the_single_copy_only_for_larger_buffers() {
+        let all = Allowed::default();
+        let shared = Facts {
+            oversubscribed: true,
+            ..ONE_HOST
+        };
+        // Chapter 7's packed broadcast: 121 KiB on 4 ranks.
+        assert_eq!(choose(&BROADCAST, 121 << 10, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&BROADCAST, 121 << 10, &shared, &all), Chain);
+        assert_eq!(choose(&BROADCAST, 16 << 20, &shared, &all), SingleCopy);
+        for c in ALL {
+            assert!(single_copy_from(c, 4, true) >= single_copy_from(c, 4, false), "{}", c.name);
+            assert!(single_copy_from(c, 4, true) >= single_copy_from(c, 2, true), "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn nccl_algo_narrows_the_choice_and_a_lone_candidate_runs_at_every_size() {
+        let ring = with("ring");
+        assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &ring), RingPipelined);
+        assert_eq!(choose(&ALL_TO_ALL, 16 << 20, &ONE_HOST, &ring), Pairwise);
+        let copy = with("single-copy");
+        assert_eq!(choose(&ALL_REDUCE, 16 << 10, &ONE_HOST, &copy), SingleCopy);
+        assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &copy), SingleCopy);
+        // Direct cannot carry a large message: nothing allowed can run, the ring does.
+        assert_eq!(choose(&ALL_REDUCE, 1 << 20, &ONE_HOST, &with("direct")), RingPipelined);
+        // Reduce has only its chain.
+        assert_eq!(choose(&REDUCE, 1 << 20, &ONE_HOST, &copy), Chain);
+        let no_ring = with("^ring");
+        assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &no_ring), Direct);
+        assert_eq!(choose(&ALL_REDUCE, 64 << 10, &ONE_HOST, &no_ring), SingleCopy);
+    }
+
+    #[test]
+    fn the_debug_line_is_worded_as_nccls_tuning_line() {
+        assert_eq!(
+            debug_line(&ALL_REDUCE, 1024, Direct),
+            "cpu INFO AllReduce: 1024 Bytes -> Algo direct proto simple"
+        );
+        assert_eq!(nccl_func(&ALL_TO_ALL), "AllToAll");
+    }
+}
