@@ -454,7 +454,9 @@ fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
                     "--nproc-per-node 3 --op {op} -b 1M -e 1M -w 0 -n 1 --format json --trace {}",
                     file.display()
                 ),
-                &[("NCCL_P2P_DISABLE", p2p)],
+                // A host of 8 cores: on fewer, the tuner takes the single copy only
+                // for larger buffers.
+                &[("NCCL_P2P_DISABLE", p2p), ("NCCL_WORKBOOK_CORES", "8")],
             )
             .ok();
             check_sweep(&r.json(), op, 3, &[1 << 20], &r);
@@ -467,7 +469,7 @@ fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
                 .map(|e| e["args"]["algorithm"].as_str().unwrap_or(""))
                 .collect();
             assert!(!algorithms.is_empty(), "{op}: no collective in the trace");
-            let singles = algorithms.iter().filter(|a| a.starts_with("single copy")).count();
+            let singles = algorithms.iter().filter(|a| a.starts_with("single-copy")).count();
             let want = match (op, p2p) {
                 (_, "1") | ("reduce", _) => 0,
                 ("alltoall", _) => algorithms.iter().filter(|a| !a.starts_with("pairwise")).count(),
@@ -480,4 +482,42 @@ fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_row_names_the_algorithm_that_ran_as_the_tuner_chose_it() {
+    // On a host with cores enough (8), 4 KiB all-reduce goes direct and 4 MiB by single
+    // copy, in both placements; an in-place all-to-all has no single copy; NCCL_ALGO=Ring
+    // keeps the ring at every size.
+    let cores = ("NCCL_WORKBOOK_CORES", "8");
+    let algos = |r: &Run, op: &str| -> Vec<(String, String)> {
+        let j = r.json();
+        let rows = j["rows"].as_array().unwrap_or_else(|| panic!("{op}: no rows: {r}"));
+        rows.iter()
+            .map(|row| {
+                let algo = |p: &str| row[p]["algo"].as_str().unwrap_or_else(|| panic!("no algo: {r}")).to_string();
+                (algo("out_of_place"), algo("in_place"))
+            })
+            .collect()
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let json = "-b 4K -e 4M -f 1024 -w 0 -n 1 --format json";
+    let r = perf(&format!("--nproc-per-node 2 --op all_reduce {json}"), &[cores]).ok();
+    assert_eq!(
+        algos(&r, "all_reduce"),
+        [pair("direct", "direct"), pair("single-copy", "single-copy")],
+        "{r}"
+    );
+    let r = perf(&format!("--nproc-per-node 3 --op alltoall {json}"), &[cores]).ok();
+    assert_eq!(algos(&r, "alltoall")[1], pair("single-copy", "pairwise"), "{r}");
+    let r = perf(&format!("--nproc-per-node 3 --op all_reduce {json}"), &[cores, ("NCCL_ALGO", "ring")]).ok();
+    assert_eq!(
+        algos(&r, "all_reduce"),
+        [pair("ring-pipelined", "ring-pipelined"), pair("ring-pipelined", "ring-pipelined")],
+        "{r}"
+    );
+    // For people: a last column, `algo`, with both names where the placements differ.
+    let r = perf("--nproc-per-node 3 --op alltoall -b 4M -e 4M -w 0 -n 1", &[cores]).ok();
+    assert!(r.stdout.lines().any(|l| l.starts_with("# ") && l.ends_with("#wrong  algo")), "{r}");
+    assert!(r.stdout.lines().any(|l| l.ends_with("  single-copy/pairwise")), "{r}");
 }

@@ -136,7 +136,7 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         [] => ring,
         [only] => only,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
-        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, n, facts.oversubscribed) => {
+        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, facts.oversubscribed) => {
             SingleCopy
         }
         _ if candidates.contains(&ring) => ring,
@@ -146,36 +146,45 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
 }
 
 /// From this size a collective reads the other ranks' buffers (single copy) rather than
-/// take messages through the shared slots, on `ranks` ranks, on a host with as many
-/// cores as ranks or more, or fewer (`oversubscribed`).
+/// take messages through the shared slots, on a host with as many cores as ranks or
+/// more, or fewer (`oversubscribed`).
 ///
 /// The single copy takes one copy per byte where a slot takes two, and no rank waits for
 /// another's pieces; but it starts and ends with a handshake (where the buffers are, and
-/// "done reading", from every rank to every rank): a few message times, and on an
-/// oversubscribed host each of them may be a sleep and a wake-up (tens of µs). So it
-/// pays from a size that grows with the ranks, and more when ranks share cores.
-/// Reduction in place gains least: a buffer in the cores' caches is read from the other
-/// core's cache either way, and reading a peer's buffer in place takes its lines away.
+/// "done reading", from every rank to every rank, or to the broadcast's root): a few
+/// message times, and where ranks share cores each may be a sleep and a wake-up (tens of
+/// µs). So it pays from a size, larger when ranks share cores; the broadcast's root waits
+/// for every rank's "done" while the chain's ranks forward pieces as they come, so its
+/// size is the largest.
 ///
-/// Measured with `bench/crossover.sh` (`07-nccl-perf`, single copy forced with
-/// `NCCL_ALGO=single-copy` against `NCCL_ALGO=^single-copy`, out of place, µs per call)
-/// on a 2-core AMD EPYC VM shared with other builds (load average 3-5): see the table in
-/// the report of issue 26; the thresholds below are its crossovers, rounded up to a power
-/// of 4 (the script's sizes), and larger where the rows were too noisy to tell.
-pub fn single_copy_from(coll: &Collective, ranks: usize, oversubscribed: bool) -> usize {
-    let reduces = coll.reduces;
-    match (oversubscribed, reduces) {
-        // Cores enough: the handshake is a few spins; the copy wins past a direct message,
-        // the reductions from where a buffer outgrows the caches' share.
-        (false, false) => SMALL + 1,
-        (false, true) => 256 << 10,
-        // Ranks sharing cores: the handshake sleeps. Chapter 7's packed broadcast
-        // (121 KiB on 4 ranks) goes through the slots.
-        (true, false) => match ranks {
-            ..=3 => 256 << 10,
-            _ => 1 << 20,
-        },
-        (true, true) => 1 << 20,
+/// Measured with `bench/crossover.sh` (single copy forced with `NCCL_ALGO=single-copy`
+/// against `NCCL_ALGO=^single-copy`; median of 3, µs per call, out of place + in place)
+/// on 2026-11-26 on this project's 2-core AMD EPYC VM, busy with other builds (load
+/// average 7-11: even 2 ranks took turns with other work). The size from which the
+/// single copy was faster (at most sizes past it; the runs were noisy, "level" within
+/// 15%), of 16 KiB, 64 KiB, 256 KiB, 1, 4 and 16 MiB:
+///
+/// | collective     | 2 ranks                 | 3 ranks (oversubscribed) | 4 ranks (oversubscribed)   |
+/// |----------------|-------------------------|--------------------------|----------------------------|
+/// | broadcast      | 1 MiB (256 KiB level)   | 4 MiB (1 MiB: 543 vs 523) | 4 MiB (1 MiB: 1586 vs 670) |
+/// | all_reduce     | 1 MiB (256 KiB: 262 vs 186) | level from 1 MiB     | 64 KiB (256 KiB: 262 vs 555) |
+/// | all_gather     | 1 MiB (256 KiB level)   | 256 KiB                  | 16 KiB                     |
+/// | reduce_scatter | 64 KiB                  | 256 KiB                  | 1 MiB                      |
+/// | alltoall       | 256 KiB                 | 16 KiB                   | 16 KiB (4 MiB noisy)       |
+///
+/// Hence, per host: 256 KiB where ranks have cores enough (from where the rows were
+/// level, so that a quieter machine's cheaper handshake only helps), and where they share
+/// them, 1 MiB for the reductions and 4 MiB for the broadcast (chapter 7's packed
+/// broadcast, 121 KiB on 4 ranks, goes down the chain: by single copy it took 740-1976
+/// µs, against 118-154 µs for its 292 tensors one by one), 256 KiB for the others. The number of ranks showed
+/// nothing beyond the noise but through the cores they share. `bench/crossover.sh`
+/// reruns the table on the machine at hand.
+pub fn single_copy_from(coll: &Collective, oversubscribed: bool) -> usize {
+    match (oversubscribed, coll.name) {
+        (false, _) => 256 << 10,
+        (true, "broadcast") => 4 << 20,
+        (true, _) if coll.reduces => 1 << 20,
+        (true, _) => 256 << 10,
     }
 }
 
@@ -371,6 +380,7 @@ mod tests {
         assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&ALL_REDUCE, SMALL + 4, &ONE_HOST, &all), RingPipelined);
         assert_eq!(choose(&ALL_REDUCE, 16 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&ALL_GATHER, 64 << 10, &ONE_HOST, &all), Ring);
         assert_eq!(choose(&BROADCAST, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&REDUCE, 16 << 20, &ONE_HOST, &all), Chain);
@@ -399,12 +409,13 @@ mod tests {
             ..ONE_HOST
         };
         // Chapter 7's packed broadcast: 121 KiB on 4 ranks.
-        assert_eq!(choose(&BROADCAST, 121 << 10, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&BROADCAST, 121 << 10, &shared, &all), Chain);
+        assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&BROADCAST, 1 << 20, &shared, &all), Chain);
+        assert_eq!(choose(&ALL_GATHER, 1 << 20, &shared, &all), SingleCopy);
         assert_eq!(choose(&BROADCAST, 16 << 20, &shared, &all), SingleCopy);
         for c in ALL {
-            assert!(single_copy_from(c, 4, true) >= single_copy_from(c, 4, false), "{}", c.name);
-            assert!(single_copy_from(c, 4, true) >= single_copy_from(c, 2, true), "{}", c.name);
+            assert!(single_copy_from(c, true) >= single_copy_from(c, false), "{}", c.name);
         }
     }
 
