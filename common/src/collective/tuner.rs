@@ -174,11 +174,17 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
 ///
 /// Hence, per host: 256 KiB where ranks have cores enough (from where the rows were
 /// level, so that a quieter machine's cheaper handshake only helps), and where they share
-/// them, 1 MiB for the reductions and 4 MiB for the broadcast (chapter 7's packed
-/// broadcast, 121 KiB on 4 ranks, goes down the chain: by single copy it took 740-1976
-/// µs, against 118-154 µs for its 292 tensors one by one), 256 KiB for the others. The number of ranks showed
-/// nothing beyond the noise but through the cores they share. `bench/crossover.sh`
-/// reruns the table on the machine at hand.
+/// them, 1 MiB for the reductions and 4 MiB for the broadcast, 256 KiB for the others.
+/// The number of ranks showed nothing beyond the noise but through the cores they share.
+/// `bench/crossover.sh` reruns the table on the machine at hand.
+///
+/// Chapter 7's packed broadcast (121 KiB on 4 ranks) thus goes down the chain. It had
+/// taken 740-1976 µs by single copy, against 118-154 µs for its 292 tensors one by one;
+/// most of that was not the handshake but page faults: each call's new buffer took pages
+/// the last one had handed back (see `host_memory`'s `KEEP_BELOW`). Since, on the same
+/// VM (load 10): packed 142-189 µs (chain), 168-257 (single copy forced), one by one
+/// 247-304 µs (3 runs of `sol07-packed-broadcast --nproc-per-node 4 --iters 20
+/// --hidden 8`).
 pub fn single_copy_from(coll: &Collective, oversubscribed: bool) -> usize {
     match (oversubscribed, coll.name) {
         (false, _) => 256 << 10,
