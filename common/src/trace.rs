@@ -309,6 +309,7 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         .enumerate()
         .map(|(r, t)| {
             json!({"rank": r, "host": t.host, "shift_us": shift(t), "error_us": error(r),
+                "offset_us": t.clock.offset_us,
                 "how": match (r, t.clock.shared) {
                     (0, _) => "rank 0: the reference".to_string(),
                     (_, true) => "the same clock as rank 0 (one kernel)".to_string(),
