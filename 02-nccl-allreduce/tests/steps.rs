@@ -322,7 +322,9 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
                 if !own {
                     let track = events
                         .iter()
-                        .find(|m| m["ph"] == "M" && m["name"] == "thread_name" && m["pid"] == e["pid"] && m["tid"] == e["tid"])
+                        .find(|m| {
+                            m["ph"] == "M" && m["name"] == "thread_name" && m["pid"] == e["pid"] && m["tid"] == e["tid"]
+                        })
                         .unwrap_or_else(|| panic!("no name for the track of {e}"));
                     let arrow = if e["cat"] == "send" { "→" } else { "←" };
                     let want = format!("rank {} {arrow} rank {}", e["pid"], e["args"]["peer"]);

@@ -88,7 +88,16 @@ fn a_barrier_bracketed_collective_lines_up_across_ranks_within_the_stated_error(
         let what = format!("{n} ranks over {via}, {fault:?}");
         let (_, doc) = traced(
             &format!("order-{n}-{via}-{}", fault.is_some()),
-            &["--nproc-per-node", n, "--transport", via, "--count", "1000", "--iters", "4"],
+            &[
+                "--nproc-per-node",
+                n,
+                "--transport",
+                via,
+                "--count",
+                "1000",
+                "--iters",
+                "4",
+            ],
             &env,
         );
         let error = stated_error(&doc);
@@ -103,7 +112,10 @@ fn a_barrier_bracketed_collective_lines_up_across_ranks_within_the_stated_error(
                 let ahead: f64 = f.rsplit(':').next().unwrap().parse().unwrap();
                 let (offset, own) = (num(&clocks[1], "offset_us"), num(&clocks[1], "error_us"));
                 assert!(error > 0.0 && own <= error, "{what}");
-                assert!((offset + ahead).abs() <= own + 0.01, "{what}: rank 1's offset {offset} ± {own} µs");
+                assert!(
+                    (offset + ahead).abs() <= own + 0.01,
+                    "{what}: rank 1's offset {offset} ± {own} µs"
+                );
             }
         }
         // The timed runs' barrier, then each all-reduce (every rank's needs every other's data).
@@ -113,7 +125,10 @@ fn a_barrier_bracketed_collective_lines_up_across_ranks_within_the_stated_error(
         let flows = flows(&doc);
         assert!(!flows.is_empty(), "{what}");
         for (s, f) in flows {
-            assert!(num(s, "ts") <= num(f, "ts") + error, "{what}: received before sent: {s} {f}");
+            assert!(
+                num(s, "ts") <= num(f, "ts") + error,
+                "{what}: received before sent: {s} {f}"
+            );
         }
     }
 }
@@ -128,7 +143,10 @@ fn flows(doc: &Value) -> Vec<(&Value, &Value)> {
         .iter()
         .filter(|e| e["ph"] == "s")
         .map(|s| {
-            let f = finishes.get(&s["id"].as_u64().unwrap()).map(Vec::as_slice).unwrap_or_default();
+            let f = finishes
+                .get(&s["id"].as_u64().unwrap())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             assert_eq!(f.len(), 1, "one finish for {s}: {f:?}");
             (s, f[0])
         })
@@ -147,11 +165,25 @@ fn holding<'a>(doc: &'a Value, pid: &Value, tid: &Value, ts: f64, cats: &[&str])
 
 #[test]
 fn every_send_has_one_arrow_to_its_receive_and_slices_nest() {
-    for (n, via, algo) in [("3", "shm", "Ring"), ("4", "shm", "Ring"), ("3", "tcp", "Ring"), ("4", "shm", "")] {
+    for (n, via, algo) in [
+        ("3", "shm", "Ring"),
+        ("4", "shm", "Ring"),
+        ("3", "tcp", "Ring"),
+        ("4", "shm", ""),
+    ] {
         let what = format!("{n} ranks over {via}, NCCL_ALGO={algo}");
         let (_, doc) = traced(
             &format!("flows-{n}-{via}-{algo}"),
-            &["--nproc-per-node", n, "--transport", via, "--count", "12", "--iters", "3"],
+            &[
+                "--nproc-per-node",
+                n,
+                "--transport",
+                via,
+                "--count",
+                "12",
+                "--iters",
+                "3",
+            ],
             &[("NCCL_ALGO", algo)],
         );
         let sends: Vec<&Value> = events(&doc)
@@ -173,7 +205,11 @@ fn every_send_has_one_arrow_to_its_receive_and_slices_nest() {
             assert_eq!(f["bp"], "e", "{what}: {f}");
             // It binds to this send alone, and ends in one receive on the peer: the same
             // message (bytes, number) from this rank.
-            assert_eq!(holding(&doc, &s["pid"], &s["tid"], num(s, "ts"), &["send"]).len(), 1, "{s}");
+            assert_eq!(
+                holding(&doc, &s["pid"], &s["tid"], num(s, "ts"), &["send"]).len(),
+                1,
+                "{s}"
+            );
             let recv = holding(&doc, &f["pid"], &f["tid"], num(f, "ts"), &["recv", "reduce"]);
             assert_eq!(recv.len(), 1, "{what}: the receive of {send}: {recv:?}");
             assert_eq!(recv[0]["pid"], send["args"]["peer"], "{what}");
@@ -186,7 +222,10 @@ fn every_send_has_one_arrow_to_its_receive_and_slices_nest() {
         let mut tracks: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
         for e in events(&doc).iter().filter(|e| e["ph"] == "X") {
             let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
-            tracks.entry(key).or_default().push((num(e, "ts"), num(e, "ts") + num(e, "dur")));
+            tracks
+                .entry(key)
+                .or_default()
+                .push((num(e, "ts"), num(e, "ts") + num(e, "dur")));
         }
         for (track, mut spans) in tracks {
             spans.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
@@ -196,7 +235,10 @@ fn every_send_has_one_arrow_to_its_receive_and_slices_nest() {
                     open.pop();
                 }
                 if let Some(end) = open.last() {
-                    assert!(b <= *end + 1e-6, "{what}: track {track:?}: [{a}, {b}] overlaps a slice ending at {end}");
+                    assert!(
+                        b <= *end + 1e-6,
+                        "{what}: track {track:?}: [{a}, {b}] overlaps a slice ending at {end}"
+                    );
                 }
                 open.push(b);
             }
@@ -231,7 +273,9 @@ fn the_traces_steps_are_named_as_steps_names_them() {
                 let first = colls[&pid][0];
                 let (a, b) = (num(first, "ts"), num(first, "ts") + num(first, "dur"));
                 for p in parts.into_iter().filter(|p| a <= num(p, "ts") && num(p, "ts") <= b) {
-                    let step = p["args"]["step"].as_str().unwrap_or_else(|| panic!("{what}: no step in {p}"));
+                    let step = p["args"]["step"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{what}: no step in {p}"));
                     named.insert(step.to_string());
                 }
             }
@@ -259,7 +303,11 @@ fn the_printed_count_is_the_number_of_events_in_the_file() {
         let mut args = vec!["--nproc-per-node", n, "--count", "6"];
         args.extend(more);
         let (r, doc) = traced(&format!("count-{n}"), &args, &[]);
-        let line = r.stdout.lines().find(|l| l.starts_with("Trace: ")).expect("a Trace line");
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("Trace: "))
+            .expect("a Trace line");
         let said: usize = line["Trace: ".len()..]
             .split_whitespace()
             .next()

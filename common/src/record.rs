@@ -173,20 +173,21 @@ pub fn start(steps: bool, trace: bool) {
         let after = crate::trace::monotonic_ns();
         let origin_clock = ((before + after) as f64 / 2e3, (after - before) as f64 / 2e3);
         Log {
-        origin,
-        origin_clock,
-        sent: BTreeMap::new(),
-        got: BTreeMap::new(),
-        steps,
-        trace,
-        events: vec![],
-        shown: 0,
-        dropped: 0,
-        phase: None,
-        algorithm: None,
-        watched: None,
-        too_big: None,
-    }});
+            origin,
+            origin_clock,
+            sent: BTreeMap::new(),
+            got: BTreeMap::new(),
+            steps,
+            trace,
+            events: vec![],
+            shown: 0,
+            dropped: 0,
+            phase: None,
+            algorithm: None,
+            watched: None,
+            too_big: None,
+        }
+    });
     ON.store(steps || trace, Ordering::Relaxed);
 }
 

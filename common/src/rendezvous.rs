@@ -339,10 +339,7 @@ impl Shared {
                     None => Encoder::default().u64(0).0,
                 })
             }
-            CLOCK => Ok(Encoder::default()
-                .u64(crate::trace::monotonic_ns())
-                .str(&self.boot)
-                .0),
+            CLOCK => Ok(Encoder::default().u64(crate::trace::monotonic_ns()).str(&self.boot).0),
             other => Err(format!("unknown request kind {other}")),
         }
     }

@@ -907,8 +907,8 @@ impl Session {
         }
         // Written once the others are done: a file that cannot be written fails rank 0 alone.
         if let (Some(path), Some(all)) = (&self.trace, trace) {
-            let w = crate::trace::write(path, &all)
-                .with_context(|| format!("writing the trace to {}", path.display()))?;
+            let w =
+                crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
             self.say(&format!(
                 "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's within \
                  {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",

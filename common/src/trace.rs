@@ -211,7 +211,8 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
     for (r, rank) in ranks.iter().enumerate() {
         let shift = shift(rank);
         let name = format!("rank {r} ({})", rank.host);
-        let m = |what: &str, tid: usize, args: Value| json!({"name": what, "ph": "M", "pid": r, "tid": tid, "args": args});
+        let m =
+            |what: &str, tid: usize, args: Value| json!({"name": what, "ph": "M", "pid": r, "tid": tid, "args": args});
         out.push(m("process_name", r, json!({"name": name})));
         out.push(m("process_sort_index", r, json!({"sort_index": r})));
         let label = match (r, rank.clock.shared) {
@@ -229,9 +230,7 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
             );
         }
         let mut links = BTreeSet::new();
-        let span = |name: String, cat: &str, tid: usize, e: &Event, args: Value| {
-            json!({"name": name, "cat": cat, "ph": "X", "ts": e.t0 + shift, "dur": e.dur, "pid": r, "tid": tid, "args": args})
-        };
+        let span = |name: String, cat: &str, tid: usize, e: &Event, args: Value| json!({"name": name, "cat": cat, "ph": "X", "ts": e.t0 + shift, "dur": e.dur, "pid": r, "tid": tid, "args": args});
         for (i, e) in rank.events.iter().enumerate() {
             match e.cat {
                 Cat::Watch => {}
@@ -299,7 +298,11 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         for (recv, peer) in links {
             let (dir, arrow) = if recv { (Dir::Recv, '←') } else { (Dir::Send, '→') };
             let tid = link_tid(dir, peer);
-            out.push(m("thread_name", tid, json!({"name": format!("rank {r} {arrow} rank {peer}")})));
+            out.push(m(
+                "thread_name",
+                tid,
+                json!({"name": format!("rank {r} {arrow} rank {peer}")}),
+            ));
             out.push(m("thread_sort_index", tid, json!({"sort_index": tid})));
         }
     }
