@@ -297,7 +297,7 @@ impl Session {
                 .collect(),
             ..Report::default()
         };
-        let session = Session {
+        let mut session = Session {
             backend,
             store,
             server,
@@ -321,6 +321,9 @@ impl Session {
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
         crate::record::start(session.steps, session.trace.is_some());
+        if session.trace.is_some() {
+            crate::trace::start(&mut session.store, session.id.rank)?;
+        }
         Ok(session)
     }
 

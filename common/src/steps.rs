@@ -591,6 +591,23 @@ mod tests {
     }
 
     #[test]
+    fn an_operation_over_several_steps_is_named_by_their_range() {
+        let step = |phase: Option<&str>, index, of| Step {
+            phase: phase.map(str::to_string),
+            index,
+            of,
+        };
+        let rs = |i| step(Some("reduce-scatter"), i, 2);
+        assert_eq!(Step::span(&[rs(1)]), "reduce-scatter step 1 of 2");
+        assert_eq!(Step::span(&[rs(1), rs(2)]), "reduce-scatter steps 1–2 of 2");
+        assert_eq!(
+            Step::span(&[rs(2), step(Some("all-gather"), 1, 2)]),
+            "reduce-scatter step 2 of 2 + all-gather step 1 of 2"
+        );
+        assert_eq!(Step::span(&[step(None, 1, 3), step(None, 2, 3)]), "steps 1–2 of 3");
+    }
+
+    #[test]
     fn a_send_after_a_receive_opens_the_next_step_and_a_receive_waits_for_its_send() {
         // A chain 0 → 1 → 2 (a broadcast): rank 1 receives in step 1 and sends in step 2.
         let send = |to| op("", vec![part(Dir::Send, to, (0, 2), How::Copy)], vec![1.0, 1.0]);

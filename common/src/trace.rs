@@ -35,7 +35,11 @@ pub struct RankTrace {
     /// Where `events`' times count from: the rank's monotonic clock, in µs, and how far
     /// off that reading may be.
     pub origin: (f64, f64),
-    /// How the rank's clock stands against the store's.
+    /// How the rank's clock stood against the store's at the start of the run (when
+    /// measured: a rank that shares the store's clock has nothing to measure) and at
+    /// the end: in between, the offset is taken to change evenly (clocks of two
+    /// machines drift apart, some µs a second).
+    pub start: Option<Clock>,
     pub clock: Clock,
 }
 
@@ -45,14 +49,46 @@ impl RankTrace {
     pub(crate) fn new(store: &mut Store, rank: usize, host: String) -> Result<RankTrace> {
         let (events, dropped, (origin, origin_error)) = crate::record::take_all();
         let clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
+        let start = START.lock().unwrap_or_else(|p| p.into_inner()).take();
         Ok(RankTrace {
             host,
             events,
             dropped,
             origin: (origin + skew_ns(rank) as f64 / 1e3, origin_error),
+            start: start.filter(|s| !s.shared && !clock.shared),
             clock,
         })
     }
+
+    /// Where a time of this rank's (µs from its start) lies on the store's clock.
+    fn on_store_clock(&self, t: f64) -> f64 {
+        let at = self.origin.0 + t;
+        let offset = match &self.start {
+            Some(s) if self.clock.at_us > s.at_us => {
+                let f = ((at - s.at_us) / (self.clock.at_us - s.at_us)).clamp(0.0, 1.0);
+                s.offset_us + f * (self.clock.offset_us - s.offset_us)
+            }
+            _ => self.clock.offset_us,
+        };
+        at + offset
+    }
+
+    /// How far off this rank's times on the store's clock may be, in µs.
+    fn error_us(&self) -> f64 {
+        let start = self.start.as_ref().map_or(0.0, |s| s.error_us);
+        self.clock.error_us.max(start) + self.origin.1
+    }
+}
+
+/// The clock measured at the start of the run ([`start`]), until the end takes it.
+static START: std::sync::Mutex<Option<Clock>> = std::sync::Mutex::new(None);
+
+/// `--trace`, at the start of the run: measures this rank's clock against the store's,
+/// for the trace to follow two machines' clocks drifting apart during the run.
+pub(crate) fn start(store: &mut Store, rank: usize) -> Result<()> {
+    let clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
+    *START.lock().unwrap_or_else(|p| p.into_inner()) = Some(clock);
+    Ok(())
 }
 
 /// How a rank's clock stands against the store's (rank 0's).
@@ -68,6 +104,8 @@ pub struct Clock {
     pub rounds: usize,
     /// This rank reads the store's own clock (one kernel): nothing to correct.
     pub shared: bool,
+    /// When it was measured: this rank's clock in the middle of the quickest round trip, µs.
+    pub at_us: f64,
 }
 
 impl Clock {
@@ -80,7 +118,7 @@ impl Clock {
         let skew = skew_ns(rank);
         let local = || monotonic_ns() as i128 + skew as i128;
         let boot = boot_id();
-        let mut best: Option<(i128, i128)> = None; // (round trip, offset ×2), in ns
+        let mut best: Option<(i128, i128, i128)> = None; // (round trip, offset ×2, t0 + t1), in ns
         let mut same_kernel = !boot.is_empty() && skew == 0;
         for _ in 0..ROUNDS {
             let t0 = local();
@@ -88,11 +126,11 @@ impl Clock {
             let t1 = local();
             same_kernel &= theirs == boot;
             let (rtt, offset2) = (t1 - t0, 2 * remote as i128 - t0 - t1);
-            if best.is_none_or(|(r, _)| rtt < r) {
-                best = Some((rtt, offset2));
+            if best.is_none_or(|(r, _, _)| rtt < r) {
+                best = Some((rtt, offset2, t0 + t1));
             }
         }
-        let (rtt, offset2) = best.unwrap_or_default();
+        let (rtt, offset2, mid2) = best.unwrap_or_default();
         let (rtt_us, offset_us) = (rtt as f64 / 1e3, offset2 as f64 / 2e3);
         // One kernel, one clock; the measurement agreeing is the check (a container
         // with a clock namespace of its own would not).
@@ -103,6 +141,7 @@ impl Clock {
             rtt_us,
             rounds: ROUNDS,
             shared,
+            at_us: mid2 as f64 / 2e3,
         })
     }
 }
@@ -162,13 +201,14 @@ fn link_tid(dir: Dir, peer: usize) -> usize {
     }
 }
 
-/// Where a flow binds to the slice of `e` (on rank 0's clock): just inside its start (a
-/// send: the message may leave from then on) or its end (a receive: it has arrived).
-fn bind(e: &Event, shift: f64, dir: Dir) -> f64 {
-    let inside = e.dur / 1000.0;
+/// Where a flow binds to the slice `(ts, dur)` (on rank 0's clock): just inside its
+/// start (a send: the message may leave from then on) or its end (a receive: it has
+/// arrived).
+fn bind((ts, dur): (f64, f64), dir: Dir) -> f64 {
+    let inside = dur / 1000.0;
     match dir {
-        Dir::Send => e.t0 + shift + inside,
-        Dir::Recv => e.t0 + shift + e.dur - inside,
+        Dir::Send => ts + inside,
+        Dir::Recv => ts + dur - inside,
     }
 }
 
@@ -187,14 +227,14 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
     let mut out = vec![];
     let names = crate::steps::step_names(&ranks.iter().map(|r| r.events.clone()).collect::<Vec<_>>());
     // Each rank's times (from its own start) onto rank 0's, and how far off that may be.
-    let zero = ranks.first().map_or(0.0, |t| t.origin.0 + t.clock.offset_us);
-    let shift = |t: &RankTrace| t.origin.0 + t.clock.offset_us - zero;
+    let zero = ranks.first().map_or(0.0, |t| t.on_store_clock(0.0));
+    let onto = |t: &RankTrace, e: &Event| {
+        let ts = t.on_store_clock(e.t0) - zero;
+        (ts, t.on_store_clock(e.t0 + e.dur) - zero - ts)
+    };
     let error = |r: usize| match (r, ranks.first()) {
         (0, _) | (_, None) => 0.0,
-        (_, Some(first)) => {
-            let t = &ranks[r];
-            t.clock.error_us + first.clock.error_us + t.origin.1 + first.origin.1
-        }
+        (_, Some(first)) => ranks[r].error_us() + first.error_us(),
     };
     // Receives by (sender, receiver, number): where their flows end.
     let mut receives: BTreeMap<(usize, usize, u64), f64> = BTreeMap::new();
@@ -202,14 +242,13 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         for e in rank.events.iter().filter(|e| e.cat == Cat::Op) {
             for p in e.parts.iter().filter(|p| p.dir == Dir::Recv) {
                 if let Some(k) = p.seq {
-                    receives.insert((p.peer, r, k), bind(e, shift(rank), Dir::Recv));
+                    receives.insert((p.peer, r, k), bind(onto(rank, e), Dir::Recv));
                 }
             }
         }
     }
     let mut flows = 0usize;
     for (r, rank) in ranks.iter().enumerate() {
-        let shift = shift(rank);
         let name = format!("rank {r} ({})", rank.host);
         let m =
             |what: &str, tid: usize, args: Value| json!({"name": what, "ph": "M", "pid": r, "tid": tid, "args": args});
@@ -226,11 +265,14 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         if rank.dropped > 0 {
             out.push(
                 json!({"name": format!("{} more events not kept", rank.dropped), "ph": "i", "s": "t",
-                "pid": r, "tid": r, "ts": rank.events.last().map_or(0.0, |e| e.t0 + e.dur) + shift}),
+                "pid": r, "tid": r, "ts": rank.on_store_clock(rank.events.last().map_or(0.0, |e| e.t0 + e.dur)) - zero}),
             );
         }
         let mut links = BTreeSet::new();
-        let span = |name: String, cat: &str, tid: usize, e: &Event, args: Value| json!({"name": name, "cat": cat, "ph": "X", "ts": e.t0 + shift, "dur": e.dur, "pid": r, "tid": tid, "args": args});
+        let span = |name: String, cat: &str, tid: usize, e: &Event, args: Value| {
+            let (ts, dur) = onto(rank, e);
+            json!({"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": r, "tid": tid, "args": args})
+        };
         for (i, e) in rank.events.iter().enumerate() {
             match e.cat {
                 Cat::Watch => {}
@@ -287,7 +329,7 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
                             flows += 1;
                             let (name, id) = (format!("rank {r} → rank {}", p.peer), flows);
                             out.push(json!({"name": name, "cat": "message", "ph": "s", "id": id,
-                                "ts": bind(e, shift, Dir::Send), "pid": r, "tid": tid}));
+                                "ts": bind(onto(rank, e), Dir::Send), "pid": r, "tid": tid}));
                             out.push(json!({"name": name, "cat": "message", "ph": "f", "bp": "e", "id": id,
                                 "ts": end, "pid": p.peer, "tid": link_tid(Dir::Recv, r)}));
                         }
@@ -311,12 +353,19 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         .iter()
         .enumerate()
         .map(|(r, t)| {
-            json!({"rank": r, "host": t.host, "shift_us": shift(t), "error_us": error(r),
+            json!({"rank": r, "host": t.host, "shift_us": t.on_store_clock(0.0) - zero, "error_us": error(r),
                 "offset_us": t.clock.offset_us,
+                "offset_at_start_us": t.start.as_ref().map(|s| s.offset_us),
                 "how": match (r, t.clock.shared) {
                     (0, _) => "rank 0: the reference".to_string(),
                     (_, true) => "the same clock as rank 0 (one kernel)".to_string(),
-                    _ => format!("measured through the store: quickest of {} round trips, {:.1} µs", t.clock.rounds, t.clock.rtt_us),
+                    _ => {
+                        let start = t.start.as_ref().map(|s| format!("{:.1} µs at the start, ", s.rtt_us)).unwrap_or_default();
+                        format!(
+                            "measured through the store: the quickest of {} round trips took {start}{:.1} µs at the end",
+                            t.clock.rounds, t.clock.rtt_us
+                        )
+                    }
                 }})
         })
         .collect();
@@ -325,8 +374,9 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
         "displayTimeUnit": "ns",
         "otherData": {
             "clock": format!(
-                "every rank's times on rank 0's clock, each rank's within error_us (at most {worst:.1} µs): offsets \
-                 measured through the store at the end of the run, Cristian's algorithm"
+                "every rank's times on rank 0's clock, each rank's within error_us (at most {worst:.1} µs): ranks on \
+                 rank 0's machine read its clock; another's offset is measured through the store at the start and \
+                 the end of the run (Cristian's algorithm) and taken to change evenly in between"
             ),
             "clock_error_us": worst,
             "clocks": clocks,
