@@ -220,7 +220,7 @@ fn numbered(ops: &[Vec<&Event>]) -> Numbered {
 /// The name of the step of every part of every rank's operations, as `--steps` heads it
 /// (`names[r][i][p]`: part p of rank r's event i; no names for events that are not
 /// operations, or that lie past what every rank kept): `--trace` names its slices so.
-pub fn step_names(all: &[Vec<Event>]) -> Vec<Vec<Vec<Step>>> {
+pub fn step_names(all: &[&[Event]]) -> Vec<Vec<Vec<Step>>> {
     let mut out: Vec<Vec<Vec<Step>>> = all.iter().map(|e| vec![vec![]; e.len()]).collect();
     let segs: Vec<Vec<Segment>> = all.iter().map(|e| segments(e)).collect();
     let count = segs.iter().map(Vec::len).min().unwrap_or(0);

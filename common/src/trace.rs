@@ -7,12 +7,13 @@
 //! `reduce`) lies on a track of its own link (`rank 0 → rank 1`, `rank 1 ← rank 0`),
 //! with its bytes, and an arrow (a flow event) goes from each send to its receive.
 //!
-//! Every rank notes its own events ([`crate::record`]) on its own clock. At the end each
-//! rank measures how its clock stands against the store's (rank 0's), as NCCL's profiler
-//! and PyTorch's distributed trace do (Cristian's algorithm, [`Clock::measure`]), and
-//! rank 0 gathers every rank's events through the store, moves them onto its own clock
-//! and writes the one file, with how far off each rank's times may be in its metadata
-//! (`otherData`). Ranks on one machine read one clock: they line up exactly.
+//! Every rank notes its own events ([`crate::record`]) on its own clock. At the start and
+//! at the end each rank measures how its clock stands against the store's (rank 0's), as
+//! NCCL's profiler and PyTorch's distributed trace do (Cristian's algorithm,
+//! [`Clock::measure`]); rank 0 gathers every rank's events through the store, moves them
+//! onto its own clock and writes the one file, with how far off each rank's times may be
+//! in its metadata (`otherData.clocks`). Ranks on one machine read one clock: they line
+//! up exactly.
 
 use crate::record::{Cat, Dir, Event, How};
 use crate::rendezvous::Store;
@@ -225,7 +226,7 @@ pub struct Written {
 /// The Chrome trace of every rank's events (`ranks[r]`), on rank 0's clock.
 pub fn chrome(ranks: &[RankTrace]) -> Value {
     let mut out = vec![];
-    let names = crate::steps::step_names(&ranks.iter().map(|r| r.events.clone()).collect::<Vec<_>>());
+    let names = crate::steps::step_names(&ranks.iter().map(|r| r.events.as_slice()).collect::<Vec<_>>());
     // Each rank's times (from its own start) onto rank 0's, and how far off that may be.
     let zero = ranks.first().map_or(0.0, |t| t.on_store_clock(0.0));
     let onto = |t: &RankTrace, e: &Event| {
