@@ -297,7 +297,7 @@ impl Session {
                 .collect(),
             ..Report::default()
         };
-        let session = Session {
+        let mut session = Session {
             backend,
             store,
             server,
@@ -321,6 +321,9 @@ impl Session {
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
         crate::record::start(session.steps, session.trace.is_some());
+        if session.trace.is_some() {
+            crate::trace::start(&mut session.store, session.id.rank)?;
+        }
         Ok(session)
     }
 
@@ -907,11 +910,14 @@ impl Session {
         }
         // Written once the others are done: a file that cannot be written fails rank 0 alone.
         if let (Some(path), Some(all)) = (&self.trace, trace) {
-            crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
-            let count: usize = all.iter().map(|t| t.events.len()).sum();
+            let w =
+                crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
             self.say(&format!(
-                "Trace: {count} events of {world} ranks written to {}: open it in https://ui.perfetto.dev (or \
-                 chrome://tracing)",
+                "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's within \
+                 {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",
+                w.events,
+                w.flows,
+                w.error_us,
                 path.display()
             ));
         }
@@ -998,13 +1004,8 @@ impl Session {
         if self.trace.is_none() {
             return Ok(None);
         }
-        let (events, dropped) = crate::record::take_all();
         let (rank, world) = (self.rank(), self.world_size());
-        let mine = crate::trace::RankTrace {
-            host: self.members[rank].host.clone(),
-            events,
-            dropped,
-        };
+        let mine = crate::trace::RankTrace::new(&mut self.store, rank, self.members[rank].host.clone())?;
         self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)?;
         if rank != 0 {
             return Ok(None);
