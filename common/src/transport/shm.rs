@@ -910,6 +910,22 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_longer_than_the_spin_sleeps_and_is_counted() {
+        let (a, b) = pair("slept");
+        let before = waits_slept();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100)); // far beyond SPIN_FOR
+                a.send(1, &[7]).unwrap();
+            });
+            let mut got = [0u8; 1];
+            b.recv_into(1, &mut got).unwrap();
+            assert_eq!(got, [7]);
+        });
+        assert!(waits_slept() > before, "the receiver's wait went to sleep");
+    }
+
+    #[test]
     fn streaming_copies_are_exact_at_every_alignment() {
         let src: Vec<u8> = (0..1000).map(|i| (i * 7) as u8).collect();
         let mut dst = vec![0u8; 1100];
