@@ -57,7 +57,20 @@ fn every_row_carries_its_single_calls_in_json_over_both_transports() {
         check_rows(&r.json(), 40, counted, &r);
     }
     // A rooted collective on 3 ranks, and the sweep of every collective.
-    let r = perf(&["--op", "all", "-b", "64", "-e", "64", "-n", "10", "--nproc-per-node", "3", "--format", "json"]);
+    let r = perf(&[
+        "--op",
+        "all",
+        "-b",
+        "64",
+        "-e",
+        "64",
+        "-n",
+        "10",
+        "--nproc-per-node",
+        "3",
+        "--format",
+        "json",
+    ]);
     let sweeps = r.json()["sweeps"].as_array().cloned().unwrap_or_default();
     assert_eq!(sweeps.len(), 6, "{r}");
     for sweep in &sweeps {
@@ -67,7 +80,20 @@ fn every_row_carries_its_single_calls_in_json_over_both_transports() {
 
 #[test]
 fn the_text_table_gives_the_single_calls_under_each_row() {
-    let r = perf(&["--op", "broadcast", "-b", "64", "-e", "256", "-f", "2", "-n", "30", "--nproc-per-node", "3"]);
+    let r = perf(&[
+        "--op",
+        "broadcast",
+        "-b",
+        "64",
+        "-e",
+        "256",
+        "-f",
+        "2",
+        "-n",
+        "30",
+        "--nproc-per-node",
+        "3",
+    ]);
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert!(
         lines
@@ -83,10 +109,24 @@ fn the_text_table_gives_the_single_calls_under_each_row() {
         // Under the row: a comment (programs reading nccl-tests' rows skip it), one
         // "p50 .. p99 .. slept N" under each placement.
         let under = lines[i + 1];
-        assert!(under.starts_with('#') && under.contains("30 single calls:"), "{under}\n{r}");
+        assert!(
+            under.starts_with('#') && under.contains("30 single calls:"),
+            "{under}\n{r}"
+        );
         let words: Vec<&str> = under.split_whitespace().collect();
-        let at = |w: &str| words.iter().enumerate().filter(|(_, x)| **x == w).map(|(k, _)| k).collect::<Vec<_>>();
-        assert_eq!((at("p50").len(), at("p99").len(), at("slept").len()), (2, 2, 2), "{under}");
+        let at = |w: &str| {
+            words
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| **x == w)
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            (at("p50").len(), at("p99").len(), at("slept").len()),
+            (2, 2, 2),
+            "{under}"
+        );
         for k in at("p50").into_iter().chain(at("p99")) {
             assert!(words[k + 1].parse::<f64>().is_ok(), "{under}");
         }
@@ -97,7 +137,24 @@ fn the_text_table_gives_the_single_calls_under_each_row() {
         assert_eq!(under.len(), lines[i].len(), "{under}\n{}", lines[i]);
     }
     // Over TCP the sleeps are not counted, and the table says so.
-    let r = perf(&["--op", "all_reduce", "-b", "64", "-e", "64", "-n", "5", "--nproc-per-node", "2", "--transport", "tcp"]);
-    let under = r.stdout.lines().find(|l| l.contains("single calls:")).unwrap_or_else(|| panic!("{r}"));
+    let r = perf(&[
+        "--op",
+        "all_reduce",
+        "-b",
+        "64",
+        "-e",
+        "64",
+        "-n",
+        "5",
+        "--nproc-per-node",
+        "2",
+        "--transport",
+        "tcp",
+    ]);
+    let under = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("single calls:"))
+        .unwrap_or_else(|| panic!("{r}"));
     assert_eq!(under.matches("slept n/a").count(), 2, "{under}");
 }

@@ -828,7 +828,9 @@ impl Session {
             1 => "one run".to_string(),
             n => format!("mean of {n} runs back to back"),
         };
-        let overlap = overlap.map(|why| format!("; calls may overlap: {why}")).unwrap_or_default();
+        let overlap = overlap
+            .map(|why| format!("; calls may overlap: {why}"))
+            .unwrap_or_default();
         self.say(&format!(
             "Time: {:.1} us per {} of {} (slowest of {world} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
