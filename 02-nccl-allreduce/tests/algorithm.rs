@@ -40,7 +40,18 @@ fn the_time_line_and_the_report_name_the_algorithm_for_a_small_and_a_large_buffe
     }
     let mut cmd = command(
         BIN,
-        &["--nproc-per-node", "3", "--count", "1048576", "--iters", "1", "--transport", "tcp", "--format", "json"],
+        &[
+            "--nproc-per-node",
+            "3",
+            "--count",
+            "1048576",
+            "--iters",
+            "1",
+            "--transport",
+            "tcp",
+            "--format",
+            "json",
+        ],
     );
     cmd.env("NCCL_WORKBOOK_CORES", "8");
     let r = finish(spawn(cmd), LIMIT).ok();
@@ -68,7 +79,8 @@ fn nccl_algo_naming_what_the_cpu_backend_lacks_is_refused_in_one_line() {
     }
     let r = lesson(2, 4, false, &[("NCCL_ALGO", "Tree")]);
     assert!(
-        r.stderr.contains("the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy"),
+        r.stderr
+            .contains("the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy"),
         "{r}"
     );
     // Excluding what it lacks is no error.

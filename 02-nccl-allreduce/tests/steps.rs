@@ -545,7 +545,12 @@ fn a_large_buffer_on_one_host_is_read_where_it_lies_unless_it_cannot_be() {
         (3, "shm", None, "single-copy"),
         (4, "shm", None, "single-copy"),
         (3, "shm", Some(("NCCL_P2P_DISABLE", "1")), "ring-pipelined"),
-        (3, "shm", Some(("NCCL_WORKBOOK_FAULT", "heap-buffers")), "ring-pipelined"),
+        (
+            3,
+            "shm",
+            Some(("NCCL_WORKBOOK_FAULT", "heap-buffers")),
+            "ring-pipelined",
+        ),
         (3, "tcp", None, "ring: the ring step by step"),
     ];
     for (n, via, env, algorithm) in cases {

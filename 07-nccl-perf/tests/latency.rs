@@ -136,7 +136,11 @@ fn the_text_table_gives_the_single_calls_under_each_row() {
         // The placements line up: the second line is as long as the row without its
         // last column, the algorithm.
         let (row, algo) = lines[i].rsplit_once("  ").unwrap();
-        assert!(algo.chars().all(|c| c.is_ascii_lowercase() || "-/".contains(c)), "{}", lines[i]);
+        assert!(
+            algo.chars().all(|c| c.is_ascii_lowercase() || "-/".contains(c)),
+            "{}",
+            lines[i]
+        );
         assert_eq!(under.len(), row.len(), "{under}\n{}", lines[i]);
     }
     // Over TCP the sleeps are not counted, and the table says so.

@@ -498,7 +498,12 @@ fn every_row_names_the_algorithm_that_ran_as_the_tuner_chose_it() {
         let rows = j["rows"].as_array().unwrap_or_else(|| panic!("{op}: no rows: {r}"));
         rows.iter()
             .map(|row| {
-                let algo = |p: &str| row[p]["algo"].as_str().unwrap_or_else(|| panic!("no algo: {r}")).to_string();
+                let algo = |p: &str| {
+                    row[p]["algo"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("no algo: {r}"))
+                        .to_string()
+                };
                 (algo("out_of_place"), algo("in_place"))
             })
             .collect()
@@ -513,14 +518,26 @@ fn every_row_names_the_algorithm_that_ran_as_the_tuner_chose_it() {
     );
     let r = perf(&format!("--nproc-per-node 3 --op alltoall {json}"), &[cores]).ok();
     assert_eq!(algos(&r, "alltoall")[1], pair("single-copy", "pairwise"), "{r}");
-    let r = perf(&format!("--nproc-per-node 3 --op all_reduce {json}"), &[cores, ("NCCL_ALGO", "ring")]).ok();
+    let r = perf(
+        &format!("--nproc-per-node 3 --op all_reduce {json}"),
+        &[cores, ("NCCL_ALGO", "ring")],
+    )
+    .ok();
     assert_eq!(
         algos(&r, "all_reduce"),
-        [pair("ring-pipelined", "ring-pipelined"), pair("ring-pipelined", "ring-pipelined")],
+        [
+            pair("ring-pipelined", "ring-pipelined"),
+            pair("ring-pipelined", "ring-pipelined")
+        ],
         "{r}"
     );
     // For people: a last column, `algo`, with both names where the placements differ.
     let r = perf("--nproc-per-node 3 --op alltoall -b 4M -e 4M -w 0 -n 1", &[cores]).ok();
-    assert!(r.stdout.lines().any(|l| l.starts_with("# ") && l.ends_with("#wrong  algo")), "{r}");
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("# ") && l.ends_with("#wrong  algo")),
+        "{r}"
+    );
     assert!(r.stdout.lines().any(|l| l.ends_with("  single-copy/pairwise")), "{r}");
 }

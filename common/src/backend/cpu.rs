@@ -47,8 +47,8 @@ pub struct Cpu {
     oversubscribed: bool,
     /// `NCCL_DEBUG=INFO` on rank 0, text output: each distinct choice is printed once.
     debug: bool,
-    /// What ran last ([`Cpu::ran`]) and the choices printed so far.
-    ran: Mutex<(Option<Algorithm>, BTreeSet<(u8, usize, &'static str)>)>,
+    /// What ran last, and the choices printed so far ([`Cpu::ran`]).
+    ran: Mutex<Ran>,
     /// Buffers from this size are written around the cache: see [`Cpu::streams`].
     stream_above: usize,
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
@@ -83,7 +83,7 @@ impl Cpu {
             allowed: Allowed::default(),
             oversubscribed: false,
             debug: false,
-            ran: Mutex::new((None, BTreeSet::new())),
+            ran: Mutex::new(Ran::default()),
             stream_above,
             names,
             scratch: Mutex::new((vec![], vec![])),
@@ -146,8 +146,8 @@ impl Cpu {
     pub fn ran(&self, coll: &Collective, bytes: usize, algo: Algorithm) {
         crate::record::algorithm(algo.label(coll));
         let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
-        ran.0 = Some(algo);
-        if self.debug && ran.1.insert((coll.tag, bytes, algo.name())) {
+        ran.last = Some(algo);
+        if self.debug && ran.said.insert((coll.tag, bytes, algo.name())) {
             use std::io::Write;
             let _ = writeln!(std::io::stdout(), "{}", tuner::debug_line(coll, bytes, algo));
         }
@@ -155,7 +155,7 @@ impl Cpu {
 
     /// The algorithm of the last collective this rank ran.
     pub fn last_algorithm(&self) -> Option<Algorithm> {
-        self.ran.lock().unwrap_or_else(|p| p.into_inner()).0
+        self.ran.lock().unwrap_or_else(|p| p.into_inner()).last
     }
 
     /// Whether results of a `len`-byte buffer are written around the cache
@@ -399,6 +399,14 @@ impl Cpu {
             _ => anyhow!("connection to rank {peer} failed: {e}"),
         }
     }
+}
+
+/// What a rank ran: its last algorithm, and the choices `NCCL_DEBUG=INFO` has printed (a
+/// collective's tag, its bytes, the algorithm's name), each printed once.
+#[derive(Default)]
+struct Ran {
+    last: Option<Algorithm>,
+    said: BTreeSet<(u8, usize, &'static str)>,
 }
 
 /// What a rank tells another during a single-copy algorithm.

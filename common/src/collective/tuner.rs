@@ -77,9 +77,7 @@ impl Algorithm {
             ("all_reduce", _) => "ring: the ring step by step",
             ("all_gather", SingleCopy) => "single-copy: every rank copies every other rank's block from its buffer",
             ("reduce_scatter", SingleCopy) => "single-copy: each rank reduces its block of every rank's buffer",
-            ("alltoall", SingleCopy) => {
-                "single-copy: every rank copies its block of every other rank's send buffer"
-            }
+            ("alltoall", SingleCopy) => "single-copy: every rank copies its block of every other rank's send buffer",
             ("alltoall", _) => "pairwise: at step s each rank sends to rank + s and receives from rank - s",
             _ => "ring: the blocks pass round the ring, one per step",
         }
@@ -136,9 +134,7 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         [] => ring,
         [only] => only,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
-        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, facts.oversubscribed) => {
-            SingleCopy
-        }
+        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, facts.oversubscribed) => SingleCopy,
         _ if candidates.contains(&ring) => ring,
         // Direct and the single copy, not the ring: past a direct message, the copy.
         _ => SingleCopy,
@@ -218,7 +214,14 @@ const FAMILY_NAMES: [&str; FAMILIES] = ["ring", "direct", "single-copy"];
 const NCCL_ONLY: [&str; 6] = ["Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
 /// NCCL's names of the collectives (`ncclFuncStr`), in [`ALL`]'s order; all-to-all is
 /// the CPU backend's own (NCCL runs it as send/receive, which `NCCL_ALGO` does not tune).
-const PREFIXES: [&str; 6] = ["Broadcast", "Reduce", "AllReduce", "AllGather", "ReduceScatter", "AllToAll"];
+const PREFIXES: [&str; 6] = [
+    "Broadcast",
+    "Reduce",
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllToAll",
+];
 
 impl Default for Allowed {
     fn default() -> Allowed {
@@ -238,7 +241,9 @@ impl Allowed {
     /// `NCCL_ALGO` from the environment (everything when unset or empty).
     pub fn from_env() -> Result<Allowed, String> {
         match std::env::var("NCCL_ALGO") {
-            Ok(text) if !text.trim().is_empty() => Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}")),
+            Ok(text) if !text.trim().is_empty() => {
+                Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}"))
+            }
             _ => Ok(Allowed::default()),
         }
     }
@@ -259,7 +264,11 @@ impl Allowed {
             let (prefix, list) = match entry.split_once(':') {
                 Some((p, l)) => (Some(p.trim()), l.trim()),
                 None if k == 0 => (None, entry),
-                None => return Err(format!("'{entry}': every list but the first must name its collective (allreduce:ring)")),
+                None => {
+                    return Err(format!(
+                        "'{entry}': every list but the first must name its collective (allreduce:ring)"
+                    ));
+                }
             };
             let (exclude, list) = match list.strip_prefix('^') {
                 Some(rest) => (true, rest),
@@ -268,7 +277,10 @@ impl Allowed {
             let mut named = [false; FAMILIES];
             for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
                 let squashed = name.replace(['-', '_'], "");
-                if let Some(f) = FAMILY_NAMES.iter().position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed)) {
+                if let Some(f) = FAMILY_NAMES
+                    .iter()
+                    .position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed))
+                {
                     named[f] = true;
                 } else if let Some(nccl) = NCCL_ONLY.iter().find(|a| a.eq_ignore_ascii_case(name)) {
                     if !exclude {
@@ -345,7 +357,11 @@ mod tests {
         assert_eq!(with(""), all);
         let ring = with("Ring");
         for c in ALL {
-            assert!(ring.allows(c, Family::Ring) && !ring.allows(c, Family::Direct), "{}", c.name);
+            assert!(
+                ring.allows(c, Family::Ring) && !ring.allows(c, Family::Direct),
+                "{}",
+                c.name
+            );
             assert!(!ring.allows(c, Family::SingleCopy));
         }
         // Case does not matter, nor - or _ in names; `^` excludes.
@@ -367,7 +383,10 @@ mod tests {
     #[test]
     fn nccl_algo_refuses_what_the_cpu_backend_lacks_in_one_line() {
         for (text, says) in [
-            ("Tree", "the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy"),
+            (
+                "Tree",
+                "the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy",
+            ),
             ("ring,nvls", "the CPU backend has no NVLS"),
             ("allreduce:pat", "no PAT"),
             ("ring;tree", "every list but the first must name its collective"),
@@ -400,7 +419,10 @@ mod tests {
         };
         assert_eq!(choose(&ALL_REDUCE, 16 << 20, &tcp, &all), Ring);
         assert_eq!(choose(&ALL_TO_ALL, 16 << 20, &tcp, &all), Pairwise);
-        let steps = Facts { steps: true, ..ONE_HOST };
+        let steps = Facts {
+            steps: true,
+            ..ONE_HOST
+        };
         assert_eq!(choose(&ALL_REDUCE, 4, &steps, &all), RingPipelined);
         assert_eq!(choose(&ALL_REDUCE, 4, &Facts { ranks: 2, ..steps }, &all), Ring);
         // Broadcast on two ranks: the chain is direct already.
