@@ -171,9 +171,10 @@ for n in "${rank_list[@]}"; do
                 for (i = 2; i <= m; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
                 return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
             }
+            # Sizes as the sweep asked them: 07-nccl-perf rounds some down to whole floats per rank.
             function human(b) {
-                if (b >= 1048576 && b % 1048576 == 0) return b / 1048576 " MiB"
-                if (b >= 1024) return sprintf("%.0f KiB", b / 1024)
+                if (b >= 1000000) return sprintf("%.0f MiB", b / 1048576)
+                if (b >= 1000) return sprintf("%.0f KiB", b / 1024)
                 return b " B"
             }
             $1 == "tuner" { tuner[$2] = $5; next }
