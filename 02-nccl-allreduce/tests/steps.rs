@@ -535,8 +535,8 @@ fn a_large_buffer_on_one_host_is_read_where_it_lies_unless_it_cannot_be() {
     // host each rank reads its chunk of every other rank's buffer and then every other
     // rank's finished chunk, straight from their memory: 2(n-1)/n of the buffer in, nothing
     // sent. NCCL_P2P_DISABLE=1, TCP, or buffers outside the shared arenas (the test hook)
-    // bring the ring back. (A host of 8 cores: where ranks outnumber the cores, the tuner
-    // takes the single copy only for larger buffers.)
+    // bring the ring back. (NCCL_ALGO=single-copy: the tuner would keep the ring for
+    // this size on a host with cores enough; what cannot copy still takes the ring.)
     let count = 120_000usize;
     // Ranks, transport, a variable set, the algorithm the trace must name.
     type Case<'a> = (usize, &'a str, Option<(&'a str, &'a str)>, &'a str);
@@ -555,7 +555,7 @@ fn a_large_buffer_on_one_host_is_read_where_it_lies_unless_it_cannot_be() {
     ];
     for (n, via, env, algorithm) in cases {
         let name = format!("single-{n}-{via}-{}", env.map_or("", |e| e.0));
-        let env: Vec<_> = env.into_iter().chain([("NCCL_WORKBOOK_CORES", "8")]).collect();
+        let env: Vec<_> = env.into_iter().chain([("NCCL_ALGO", "single-copy")]).collect();
         let (r, doc) = traced(&name, n, via, count, 2, &env);
         let events = doc["traceEvents"].as_array().unwrap();
         for rank in 0..n {

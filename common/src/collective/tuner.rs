@@ -134,7 +134,7 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         [] => ring,
         [only] => only,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
-        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, facts.oversubscribed) => SingleCopy,
+        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, n, facts.oversubscribed) => SingleCopy,
         _ if candidates.contains(&ring) => ring,
         // Direct and the single copy, not the ring: past a direct message, the copy.
         _ => SingleCopy,
@@ -142,37 +142,37 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
 }
 
 /// From this size a collective reads the other ranks' buffers (single copy) rather than
-/// take messages through the shared slots, on a host with as many cores as ranks or
-/// more, or fewer (`oversubscribed`).
+/// take messages through the shared slots, on `ranks` ranks, on a host with as many cores
+/// as ranks or more, or fewer (`oversubscribed`).
 ///
 /// The single copy takes one copy per byte where a slot takes two, and no rank waits for
 /// another's pieces; but it starts and ends with a handshake (where the buffers are, and
 /// "done reading", from every rank to every rank, or to the broadcast's root): a few
 /// message times, and where ranks share cores each may be a sleep and a wake-up (tens of
-/// µs). So it pays from a size, larger when ranks share cores; the broadcast's root waits
-/// for every rank's "done" while the chain's ranks forward pieces as they come, so its
-/// size is the largest.
+/// µs). So it pays from a size. Measured with `bench/crossover.sh` (single copy forced
+/// with `NCCL_ALGO=single-copy` against `NCCL_ALGO=^single-copy`; median of 3 runs of 20
+/// calls, µs per call, out of place + in place; all-to-all out of place only) on
+/// 2026-11-26 on this project's 2-core AMD EPYC VM, load average 4.6 falling to 0: the
+/// size from which the single copy was faster, of 16 KiB, 64 KiB, 256 KiB, 1, 4, 16 MiB:
 ///
-/// Measured with `bench/crossover.sh` (single copy forced with `NCCL_ALGO=single-copy`
-/// against `NCCL_ALGO=^single-copy`; median of 3, µs per call, out of place + in place)
-/// on 2026-11-26 on this project's 2-core AMD EPYC VM, busy with other builds (load
-/// average 7-11: even 2 ranks took turns with other work). The size from which the
-/// single copy was faster (at most sizes past it; the runs were noisy, "level" within
-/// 15%), of 16 KiB, 64 KiB, 256 KiB, 1, 4 and 16 MiB:
+/// | collective     | 2 ranks (2 cores)           | 3 ranks (oversubscribed) | 4 ranks (oversubscribed)      |
+/// |----------------|-----------------------------|--------------------------|-------------------------------|
+/// | broadcast      | 16 KiB (64 KiB: 5 vs 31)    | 64 KiB (64 KiB: 28 vs 33) | 1 MiB (256 KiB: 183 vs 166; 1 MiB: 355 vs 1057) |
+/// | all_reduce     | 16 MiB (1 MiB: 409 vs 230; 4 MiB: 1039 vs 930) | 16 KiB | 64 KiB (256 KiB: 181 vs 227) |
+/// | all_gather     | 256 KiB (64 KiB: 11 vs 10)  | 64 KiB                   | 16 KiB                        |
+/// | reduce_scatter | 16 KiB (64 KiB: 6 vs 24)    | 16 KiB                   | 16 KiB                        |
+/// | alltoall       | 16 KiB (64 KiB: 3 vs 12)    | 64 KiB                   | 16 KiB                        |
 ///
-/// | collective     | 2 ranks                 | 3 ranks (oversubscribed) | 4 ranks (oversubscribed)   |
-/// |----------------|-------------------------|--------------------------|----------------------------|
-/// | broadcast      | 1 MiB (256 KiB level)   | 4 MiB (1 MiB: 543 vs 523) | 4 MiB (1 MiB: 1586 vs 670) |
-/// | all_reduce     | 1 MiB (256 KiB: 262 vs 186) | level from 1 MiB     | 64 KiB (256 KiB: 262 vs 555) |
-/// | all_gather     | 1 MiB (256 KiB level)   | 256 KiB                  | 16 KiB                     |
-/// | reduce_scatter | 64 KiB                  | 256 KiB                  | 1 MiB                      |
-/// | alltoall       | 256 KiB                 | 16 KiB                   | 16 KiB (4 MiB noisy)       |
+/// An earlier run, with other builds loading the machine (load average 7-11, so that
+/// even 2 ranks took turns with other work), had the single copy lose up to 1 MiB in
+/// most rows and the 4-rank broadcast up to 4 MiB: every handshake was a sleep.
 ///
-/// Hence, per host: 256 KiB where ranks have cores enough (from where the rows were
-/// level, so that a quieter machine's cheaper handshake only helps), and where they share
-/// them, 1 MiB for the reductions and 4 MiB for the broadcast, 256 KiB for the others.
-/// The number of ranks showed nothing beyond the noise but through the cores they share.
-/// `bench/crossover.sh` reruns the table on the machine at hand.
+/// Hence 64 KiB, but for two rows: the all-reduce on ranks with cores enough, whose
+/// pipelined ring keeps pace with the single copy up to 4 MiB (2 ranks: each piece is
+/// reduced while in the cache, and nothing waits), and the broadcast on 4 ranks or more
+/// sharing cores, whose root waits for every rank's "done" (1 MiB). The runs moved by
+/// 20-50% from one to the next; `bench/crossover.sh` reruns the table on the machine at
+/// hand.
 ///
 /// Chapter 7's packed broadcast (121 KiB on 4 ranks) thus goes down the chain. It had
 /// taken 740-1976 µs by single copy, against 118-154 µs for its 292 tensors one by one;
@@ -181,12 +181,11 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
 /// VM (load 10): packed 142-189 µs (chain), 168-257 (single copy forced), one by one
 /// 247-304 µs (3 runs of `sol07-packed-broadcast --nproc-per-node 4 --iters 20
 /// --hidden 8`).
-pub fn single_copy_from(coll: &Collective, oversubscribed: bool) -> usize {
-    match (oversubscribed, coll.name) {
-        (false, _) => 256 << 10,
-        (true, "broadcast") => 4 << 20,
-        (true, _) if coll.reduces => 1 << 20,
-        (true, _) => 256 << 10,
+pub fn single_copy_from(coll: &Collective, ranks: usize, oversubscribed: bool) -> usize {
+    match (coll.name, oversubscribed) {
+        ("all_reduce", false) => 4 << 20,
+        ("broadcast", true) if ranks >= 4 => 1 << 20,
+        _ => 64 << 10,
     }
 }
 
@@ -405,7 +404,8 @@ mod tests {
         assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&ALL_REDUCE, SMALL + 4, &ONE_HOST, &all), RingPipelined);
         assert_eq!(choose(&ALL_REDUCE, 16 << 20, &ONE_HOST, &all), SingleCopy);
-        assert_eq!(choose(&ALL_GATHER, 64 << 10, &ONE_HOST, &all), Ring);
+        assert_eq!(choose(&ALL_GATHER, 32 << 10, &ONE_HOST, &all), Ring);
+        assert_eq!(choose(&ALL_GATHER, 64 << 10, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&BROADCAST, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&REDUCE, 16 << 20, &ONE_HOST, &all), Chain);
@@ -430,7 +430,7 @@ mod tests {
     }
 
     #[test]
-    fn ranks_sharing_cores_take_the_single_copy_only_for_larger_buffers() {
+    fn the_all_reduce_with_cores_enough_and_the_broadcast_on_ranks_sharing_them_copy_later() {
         let all = Allowed::default();
         let shared = Facts {
             oversubscribed: true,
@@ -439,12 +439,16 @@ mod tests {
         // Chapter 7's packed broadcast: 121 KiB on 4 ranks.
         assert_eq!(choose(&BROADCAST, 121 << 10, &shared, &all), Chain);
         assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
-        assert_eq!(choose(&BROADCAST, 1 << 20, &shared, &all), Chain);
-        assert_eq!(choose(&ALL_GATHER, 1 << 20, &shared, &all), SingleCopy);
+        assert_eq!(choose(&BROADCAST, 512 << 10, &shared, &all), Chain);
+        assert_eq!(
+            choose(&BROADCAST, 512 << 10, &Facts { ranks: 3, ..shared }, &all),
+            SingleCopy
+        );
+        assert_eq!(choose(&ALL_GATHER, 64 << 10, &shared, &all), SingleCopy);
         assert_eq!(choose(&BROADCAST, 16 << 20, &shared, &all), SingleCopy);
-        for c in ALL {
-            assert!(single_copy_from(c, true) >= single_copy_from(c, false), "{}", c.name);
-        }
+        assert_eq!(choose(&ALL_REDUCE, 1 << 20, &shared, &all), SingleCopy);
+        assert_eq!(choose(&ALL_REDUCE, 1 << 20, &ONE_HOST, &all), RingPipelined);
+        assert!(single_copy_from(&BROADCAST, 4, true) > single_copy_from(&BROADCAST, 3, true));
     }
 
     #[test]
