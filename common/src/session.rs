@@ -173,6 +173,9 @@ pub struct Session {
     trace: Option<std::path::PathBuf>,
     /// Seconds per call the last timed loop took to issue its calls.
     issued: f64,
+    /// What this rank sent to and received from each peer point-to-point: compared with
+    /// the others' at the end of the job.
+    ledger: p2p::Ledger,
 }
 
 impl Session {
@@ -317,6 +320,7 @@ impl Session {
             steps: run.steps && kind == Kind::Cpu,
             trace: run.trace.clone(),
             issued: 0.0,
+            ledger: p2p::Ledger::new(world),
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
@@ -575,14 +579,18 @@ impl Session {
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
         let rank = self.rank();
-        self.backend.send(buf, peer).with_context(|| format!("rank {rank}"))
+        self.ledger.enter(Some((peer, buf.len() * size_of::<T>())), None);
+        let sent = self.backend.send(buf, peer);
+        self.ledger.leave(sent).with_context(|| format!("rank {rank}"))
     }
 
     /// Receives a whole buffer from rank `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
         let rank = self.rank();
-        self.backend.recv(buf, peer).with_context(|| format!("rank {rank}"))
+        self.ledger.enter(None, Some((peer, buf.len() * size_of::<T>())));
+        let got = self.backend.recv(buf, peer);
+        self.ledger.leave(got).with_context(|| format!("rank {rank}"))
     }
 
     /// Runs `coll` on this rank, as every rank must: out of place from `send` into
@@ -899,7 +907,8 @@ impl Session {
         let (rank, world) = (self.rank(), self.world_size());
         self.flush_steps(true)?;
         let trace = self.gather_trace()?;
-        self.store.barrier("end", rank, world)?;
+        // The last meeting: every rank's point-to-point accounts, compared.
+        let unreceived = self.settle_p2p()?;
         self.backend.close()?;
         self.store.bye();
         if let Some(server) = &self.server {
@@ -918,8 +927,17 @@ impl Session {
         if rank == 0 && self.format == Format::Json {
             print_out(&serde_json::to_string_pretty(&self.report)?);
         }
-        match self.failed {
-            Some(message) => Err(SharedError { message, usage: false }.into()),
+        // A message sent and never received: one line each, said by its sender.
+        let mut said = unreceived.into_iter().map(|line| anyhow!(line)).collect::<Vec<_>>();
+        let last = match self.failed {
+            Some(message) => Some(SharedError { message, usage: false }.into()),
+            None => said.pop(),
+        };
+        for line in said {
+            crate::error::say_line(&crate::error::line(Some(rank), &line));
+        }
+        match last {
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
@@ -927,6 +945,13 @@ impl Session {
     /// Adds to a failure which rank went first, when that is another rank: a rank whose
     /// neighbour exited because of a third rank's crash then names the crashed one.
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+        if crate::error::is_shared(&err) {
+            return err;
+        }
+        // A message this rank sent and a peer went on without receiving: the cause.
+        if let Some(line) = self.unreceived_at_failure() {
+            return err.context(line);
+        }
         if crate::error::is_shared(&err) || crate::error::names_culprit(&err) {
             return err;
         }

@@ -9,7 +9,11 @@
 //! - buffers from and to host memory: [`Session::buffer_with`], [`Session::from_host`],
 //!   [`Session::to_host`];
 //! - a check element by element ([`Session::check_each`]) and the timing of a collective
-//!   built by hand ([`Session::time_as`]).
+//!   built by hand ([`Session::time_as`]);
+//! - the accounts of every message ([`Ledger`]): each rank counts what it sent to and
+//!   received from each peer, and the end of the job compares them, so that a message sent
+//!   and never received is an error on every backend (NCCL would hang there; the CPU
+//!   backend's buffers would hold a small one and say nothing).
 //!
 //! On the CPU backend buffers are host memory and these calls are the backend's own
 //! send and receive on slices. On NCCL they stage through host memory (download, NCCL
@@ -25,13 +29,190 @@ use crate::element::{Element, ReduceOp, as_bytes};
 use crate::error::{SharedError, usage};
 use crate::record::{self, Dir, How};
 use crate::report::Timing;
+use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::thread;
+use std::time::{Duration, Instant};
 
 /// Parts up to this size are sent before receiving, with no helper thread: the socket's
 /// buffers hold them, so two ranks sending to each other at once cannot deadlock.
 const INLINE_SEND: usize = 16 << 10;
+
+/// Messages and bytes, counted one way between two ranks.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct Tally {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// One rank's accounts of its point-to-point calls (the session's send, recv and their
+/// parts), per peer, counted when a call is made (a send that never returns counts): what
+/// the end of the job compares, rank against rank. Collectives are not counted: their
+/// sends and receives match by construction.
+#[derive(Clone, Default, Serialize, Deserialize, Debug)]
+pub(crate) struct Ledger {
+    /// What this rank sent to each rank (by rank; its own entry stays zero).
+    pub sent: Vec<Tally>,
+    /// What this rank received from each rank.
+    pub received: Vec<Tally>,
+    /// Whether this rank is inside a send or a receive (when it failed: stuck in one,
+    /// rather than gone on without receiving).
+    pub inside: bool,
+}
+
+impl Ledger {
+    /// Empty accounts for a world of `world` ranks.
+    pub fn new(world: usize) -> Ledger {
+        Ledger {
+            sent: vec![Tally::default(); world],
+            received: vec![Tally::default(); world],
+            inside: false,
+        }
+    }
+
+    /// A call begins: `send` to a peer and `recv` from one, of so many bytes each.
+    pub(super) fn enter(&mut self, send: Option<(usize, usize)>, recv: Option<(usize, usize)>) {
+        for (book, entry) in [(&mut self.sent, send), (&mut self.received, recv)] {
+            if let Some((peer, bytes)) = entry
+                && let Some(t) = book.get_mut(peer)
+            {
+                t.messages += 1;
+                t.bytes += bytes as u64;
+            }
+        }
+        self.inside = true;
+    }
+
+    /// The call returned (with or without an error of its own).
+    pub(super) fn leave<R>(&mut self, result: Result<R>) -> Result<R> {
+        if result.is_ok() {
+            self.inside = false;
+        }
+        result
+    }
+}
+
+/// Every pair of ranks whose accounts disagree, as `(sender, line)`, one line each: what
+/// `sender` sent to a rank that did not receive it all. `ledgers[r]` is rank r's, or
+/// `None` when it is not known (a rank gone); `only_gone_on` leaves out receivers that are
+/// themselves inside a send or receive (stuck in a deadlock: the deadlock is the story).
+/// `nccl`: the job runs on NCCL, where such a send waits for ever (else: it would).
+pub(crate) fn unmatched(ledgers: &[Option<Ledger>], only_gone_on: bool, nccl: bool) -> Vec<(usize, String)> {
+    let mut lines = Vec::new();
+    for (from, a) in ledgers.iter().enumerate() {
+        let Some(a) = a else { continue };
+        for (to, b) in ledgers.iter().enumerate() {
+            let Some(b) = b else { continue };
+            if from == to || (only_gone_on && b.inside) {
+                continue;
+            }
+            let (sent, got) = (
+                a.sent.get(to).copied().unwrap_or_default(),
+                b.received.get(from).copied().unwrap_or_default(),
+            );
+            if sent == got || (only_gone_on && sent.messages <= got.messages) {
+                continue;
+            }
+            lines.push((from, mismatch(from, to, sent, got, nccl)));
+        }
+    }
+    lines
+}
+
+/// One line for what `from` sent to `to` against what `to` received from `from`.
+fn mismatch(from: usize, to: usize, sent: Tally, got: Tally, nccl: bool) -> String {
+    let size = |t: Tally| match t.messages {
+        1 => human_bytes(t.bytes as usize),
+        n => format!("{n} messages ({})", human_bytes(t.bytes as usize)),
+    };
+    if sent.messages > got.messages && sent.bytes >= got.bytes {
+        let extra = Tally {
+            messages: sent.messages - got.messages,
+            bytes: sent.bytes - got.bytes,
+        };
+        let of = match got.messages {
+            0 => String::new(),
+            _ => format!(" (of {} sent, it received {})", size(sent), size(got)),
+        };
+        let verb = if extra.messages == 1 { "a send" } else { "sends" };
+        let hang = if nccl { "NCCL hangs here" } else { "NCCL would hang here" };
+        return format!(
+            "rank {from} sent {} to rank {to} that rank {to} never received{of} ({verb} with no matching recv: {hang})",
+            size(extra)
+        );
+    }
+    if got.messages > sent.messages {
+        return format!(
+            "rank {to} received {} from rank {from}, which sent it {}: a recv with no matching send",
+            size(got),
+            size(sent)
+        );
+    }
+    format!(
+        "rank {from} sent {} to rank {to}, and rank {to} received {}: the sizes of a send and its recv differ",
+        size(sent),
+        size(got)
+    )
+}
+
+impl Session {
+    /// The end of the job: every rank's accounts, shared through the store (which is also
+    /// the job's last meeting, bounded by `--timeout` as every meeting is), and the lines
+    /// that this rank must say as the sender of a message nobody received.
+    pub(super) fn settle_p2p(&mut self) -> Result<Vec<String>> {
+        let (rank, world) = (self.rank(), self.world_size());
+        let all: Vec<Ledger> = self
+            .store
+            .share_json("end", rank, world, &self.ledger, "every rank to reach the end")?;
+        let all: Vec<Option<Ledger>> = all.into_iter().map(Some).collect();
+        Ok(unmatched(&all, false, self.backend_name() == "nccl")
+            .into_iter()
+            .filter(|(from, _)| *from == rank)
+            .map(|(_, line)| line)
+            .collect())
+    }
+
+    /// After a failure: says this rank's accounts in the store and, if it had sent
+    /// anything, reads those of the ranks it sent to (a moment, at most), to tell whether
+    /// it was a message that one of them never received, because it had gone on without
+    /// it (the send that never returns on NCCL, or once it outgrows the CPU backend's
+    /// buffers). Then the first such line, to put before the failure; else nothing.
+    pub(super) fn unreceived_at_failure(&mut self) -> Option<String> {
+        let rank = self.rank();
+        let mut store = self.store.watcher(Duration::from_secs(1)).ok()?;
+        let mine = serde_json::to_vec(&self.ledger).ok()?;
+        store.set(&format!("p2p-failed/{rank}"), &mine).ok()?;
+        let peers: Vec<usize> = (0..self.world_size())
+            .filter(|p| self.ledger.sent.get(*p).is_some_and(|t| t.messages > 0))
+            .collect();
+        if peers.is_empty() {
+            return None;
+        }
+        // The peers fail about when this rank does (their own --timeout); give them a moment.
+        let mut known: Vec<Option<Ledger>> = vec![None; self.world_size()];
+        known[rank] = Some(self.ledger.clone());
+        let until = Instant::now() + Duration::from_secs(1);
+        loop {
+            for p in &peers {
+                if known[*p].is_none()
+                    && let Ok(Some(v)) = store.get(&format!("p2p-failed/{p}"))
+                {
+                    known[*p] = serde_json::from_slice(&v).ok();
+                }
+            }
+            if peers.iter().all(|p| known[*p].is_some()) || Instant::now() >= until {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        unmatched(&known, true, self.backend_name() == "nccl")
+            .into_iter()
+            .find(|(from, _)| *from == rank)
+            .map(|(_, line)| line)
+    }
+}
 
 /// What happens to elements that arrive: they replace the buffer's, or are added to them.
 #[derive(Clone, Copy, PartialEq)]
@@ -86,6 +267,7 @@ impl Session {
         self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
+        self.ledger.enter(Some((peer, range.len() * size_of::<T>())), None);
         let sent = match (&self.backend, &buf.storage) {
             (Backend::Cpu(c), Storage::Host(v)) => {
                 record::watch(record::P2P, v, None, false);
@@ -96,7 +278,7 @@ impl Session {
             }
             _ => self.staged(buf, Some((range, peer)), None).map(|_| ()),
         };
-        sent.with_context(|| format!("rank {rank}"))
+        self.ledger.leave(sent).with_context(|| format!("rank {rank}"))
     }
 
     /// Receives elements `range` of `buf` from rank `peer`, replacing what was there.
@@ -179,6 +361,7 @@ impl Session {
         self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
+        self.ledger.enter(None, Some((peer, range.len() * size_of::<T>())));
         let got = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("recv_part", How::Copy),
@@ -199,7 +382,7 @@ impl Session {
             self.staged(buf, None, Some((range, peer, how)))
                 .map(|b| *buf = b.expect("a received buffer"))
         };
-        got.with_context(|| format!("rank {rank}"))
+        self.ledger.leave(got).with_context(|| format!("rank {rank}"))
     }
 
     fn exchange<T: Element>(
@@ -219,6 +402,9 @@ impl Session {
             )));
         }
         let rank = self.rank();
+        let size = size_of::<T>();
+        self.ledger
+            .enter(Some((to, send.len() * size)), Some((from, recv.len() * size)));
         let done = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("send_recv", How::Copy),
@@ -243,7 +429,7 @@ impl Session {
             self.staged(buf, Some((send, to)), Some((recv, from, how)))
                 .map(|b| *buf = b.expect("a received buffer"))
         };
-        done.with_context(|| format!("rank {rank}"))
+        self.ledger.leave(done).with_context(|| format!("rank {rank}"))
     }
 
     /// Point-to-point through host memory, for buffers on the GPU: the part to send goes
