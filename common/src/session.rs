@@ -483,6 +483,7 @@ impl Session {
         self.flush_steps(false)?;
         let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
+        self.say_p2p()?;
         self.store
             .set(&format!("{key}/{}", self.rank()), &serde_json::to_vec(&mine)?)?;
         if self.rank() != 0 {
@@ -659,6 +660,7 @@ impl Session {
 
     /// Waits until every rank gets here (through the store, so it costs a round trip).
     pub fn barrier(&mut self) -> Result<()> {
+        self.say_p2p()?;
         let key = self.next_key("barrier");
         let (rank, world) = (self.rank(), self.world_size());
         let _span = crate::record::wait("barrier");
@@ -674,6 +676,7 @@ impl Session {
 
     /// Every rank's `value`, in rank order, on every rank (`what` names it in errors).
     pub fn share_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
+        self.say_p2p()?;
         let key = self.next_key("gather");
         let (rank, world) = (self.rank(), self.world_size());
         let all = self.store.share(&key, rank, world, &value.to_le_bytes(), what)?;
@@ -759,6 +762,7 @@ impl Session {
         let key = self.next_key("check");
         let mine = serde_json::to_vec(&(wrong, first))?;
         let (rank, world) = (self.rank(), self.world_size());
+        self.say_p2p()?;
         let replies = self.store.share(&key, rank, world, &mine, "every rank's check")?;
         let results: Vec<(usize, Option<String>)> = replies
             .iter()

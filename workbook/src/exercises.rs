@@ -205,6 +205,14 @@ pub fn all() -> Vec<Exercise> {
     ]
 }
 
+/// What the CPU backend's shared-memory channel from one rank to another holds: a send
+/// of more waits for its receiver.
+const SHM_CHANNEL: usize = common::transport::shm::SLOT_BYTES * common::transport::shm::SLOTS;
+
+/// Exercise 4's large case: 16 MiB, more than [`SHM_CHANNEL`] (checked below).
+const LARGER_THAN_A_CHANNEL: &str = "--size 16M";
+const _: () = assert!(16 << 20 > SHM_CHANNEL);
+
 fn worlds(max: usize) -> impl Iterator<Item = usize> {
     2..=max.clamp(2, 5)
 }
@@ -223,23 +231,28 @@ fn average_cases(max: usize) -> Vec<Case> {
 }
 
 /// Every rank ends with the root's 42, 43, 44, ...: roots other than 0, counts of one
-/// element, of a few, and of many pieces.
+/// element, of a few, and of many pieces, and a buffer larger than the shared-memory
+/// channel between two ranks ([`SHM_CHANNEL`]): there a send returns only once its peer
+/// receives, so that a send nobody receives (a chain whose last rank sends on, to the
+/// root) blocks and fails the case, as it would on NCCL, rather than wait in the channel.
 fn p2p_broadcast_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for algo in ["star", "chain", "pipeline"] {
-        for (n, root, count) in [
-            (2, 1, "7"),
-            (3, 0, "100003"),
-            (4, 3, "1"),
-            (5, 2, "13"),
-            (5, 4, "100003"),
+        for (n, root, size) in [
+            (2, 1, "--count 7"),
+            (3, 0, "--count 100003"),
+            (4, 3, "--count 1"),
+            (5, 2, "--count 13"),
+            (5, 4, "--count 100003"),
+            (3, 1, LARGER_THAN_A_CHANNEL),
         ] {
             if n > max.max(2) {
                 continue;
             }
             let root = root.to_string();
+            let (flag, value) = size.split_once(' ').expect("a flag and its value");
             let args = [
-                "--algo", algo, "--root", &root, "--count", count, "--iters", "1", "--show", "16",
+                "--algo", algo, "--root", &root, flag, value, "--iters", "1", "--show", "16",
             ];
             cases.push(Case::new(n, &args, "after", |_, i| 42.0 + i as f64));
         }

@@ -349,12 +349,9 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
             testkit::LIMIT
         )]);
     }
-    let errors: Vec<String> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error:"))
+    let errors: Vec<String> = awaited_first(run.stderr.lines().filter(|l| l.starts_with("error:")))
+        .into_iter()
         .take(6)
-        .map(str::to_string)
         .collect();
     let Ok(report) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
         let mut lines = vec![format!("the job failed ({}), saying:", exit_text(run.code))];
@@ -423,6 +420,56 @@ fn stuck_ranks(stderr: &str) -> Vec<(usize, Option<Stuck>)> {
         seen.push((rank, stuck_in(rank, what)));
     }
     seen
+}
+
+/// The ranks' error lines, the rank that the others waited on first: ordered by how many
+/// other ranks' lines say they waited for it (in a send or receive to it, on the GPU, or
+/// at a meeting it did not come to), most first, else as they came. A rank stuck in a send
+/// nobody receives is then read before the ranks whose meetings timed out without it.
+fn awaited_first<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let lines: Vec<&str> = lines.collect();
+    let rank_of = |line: &str| rank_after(line, "error: rank ");
+    let waits: Vec<Vec<usize>> = lines.iter().map(|l| awaited(l)).collect();
+    let score = |line: &str| match rank_of(line) {
+        Some(r) => waits
+            .iter()
+            .zip(&lines)
+            .filter(|(w, other)| rank_of(other) != Some(r) && w.contains(&r))
+            .count(),
+        None => 0,
+    };
+    // A rank that says it sent what nobody received names the cause itself: first of all.
+    let score = |line: &str| match line.contains(" never received") {
+        true => usize::MAX,
+        false => score(line),
+    };
+    let mut sorted: Vec<(usize, &str)> = lines.iter().map(|l| (score(l), *l)).collect();
+    sorted.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
+    sorted.into_iter().map(|(_, l)| l.to_string()).collect()
+}
+
+/// The ranks an error line says its rank waited for.
+fn awaited(line: &str) -> Vec<usize> {
+    let mut ranks: Vec<usize> = [
+        "nothing moved to or from rank ",
+        "finish send to rank ",
+        "finish receive from rank ",
+        ": lost rank ",
+    ]
+    .iter()
+    .filter_map(|p| rank_after(line, p))
+    .collect();
+    // The store: "... rank 2 is alive but did not come" or "ranks 1, 2 are alive ...";
+    // a rank that exited while this one waited for it: "rank 0 is gone", "rank 0 failed first".
+    for words in [" alive but did not come", " is gone", " failed first"] {
+        for (said, _) in line.match_indices(words) {
+            let before = &line[..said];
+            let Some(at) = before.rfind("rank") else { continue };
+            let list = before[at..].trim_start_matches("ranks").trim_start_matches("rank");
+            ranks.extend(list.split([',', ' ']).filter_map(|w| w.trim().parse::<usize>().ok()));
+        }
+    }
+    ranks
 }
 
 /// The rank after `prefix` in `text`: `rank 3` → 3.
@@ -671,6 +718,25 @@ error: rank 1: receiving 7 elements from (rank 0 at 127.0.0.1:41025): nothing mo
             deadlock(&raced)
                 .join(" ")
                 .starts_with("This is a deadlock: rank 0 was receiving from rank 2;")
+        );
+    }
+
+    #[test]
+    fn the_rank_the_others_wait_on_comes_first() {
+        // A chain whose last rank also sends 16 MiB to the root: rank 2 is stuck in that
+        // send; rank 0 went on to a table and rank 1 to the check, both waiting for rank 2.
+        let said = "\
+error: rank 1: timed out after 3 s waiting for every rank's check: rank 2 is alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?); rank 0 was itself waiting for every rank's row of 'After broadcast'
+error: rank 0: timed out after 3 s waiting for every rank's row of 'After broadcast': rank 2 is alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?)
+error: rank 2: rank 2 sent 16.0 MiB to rank 0 that rank 0 never received (a send with no matching recv: NCCL would hang here): sending 4194304 elements to (rank 0 over shared memory): nothing moved to or from rank 0 for the whole --timeout: it is stuck or gone
+";
+        let sorted = awaited_first(said.lines());
+        let ranks: Vec<Option<usize>> = sorted.iter().map(|l| rank_after(l, "error: rank ")).collect();
+        assert_eq!(ranks, [Some(2), Some(0), Some(1)], "{sorted:#?}");
+        assert_eq!(awaited("error: rank 1: x: ranks 3, 4 are alive but did not come: y"), [3, 4]);
+        assert_eq!(
+            awaited("error: rank 1: rank 0 failed first (its connection closed): rank 0 is gone (it crashed)"),
+            [0, 0]
         );
     }
 

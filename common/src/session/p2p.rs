@@ -34,7 +34,7 @@ use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Parts up to this size are sent before receiving, with no helper thread: the socket's
 /// buffers hold them, so two ranks sending to each other at once cannot deadlock.
@@ -60,6 +60,9 @@ pub(crate) struct Ledger {
     /// Whether this rank is inside a send or a receive (when it failed: stuck in one,
     /// rather than gone on without receiving).
     pub inside: bool,
+    /// Changed since the store last heard of it (at first, it never did).
+    #[serde(skip)]
+    unsaid: bool,
 }
 
 impl Ledger {
@@ -69,6 +72,7 @@ impl Ledger {
             sent: vec![Tally::default(); world],
             received: vec![Tally::default(); world],
             inside: false,
+            unsaid: true,
         }
     }
 
@@ -83,6 +87,7 @@ impl Ledger {
             }
         }
         self.inside = true;
+        self.unsaid = true;
     }
 
     /// The call returned (with or without an error of its own).
@@ -174,39 +179,39 @@ impl Session {
             .collect())
     }
 
+    /// Before a meeting in the store (a table, a check, a barrier), where a rank may wait
+    /// for long: this rank's accounts, said in the store if they changed since the last
+    /// meeting (a `set`, outside any timing). A rank stuck in a send to a rank that went on
+    /// to a meeting without receiving reads them there when it fails.
+    pub(super) fn say_p2p(&mut self) -> Result<()> {
+        if !self.ledger.unsaid {
+            return Ok(());
+        }
+        self.ledger.unsaid = false;
+        let key = format!("p2p/{}", self.rank());
+        self.store.set(&key, &serde_json::to_vec(&self.ledger)?)
+    }
+
     /// After a failure: says this rank's accounts in the store and, if it had sent
-    /// anything, reads those of the ranks it sent to (a moment, at most), to tell whether
-    /// it was a message that one of them never received, because it had gone on without
-    /// it (the send that never returns on NCCL, or once it outgrows the CPU backend's
-    /// buffers). Then the first such line, to put before the failure; else nothing.
+    /// anything, reads those of the ranks it sent to (as each said them last: at its last
+    /// meeting, or at its own failure), to tell whether it was a message that one of them
+    /// never received because it went on without it (a send that never returns on NCCL, or
+    /// once it outgrows the CPU backend's buffers). Then the first such line, to put
+    /// before the failure; else nothing. Each look at the store gives up within a second.
     pub(super) fn unreceived_at_failure(&mut self) -> Option<String> {
         let rank = self.rank();
         let mut store = self.store.watcher(Duration::from_secs(1)).ok()?;
         let mine = serde_json::to_vec(&self.ledger).ok()?;
-        store.set(&format!("p2p-failed/{rank}"), &mine).ok()?;
-        let peers: Vec<usize> = (0..self.world_size())
-            .filter(|p| self.ledger.sent.get(*p).is_some_and(|t| t.messages > 0))
-            .collect();
-        if peers.is_empty() {
-            return None;
-        }
-        // The peers fail about when this rank does (their own --timeout); give them a moment.
+        store.set(&format!("p2p/{rank}"), &mine).ok()?;
         let mut known: Vec<Option<Ledger>> = vec![None; self.world_size()];
-        known[rank] = Some(self.ledger.clone());
-        let until = Instant::now() + Duration::from_secs(1);
-        loop {
-            for p in &peers {
-                if known[*p].is_none()
-                    && let Ok(Some(v)) = store.get(&format!("p2p-failed/{p}"))
-                {
-                    known[*p] = serde_json::from_slice(&v).ok();
-                }
+        for (peer, sent) in self.ledger.sent.iter().enumerate() {
+            if sent.messages > 0
+                && let Ok(Some(v)) = store.get(&format!("p2p/{peer}"))
+            {
+                known[peer] = serde_json::from_slice(&v).ok();
             }
-            if peers.iter().all(|p| known[*p].is_some()) || Instant::now() >= until {
-                break;
-            }
-            thread::sleep(Duration::from_millis(20));
         }
+        known[rank] = Some(self.ledger.clone());
         unmatched(&known, true, self.backend_name() == "nccl")
             .into_iter()
             .find(|(from, _)| *from == rank)
