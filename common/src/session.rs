@@ -1080,6 +1080,5 @@ fn cell(v: &serde_json::Value) -> String {
 
 /// Prints a line on stdout; a reader that went away (`| head`) is not an error.
 fn print_out(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout(), "{line}");
+    crate::error::print_line(line, crate::error::OnClosed::Drop);
 }

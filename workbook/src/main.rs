@@ -1,7 +1,19 @@
 //! The workbook's checker, as rustlings has one: `cargo workbook check 5` builds your
 //! code for exercise 5, runs it as real multi-process jobs for every world size and count
 //! the exercise demands, and says what is wrong, rank by rank and element by element.
-//! `cargo workbook hint 5` gives a hint; `cargo workbook check --all` checks them all.
+//! `cargo workbook hint 5` gives a hint (a nudge), `hint 5 --more` the solution in words;
+//! `cargo workbook check --all` checks them all.
+
+/// `println!`, except that output to a closed pipe (`cargo workbook check 8 | head -5`)
+/// ends the checker quietly, with status 0, rather than with a panic.
+macro_rules! println {
+    () => {
+        common::error::print_line("", common::error::OnClosed::Exit)
+    };
+    ($($arg:tt)*) => {
+        common::error::print_line(&format!($($arg)*), common::error::OnClosed::Exit)
+    };
+}
 
 mod exercises;
 
@@ -60,10 +72,13 @@ enum Cmd {
         #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=5))]
         max_world: u32,
     },
-    /// Shows the hint of an exercise.
+    /// Shows the hint of an exercise: a nudge (which step, which peer, what to look at).
     Hint {
         /// The exercise: its chapter in EXERCISES.md.
         number: u32,
+        /// The solution in words, rather than a nudge: for when the hint was not enough.
+        #[arg(long)]
+        more: bool,
     },
 }
 
@@ -111,9 +126,32 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Hint { number } => match find(&all, number) {
+        Cmd::Hint { number, more } => match find(&all, number) {
             Ok(ex) => {
-                println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
+                match (more, ex.more) {
+                    (false, _) => {
+                        println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
+                        if ex.more.is_some() {
+                            println!(
+                                "\nStill stuck? `cargo workbook hint {} --more` says the solution in words.",
+                                ex.number
+                            );
+                        }
+                    }
+                    (true, Some(words)) => println!(
+                        "The solution of exercise {} ({}), in words:\n{}",
+                        ex.number,
+                        ex.title,
+                        wrap(words, 90)
+                    ),
+                    (true, None) => println!(
+                        "Exercise {} ({}) has no more than its hint: its answers are in EXERCISES.md, folded under \
+                         each question.\n{}",
+                        ex.number,
+                        ex.title,
+                        wrap(ex.hint, 90)
+                    ),
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,
@@ -276,6 +314,10 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
         }
         if opts.hint {
             println!("Hint: {}", wrap(ex.hint, 90).replace('\n', "\n      "));
+            println!(
+                "Still stuck? `cargo workbook hint {} --more` says the solution in words.",
+                ex.number
+            );
         } else {
             println!("Stuck? `cargo workbook hint {}` gives a hint.", ex.number);
         }
