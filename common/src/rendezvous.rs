@@ -25,6 +25,7 @@ const GET: u8 = 3;
 const WAIT: u8 = 4;
 const BYE: u8 = 5;
 const FIRST_LOST: u8 = 6;
+const WAITING: u8 = 7;
 const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
@@ -342,6 +343,14 @@ impl Shared {
                     None => Encoder::default().u64(0).0,
                 })
             }
+            WAITING => {
+                let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut e = Encoder::default().u64(st.waiting.len() as u64);
+                for r in st.waiting.keys() {
+                    e = e.u64(*r as u64);
+                }
+                Ok(e.0)
+            }
             other => Err(format!("unknown request kind {other}")),
         }
     }
@@ -569,6 +578,15 @@ impl Store {
         } else {
             None
         })
+    }
+
+    /// The ranks waiting in the store now (in a meeting: a table, a check, a barrier):
+    /// ranks that went on, as opposed to ranks busy elsewhere.
+    pub fn waiting(&mut self) -> Result<Vec<usize>> {
+        let reply = self.call(WAITING, &[], "the ranks waiting")?;
+        let mut d = Decoder(&reply);
+        let n = d.u64()?;
+        (0..n).map(|_| Ok(d.u64()? as usize)).collect()
     }
 
     /// Says goodbye, so that this connection closing is not taken for a crash.

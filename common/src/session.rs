@@ -997,6 +997,7 @@ impl Session {
             crate::record::stop_steps();
             return Ok(());
         }
+        self.say_p2p()?;
         let key = self.next_key("steps");
         let (rank, world) = (self.rank(), self.world_size());
         // Shared with every rank, so that all decide alike whether steps were shown.
@@ -1027,6 +1028,7 @@ impl Session {
         if self.trace.is_none() {
             return Ok(None);
         }
+        self.say_p2p()?;
         let (events, dropped) = crate::record::take_all();
         let (rank, world) = (self.rank(), self.world_size());
         let mine = crate::trace::RankTrace {

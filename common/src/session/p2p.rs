@@ -60,6 +60,8 @@ pub(crate) struct Ledger {
     /// Whether this rank is inside a send or a receive (when it failed: stuck in one,
     /// rather than gone on without receiving).
     pub inside: bool,
+    /// Said at this rank's failure (else at a meeting, before waiting there).
+    pub failed: bool,
     /// Changed since the store last heard of it (at first, it never did).
     #[serde(skip)]
     unsaid: bool,
@@ -72,6 +74,7 @@ impl Ledger {
             sent: vec![Tally::default(); world],
             received: vec![Tally::default(); world],
             inside: false,
+            failed: false,
             unsaid: true,
         }
     }
@@ -167,6 +170,7 @@ impl Session {
     /// the job's last meeting, bounded by `--timeout` as every meeting is), and the lines
     /// that this rank must say as the sender of a message nobody received.
     pub(super) fn settle_p2p(&mut self) -> Result<Vec<String>> {
+        self.say_p2p()?;
         let (rank, world) = (self.rank(), self.world_size());
         let all: Vec<Ledger> = self
             .store
@@ -201,14 +205,23 @@ impl Session {
     pub(super) fn unreceived_at_failure(&mut self) -> Option<String> {
         let rank = self.rank();
         let mut store = self.store.watcher(Duration::from_secs(1)).ok()?;
+        self.ledger.failed = true;
         let mine = serde_json::to_vec(&self.ledger).ok()?;
         store.set(&format!("p2p/{rank}"), &mine).ok()?;
+        if self.ledger.sent.iter().all(|t| t.messages == 0) {
+            return None;
+        }
+        // A peer's accounts are current if it said them failing, or if it waits in the
+        // store now (it said them on its way into that meeting).
+        let meeting = store.waiting().ok()?;
         let mut known: Vec<Option<Ledger>> = vec![None; self.world_size()];
         for (peer, sent) in self.ledger.sent.iter().enumerate() {
             if sent.messages > 0
                 && let Ok(Some(v)) = store.get(&format!("p2p/{peer}"))
             {
-                known[peer] = serde_json::from_slice(&v).ok();
+                known[peer] = serde_json::from_slice::<Ledger>(&v)
+                    .ok()
+                    .filter(|l| l.failed || meeting.contains(&peer));
             }
         }
         known[rank] = Some(self.ledger.clone());
