@@ -109,9 +109,7 @@ pub fn print_line(line: &str, closed: OnClosed) {
         return;
     }
     let mut out = std::io::stdout().lock();
-    let written = out
-        .write_all(format!("{line}\n").as_bytes())
-        .and_then(|()| out.flush());
+    let written = out.write_all(format!("{line}\n").as_bytes()).and_then(|()| out.flush());
     if let Err(e) = written
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {

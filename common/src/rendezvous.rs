@@ -744,7 +744,10 @@ mod tests {
             ),
             "{e}"
         );
-        let (busy, waiting) = (e.find("rank 2 is alive").unwrap(), e.find("rank 1 was itself waiting").unwrap());
+        let (busy, waiting) = (
+            e.find("rank 2 is alive").unwrap(),
+            e.find("rank 1 was itself waiting").unwrap(),
+        );
         assert!(busy < waiting, "the rank waited on first: {e}");
         assert!(!e.contains("not there"), "{e}");
         drop(zero);

@@ -134,10 +134,12 @@ pub fn all() -> Vec<Exercise> {
                    the average. Which number divides it, and which Session call tells you that number? \
                    Then: the buffer lives where the backend computes; which Session calls bring it to host \
                    memory as a Vec, and make a buffer again from a Vec?",
-            more: Some("After all_reduce every element is the sum over the n ranks; the average is that \
+            more: Some(
+                "After all_reduce every element is the sum over the n ranks; the average is that \
                    sum divided by n = session.world_size(). Read the buffer with session.to_host(buf)?, \
                    map every element x to x / n as f32, and put the result back with \
-                   *buf = session.from_host(values)?."),
+                   *buf = session.from_host(values)?.",
+            ),
         },
         Exercise {
             number: 4,
@@ -152,12 +154,14 @@ pub fn all() -> Vec<Exercise> {
                    has nobody before it, and which has nobody after it (its `next` is the root, which \
                    receives nothing)? Pipeline: the chain's steps, for one piece at a time. Try --root 2 \
                    by hand: every rank's place in the chain moves.",
-            more: Some("Every send needs a matching recv on the peer, with as many elements. Star: the root \
+            more: Some(
+                "Every send needs a matching recv on the peer, with as many elements. Star: the root \
                    loops over the other ranks, each of which calls recv(buf, root) once. Chain: `pos` is \
                    a rank's place after the root; every rank with pos > 0 receives from `prev`, and every \
                    rank with pos < n - 1 then sends to `next`. Pipeline: the same two ifs, inside the loop \
                    over pieces, with recv_part/send_part on piece(k). Check the ranks that are not root 0: \
-                   --root 2 moves the start of the chain."),
+                   --root 2 moves the start of the chain.",
+            ),
         },
         Exercise {
             number: 5,
@@ -172,13 +176,15 @@ pub fn all() -> Vec<Exercise> {
                    steps, which chunk holds the full sum on rank r? The all-gather then passes the \
                    finished chunks round the same ring. If only the largest case fails, after the \
                    timeout, look at the order of each rank's send and receive (send_recv).",
-            more: Some("Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
+            more: Some(
+                "Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
                    c(rank + n - t - 1) from the left, with send_recv_add; after n - 1 steps rank r holds \
                    the full sum of chunk r + 1. All-gather, step t: send the finished chunk \
                    c(rank + 1 + n - t) and receive chunk c(rank + n - t) with send_recv. Draw 3 ranks \
                    and 3 chunks on paper first. If only the largest case fails, after the timeout, your \
                    ranks all send before they receive: each waits for a neighbour that is itself \
-                   sending; send_recv does both at once."),
+                   sending; send_recv does both at once.",
+            ),
         },
         Exercise {
             number: 6,
@@ -200,10 +206,12 @@ pub fn all() -> Vec<Exercise> {
                    every tensor, in order; one broadcast; the buffer cut back into the tensors, in the \
                    same order). Which Session calls move a buffer to host memory and back, and where does \
                    each tensor start in the packed one?",
-            more: Some("Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
+            more: Some(
+                "Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
                    tensor's s.to_host(tensor)? into one Vec, in order; s.from_host(that)?; one \
                    s.broadcast; then s.to_host(&packed)? and give each tensor its slice back, in the same \
-                   order, with *tensor = s.from_host(slice.to_vec())? (a tensor's length is tensor.len())."),
+                   order, with *tensor = s.from_host(slice.to_vec())? (a tensor's length is tensor.len()).",
+            ),
         },
         Exercise {
             number: 8,
@@ -218,13 +226,15 @@ pub fn all() -> Vec<Exercise> {
                    collective puts every rank's block back into every rank's params? If only your own \
                    shard is right, a step is missing; if every rank holds the same wrong values, look at \
                    a shard's offset.",
-            more: Some("Rank r owns the parameters rank × shard .. (rank + 1) × shard. 8a: let mut g = \
+            more: Some(
+                "Rank r owns the parameters rank × shard .. (rank + 1) × shard. 8a: let mut g = \
                    s.from_host(vec![0.0; shard])?; then s.reduce_scatter_into(grads, &mut g, ReduceOp::Avg)? \
                    gives g the average of block `rank` of every rank's gradients. 8b: take that block of \
                    s.to_host(params)?, subtract lr × g element by element, and make a buffer of it with \
                    s.from_host. 8c: s.all_gather_into(&that, params)? puts rank i's shard at block i of \
                    every rank's params. If only your own shard is right, the all-gather is missing; if \
-                   every rank holds the same wrong values, a shard's offset is wrong."),
+                   every rank holds the same wrong values, a shard's offset is wrong.",
+            ),
         },
         Exercise {
             number: 9,

@@ -775,7 +775,10 @@ error: rank 2: rank 2 sent 16.0 MiB to rank 0 that rank 0 never received (a send
         let sorted = awaited_first(said.lines());
         let ranks: Vec<Option<usize>> = sorted.iter().map(|l| rank_after(l, "error: rank ")).collect();
         assert_eq!(ranks, [Some(2), Some(0), Some(1)], "{sorted:#?}");
-        assert_eq!(awaited("error: rank 1: x: ranks 3, 4 are alive but did not come: y"), [3, 4]);
+        assert_eq!(
+            awaited("error: rank 1: x: ranks 3, 4 are alive but did not come: y"),
+            [3, 4]
+        );
         assert_eq!(
             awaited("error: rank 1: rank 0 failed first (its connection closed): rank 0 is gone (it crashed)"),
             [0, 0]

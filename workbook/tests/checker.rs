@@ -360,7 +360,18 @@ fn a_message_nobody_receives_fails_the_job_naming_sender_receiver_and_size() {
     // and sends 7 elements (28 B) to rank 1, once per broadcast, which never receives them.
     let bin = support::built("wrong04-extra-send");
     let exe = bin.to_str().unwrap();
-    let base = ["--nproc-per-node", "2", "--root", "1", "--algo", "chain", "--count", "7", "--timeout", "3s"];
+    let base = [
+        "--nproc-per-node",
+        "2",
+        "--root",
+        "1",
+        "--algo",
+        "chain",
+        "--count",
+        "7",
+        "--timeout",
+        "3s",
+    ];
     for transport in ["shm", "tcp"] {
         let mut args = base.to_vec();
         args.extend(["--iters", "1", "--transport", transport]);
@@ -373,7 +384,9 @@ fn a_message_nobody_receives_fails_the_job_naming_sender_receiver_and_size() {
             .unwrap_or_else(|| panic!("{transport}: no line says so:\n{r}"));
         assert!(
             line.starts_with("error: rank 0: rank 0 sent ")
-                && line.contains(" B) to rank 1 that rank 1 never received (sends with no matching recv: NCCL would hang here)"),
+                && line.contains(
+                    " B) to rank 1 that rank 1 never received (sends with no matching recv: NCCL would hang here)"
+                ),
             "{transport}: {line}"
         );
         assert!(!r.stderr.contains("panicked"), "{r}");
@@ -393,7 +406,15 @@ fn a_message_nobody_receives_fails_the_job_naming_sender_receiver_and_size() {
 
     // The checker fails every case, the one larger than a shared-memory channel too (there
     // the send blocks): no hang, and the rank stuck in it is read first.
-    let r = workbook(&["check", "4", "--fixture", "wrong04-extra-send", "--keep-going", "--timeout", "3s"]);
+    let r = workbook(&[
+        "check",
+        "4",
+        "--fixture",
+        "wrong04-extra-send",
+        "--keep-going",
+        "--timeout",
+        "3s",
+    ]);
     assert_eq!(r.code, Some(1), "{r}");
     let cases = cases(&r);
     assert_eq!(cases.len(), announced(&r), "{r}");

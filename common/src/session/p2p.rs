@@ -145,7 +145,11 @@ fn mismatch(from: usize, to: usize, sent: Tally, got: Tally, nccl: bool) -> Stri
             _ => format!(" (of {} sent, it received {})", size(sent), size(got)),
         };
         let verb = if extra.messages == 1 { "a send" } else { "sends" };
-        let hang = if nccl { "NCCL hangs here" } else { "NCCL would hang here" };
+        let hang = if nccl {
+            "NCCL hangs here"
+        } else {
+            "NCCL would hang here"
+        };
         return format!(
             "rank {from} sent {} to rank {to} that rank {to} never received{of} ({verb} with no matching recv: {hang})",
             size(extra)
@@ -172,9 +176,9 @@ impl Session {
     pub(super) fn settle_p2p(&mut self) -> Result<Vec<String>> {
         self.say_p2p()?;
         let (rank, world) = (self.rank(), self.world_size());
-        let all: Vec<Ledger> = self
-            .store
-            .share_json("end", rank, world, &self.ledger, "every rank to reach the end")?;
+        let all: Vec<Ledger> =
+            self.store
+                .share_json("end", rank, world, &self.ledger, "every rank to reach the end")?;
         let all: Vec<Option<Ledger>> = all.into_iter().map(Some).collect();
         Ok(unmatched(&all, false, self.backend_name() == "nccl")
             .into_iter()
