@@ -333,7 +333,11 @@ impl Shared {
                 }
                 self.update(|st| st.waiting.insert(rank, what.clone()));
                 let reply = self.wait(&keys, &what, timeout);
-                self.update(|st| st.waiting.remove(&rank));
+                // A rank whose wait failed fails too, from this meeting: it stays counted
+                // in it, so that no moment shows it busy elsewhere.
+                if reply.is_ok() {
+                    self.update(|st| st.waiting.remove(&rank));
+                }
                 reply
             }
             FIRST_LOST => {

@@ -535,3 +535,54 @@ fn add<T: Element>(acc: &mut [T], more: &[T]) {
         *a = a.combine(*b, ReduceOp::Sum);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger(world: usize, sent: &[(usize, usize)], received: &[(usize, usize)]) -> Option<Ledger> {
+        let mut l = Ledger::new(world);
+        for (peer, bytes) in sent {
+            l.enter(Some((*peer, *bytes)), None);
+        }
+        for (peer, bytes) in received {
+            l.enter(None, Some((*peer, *bytes)));
+        }
+        l.inside = false;
+        Some(l)
+    }
+
+    #[test]
+    fn a_message_nobody_received_is_one_line_naming_sender_receiver_and_size() {
+        // A chain 0 → 1 → 2 of 64 B whose last rank also sends to the root.
+        let all = [
+            ledger(3, &[(1, 64)], &[]),
+            ledger(3, &[(2, 64)], &[(0, 64)]),
+            ledger(3, &[(0, 64)], &[(1, 64)]),
+        ];
+        let lines = unmatched(&all, false, false);
+        assert_eq!(
+            lines,
+            [(
+                2,
+                "rank 2 sent 64 B to rank 0 that rank 0 never received (a send with no matching recv: NCCL would \
+                 hang here)"
+                    .to_string()
+            )]
+        );
+        // Accounts that match say nothing; a receiver not known says nothing either.
+        assert!(unmatched(&all[..2], false, false).is_empty());
+        assert!(unmatched(&[all[0].clone(), all[1].clone(), None], false, true).is_empty());
+        // Two of three received: the rest, and how many there were.
+        let all = [ledger(2, &[(1, 8), (1, 8), (1, 8)], &[]), ledger(2, &[], &[(0, 8)])];
+        assert_eq!(
+            unmatched(&all, false, true)[0].1,
+            "rank 0 sent 2 messages (16 B) to rank 1 that rank 1 never received (of 3 messages (24 B) sent, it \
+             received 8 B) (sends with no matching recv: NCCL hangs here)"
+        );
+        // At a failure, a receiver stuck in a send or receive of its own is a deadlock, not this.
+        let mut stuck = ledger(2, &[], &[]).unwrap();
+        stuck.inside = true;
+        assert!(unmatched(&[ledger(2, &[(1, 8)], &[]), Some(stuck)], true, false).is_empty());
+    }
+}
