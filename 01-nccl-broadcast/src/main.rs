@@ -1,9 +1,11 @@
 //! 01 — Broadcast: one rank's buffer, copied to every rank.
 //!
 //! The root (rank 0 by default) fills its buffer with 42; every other rank starts with
-//! zeros. After `broadcast`, every rank holds the root's buffer. NCCL and the CPU
-//! backend both pass it along a ring, in pieces, so the root never sends more than one
-//! copy however many ranks there are.
+//! zeros. After `broadcast`, every rank holds the root's buffer. How it travels depends
+//! on the size and on where the ranks are, on NCCL as here, and the `Time:` line names
+//! it: a small buffer goes from the root straight to every rank, a large one on one host
+//! is copied by every rank straight from the root's memory, and between hosts it flows
+//! along a ring, in pieces (README's "Which algorithm runs").
 //!
 //! Run it: `cargo run --release --bin 01-nccl-broadcast -- --nproc-per-node 4 --root 2`
 

@@ -314,7 +314,23 @@ fn the_trace_has_a_track_per_rank_and_the_rings_steps_and_bytes_inside_each_coll
                     .starts_with(&format!("rank {rank} (")),
                 "{name}"
             );
-            assert!(events.iter().filter(|e| e["ph"] == "X").all(|e| e["tid"] == e["pid"]));
+            // Collectives, steps and waits on the rank's own track; sends and receives on
+            // their link's (a track per peer and direction, named for it).
+            for e in events.iter().filter(|e| e["ph"] == "X") {
+                let own = ["collective", "step", "wait"].iter().any(|c| e["cat"] == *c);
+                assert_eq!(own, e["tid"] == e["pid"], "{e}");
+                if !own {
+                    let track = events
+                        .iter()
+                        .find(|m| {
+                            m["ph"] == "M" && m["name"] == "thread_name" && m["pid"] == e["pid"] && m["tid"] == e["tid"]
+                        })
+                        .unwrap_or_else(|| panic!("no name for the track of {e}"));
+                    let arrow = if e["cat"] == "send" { "→" } else { "←" };
+                    let want = format!("rank {} {arrow} rank {}", e["pid"], e["args"]["peer"]);
+                    assert_eq!(track["args"]["name"], want.as_str());
+                }
+            }
             // The checked run, the one that lines the ranks up after the barrier (CPU
             // backend), and the timed ones.
             let colls = spans(events, rank, "collective");

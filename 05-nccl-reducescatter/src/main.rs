@@ -3,8 +3,9 @@
 //! Each rank sends n × `--count` elements and receives `--count`: its own shard of the
 //! element-wise sum (or `--op`) of every rank's buffer. ZeRO and FSDP use it for the
 //! gradients: each rank keeps only the summed gradients of the parameters it owns. And
-//! an all-reduce is a reduce-scatter followed by an all-gather: that is how the ring
-//! all-reduce of 02 runs, on NCCL and here.
+//! an all-reduce is a reduce-scatter followed by an all-gather: that is how NCCL's ring
+//! all-reduce runs, and how 02 runs here with `--steps` (at other sizes the CPU backend
+//! picks another algorithm, and the `Time:` line names it).
 //!
 //! Block b of rank r holds (r+1) × (b+1), a multiplication table: with 4 ranks rank b
 //! receives (1+2+3+4) × (b+1) = 10, 20, 30, 40. `--in-place` uses one buffer, in which

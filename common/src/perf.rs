@@ -313,6 +313,9 @@ impl Sweep {
             row.out_of_place = self.measure::<T>(session, args, count, false)?;
             row.in_place = self.measure::<T>(session, args, count, true)?;
             session.say(&format_row(&row));
+            if let Some(line) = single_calls_row(&row, args.iters) {
+                session.say(&line);
+            }
             perf.rows.push(row);
         }
         let places = || perf.rows.iter().flat_map(|r| [&r.out_of_place, &r.in_place]);
@@ -360,7 +363,8 @@ impl Sweep {
         let (coll, root, op) = (self.coll, self.root, self.op);
         let once = |s: &mut Session, recv: &mut crate::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
-        let mut times = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
+        let runs = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
+        let mut times = runs.means;
         if args.cputime == 1 {
             let issued = s.issue_time();
             times = s.share_f64(issued, "every rank's time to issue the calls")?;
@@ -393,6 +397,9 @@ impl Sweep {
             algbw: t.algbw,
             busbw: t.busbw,
             wrong,
+            median_us: runs.single.map(|c| c.median_us),
+            p99_us: runs.single.map(|c| c.p99_us),
+            slept: runs.single.and_then(|c| c.slept),
         })
     }
 }
@@ -578,9 +585,40 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
             "(B)", "(elements)", "", "", "", UNITS, UNITS
         ),
     ];
+    let overlap = match coll.rooted && session.world_size() > 1 {
+        true => " A rooted collective's calls may overlap back to back (a rank leaves once its part is handed over).",
+        false => "",
+    };
+    let lines = lines.into_iter().chain([format!(
+        "# time: mean of the calls back to back. Under each row, the same calls one by one (nccl-tests' -I, each its \
+         slowest rank): median, p99 (us), and how many slept (a rank waited on the futex, not spinning).{overlap}"
+    )]);
     for l in lines {
         session.say(&l);
     }
+}
+
+/// The line under a row: its single calls, placed under each placement's columns (a
+/// comment for programs that read nccl-tests' rows; `None` when there were none).
+fn single_calls_row(row: &PerfRow, iters: u32) -> Option<String> {
+    let place = |p: &Placement| -> Option<String> {
+        let slept = p.slept.map_or("n/a".to_string(), |n| n.to_string());
+        Some(format!(
+            "{:>31}",
+            format!(
+                "p50 {} p99 {} slept {slept}",
+                time_text(p.median_us?),
+                time_text(p.p99_us?)
+            )
+        ))
+    };
+    let calls = (iters as usize).min(crate::session::SINGLE_CALLS_MAX);
+    Some(format!(
+        "#{:>51}  {}  {}",
+        format!("{calls} single calls:"),
+        place(&row.out_of_place)?,
+        place(&row.in_place)?
+    ))
 }
 
 const COLUMNS: &str = "   time   algbw   busbw  #wrong";
@@ -696,6 +734,7 @@ mod tests {
             algbw: 0.85,
             busbw: 1.27,
             wrong: Some(0),
+            ..Placement::default()
         };
         let row = PerfRow {
             size: 104857600,

@@ -26,12 +26,17 @@
 
 use crate::element::Element;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 /// The name under which the session's point-to-point calls watch their buffer.
 pub const P2P: &str = "the point-to-point calls";
+
+/// The name of an operation in which this rank reads another rank's buffer where it lies
+/// (the single copy): its receive parts have no send on the other side.
+pub const READ: &str = "read";
 
 /// The largest buffer `--steps` shows, in elements.
 pub const STEPS_MAX: usize = 64;
@@ -88,6 +93,12 @@ pub struct Part {
     #[serde(default)]
     pub in_send: bool,
     pub how: How,
+    /// The message's number on its link: the k-th message this rank sent to `peer`, or
+    /// received from it (counted from 0 over the whole run, noted or not). A send and the
+    /// receive with the same sender, receiver and number are one message: `--trace` draws
+    /// an arrow between them. `None` for a one-sided read ([`READ`]): nothing was sent.
+    #[serde(default)]
+    pub seq: Option<u64>,
 }
 
 /// One noted event.
@@ -129,6 +140,11 @@ struct Watched {
 
 struct Log {
     origin: Instant,
+    /// `origin` on the kernel's monotonic clock, in µs, and how far off that may be.
+    origin_clock: (f64, f64),
+    /// Messages sent to each peer, and received from each, so far: the next [`Part::seq`].
+    sent: BTreeMap<usize, u64>,
+    got: BTreeMap<usize, u64>,
     steps: bool,
     trace: bool,
     events: Vec<Event>,
@@ -149,17 +165,28 @@ fn log() -> MutexGuard<'static, Option<Log>> {
 /// Starts recording on this rank: `steps` keeps the buffer's values after each
 /// operation; `trace` keeps every event, timed runs included. Times count from now.
 pub fn start(steps: bool, trace: bool) {
-    *log() = (steps || trace).then(|| Log {
-        origin: Instant::now(),
-        steps,
-        trace,
-        events: vec![],
-        shown: 0,
-        dropped: 0,
-        phase: None,
-        algorithm: None,
-        watched: None,
-        too_big: None,
+    *log() = (steps || trace).then(|| {
+        // The origin read between two readings of the kernel's clock: the same clock (on
+        // Linux `Instant` is CLOCK_MONOTONIC), to within half their gap.
+        let before = crate::trace::monotonic_ns();
+        let origin = Instant::now();
+        let after = crate::trace::monotonic_ns();
+        let origin_clock = ((before + after) as f64 / 2e3, (after - before) as f64 / 2e3);
+        Log {
+            origin,
+            origin_clock,
+            sent: BTreeMap::new(),
+            got: BTreeMap::new(),
+            steps,
+            trace,
+            events: vec![],
+            shown: 0,
+            dropped: 0,
+            phase: None,
+            algorithm: None,
+            watched: None,
+            too_big: None,
+        }
     });
     ON.store(steps || trace, Ordering::Relaxed);
 }
@@ -337,7 +364,18 @@ pub(crate) fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], Ho
     let mut e = event(l, Cat::Op, name, t);
     for (dir, peer, slice, how) in parts {
         let placed = l.watched.as_ref().and_then(|w| place(w, slice));
+        let link = match dir {
+            Dir::Send => Some(&mut l.sent),
+            Dir::Recv if name != READ => Some(&mut l.got),
+            Dir::Recv => None,
+        };
+        let seq = link.map(|counts| {
+            let k = counts.entry(*peer).or_default();
+            *k += 1;
+            *k - 1
+        });
         e.parts.push(Part {
+            seq,
             dir: *dir,
             peer: *peer,
             bytes: slice.len() as u64,
@@ -451,12 +489,18 @@ pub(crate) fn take_steps() -> (Vec<Event>, Option<usize>) {
     (new, l.too_big.take())
 }
 
-/// Every event kept for `--trace`, and how many were not kept.
-pub(crate) fn take_all() -> (Vec<Event>, usize) {
+/// Every event kept for `--trace`, how many were not kept, and where the events' times
+/// count from: the kernel's monotonic clock at the origin, in µs, and how far off that
+/// may be ([`crate::trace::Clock`] aligns the ranks' clocks from it).
+pub(crate) fn take_all() -> (Vec<Event>, usize, (f64, f64)) {
     let mut g = log();
     match g.as_mut() {
-        Some(l) => (std::mem::take(&mut l.events), std::mem::take(&mut l.dropped)),
-        None => (vec![], 0),
+        Some(l) => (
+            std::mem::take(&mut l.events),
+            std::mem::take(&mut l.dropped),
+            l.origin_clock,
+        ),
+        None => (vec![], 0, (0.0, 0.0)),
     }
 }
 

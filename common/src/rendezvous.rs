@@ -25,7 +25,8 @@ const GET: u8 = 3;
 const WAIT: u8 = 4;
 const BYE: u8 = 5;
 const FIRST_LOST: u8 = 6;
-const WAITING: u8 = 7;
+const CLOCK: u8 = 7;
+const WAITING: u8 = 8;
 const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
@@ -58,6 +59,8 @@ pub struct StoreServer {
 struct Shared {
     job_id: String,
     world_size: usize,
+    /// The kernel this store runs under ([`crate::trace::boot_id`]), for [`Store::clock`].
+    boot: String,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -98,6 +101,7 @@ impl StoreServer {
         let shared = Arc::new(Shared {
             job_id: job_id.to_string(),
             world_size,
+            boot: crate::trace::boot_id(),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         });
@@ -355,6 +359,7 @@ impl Shared {
                 }
                 Ok(e.0)
             }
+            CLOCK => Ok(Encoder::default().u64(crate::trace::monotonic_ns()).str(&self.boot).0),
             other => Err(format!("unknown request kind {other}")),
         }
     }
@@ -591,6 +596,15 @@ impl Store {
         let mut d = Decoder(&reply);
         let n = d.u64()?;
         (0..n).map(|_| Ok(d.u64()? as usize)).collect()
+    }
+
+    /// The store's clock, read once: its monotonic clock in nanoseconds (rank 0's, which
+    /// hosts it) and the boot id of its kernel ([`crate::trace::boot_id`]). One round trip;
+    /// [`crate::trace::Clock::measure`] makes several and keeps the quickest.
+    pub fn clock(&mut self) -> Result<(u64, String)> {
+        let reply = self.call(CLOCK, &[], "the store's clock")?;
+        let mut d = Decoder(&reply);
+        Ok((d.u64()?, d.str()?.to_string()))
     }
 
     /// Says goodbye, so that this connection closing is not taken for a crash.

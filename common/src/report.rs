@@ -46,6 +46,13 @@ pub struct Report {
     /// Bus bandwidth: algbw times nccl-tests' factor for the collective.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busbw_gbps: Option<f64>,
+    /// The same timed calls one by one: median, p99 and how many slept (CPU backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub single_calls: Option<SingleCalls>,
+    /// Why the timed calls overlap, when they may: back to back, a rank of a rooted
+    /// collective leaves before the others are done, and its next call starts early.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_overlap: Option<String>,
     /// The benchmark's sweep when there is one (its fields at the top level, as before
     /// there were several).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -107,6 +114,28 @@ pub struct Placement {
     pub busbw: f64,
     /// Wrong elements over every rank (nccl-tests' #wrong); absent when not checked.
     pub wrong: Option<u64>,
+    /// Single calls (nccl-tests' `-I`): the median of each call's slowest rank, µs
+    /// (null on NCCL, whose calls are queued, not finished, when they return).
+    pub median_us: Option<f64>,
+    /// Their 99th percentile (nearest rank), µs.
+    pub p99_us: Option<f64>,
+    /// Calls in which some rank slept on the shared-memory futex (null over TCP, which
+    /// does not count its waits).
+    pub slept: Option<u64>,
+}
+
+/// The timed calls one by one (nccl-tests' `-I`): each call counts as its slowest rank.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+pub struct SingleCalls {
+    /// Calls stamped (the first ones of the loop, up to 10 000).
+    pub calls: usize,
+    /// The median call, µs.
+    pub median_us: f64,
+    /// The 99th percentile (nearest rank: the largest under 100 calls), µs.
+    pub p99_us: f64,
+    /// Calls in which some rank slept on the shared-memory futex instead of spinning;
+    /// `None` where a transport does not count (TCP).
+    pub slept: Option<u64>,
 }
 
 /// What one rank reported.

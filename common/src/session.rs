@@ -7,6 +7,9 @@
 
 mod collectives;
 mod p2p;
+mod single_calls;
+
+pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 
 use crate::args::{DataArgs, Format, RunArgs};
 use crate::backend::{self, Backend, Buffer, host, host_mut};
@@ -16,7 +19,7 @@ use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
 use crate::launch::Identity;
 use crate::rendezvous::{Join, Store, StoreServer};
-use crate::report::{Check, RankReport, Report, Timing};
+use crate::report::{Check, RankReport, Report, SingleCalls, Timing};
 use crate::table;
 use crate::transport::Via;
 use crate::units::human_bytes;
@@ -137,6 +140,15 @@ struct Rows {
     cells: Vec<Vec<String>>,
     /// Which cells differ from the previous table's (when it had the same shape).
     changed: Option<Vec<Vec<bool>>>,
+}
+
+/// What a timing loop measured ([`Session::time_runs`]).
+#[derive(Debug, Clone)]
+pub struct Runs {
+    /// Every rank's mean seconds per call, the calls back to back, in rank order.
+    pub means: Vec<f64>,
+    /// The same calls one by one (CPU backend): median, p99 and how many slept.
+    pub single: Option<SingleCalls>,
 }
 
 /// One rank's session: who it is, its store connection and its backend.
@@ -300,7 +312,7 @@ impl Session {
                 .collect(),
             ..Report::default()
         };
-        let session = Session {
+        let mut session = Session {
             backend,
             store,
             server,
@@ -325,6 +337,9 @@ impl Session {
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
         crate::record::start(session.steps, session.trace.is_some());
+        if session.trace.is_some() {
+            crate::trace::start(&mut session.store, session.id.rank)?;
+        }
         Ok(session)
     }
 
@@ -805,7 +820,8 @@ impl Session {
     /// nccl-tests' algbw and busbw.
     pub fn time(&mut self, iters: u32, op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
         let world = self.world_size();
-        let slowest = self.time_runs(iters, 0, op)?.into_iter().fold(0.0, f64::max);
+        let runs = self.time_runs(iters, 0, op)?;
+        let slowest = runs.means.iter().copied().fold(0.0, f64::max);
         let (coll, bytes) = self
             .last_op
             .ok_or_else(|| anyhow!("time() needs a collective to time"))?;
@@ -813,6 +829,9 @@ impl Session {
         self.report.time_us = Some(t.seconds * 1e6);
         self.report.algbw_gbps = Some(t.algbw);
         self.report.busbw_gbps = Some(t.busbw);
+        let overlap = single_calls::overlap(coll, world, iters);
+        self.report.single_calls = runs.single;
+        self.report.calls_overlap = overlap.map(str::to_string);
         let factor = match (coll.bus_factor)(world) {
             1.0 => "= algbw".to_string(),
             f => format!(
@@ -820,18 +839,24 @@ impl Session {
                 coll.name
             ),
         };
-        let runs = match iters {
+        let runs_text = match iters {
             1 => "one run".to_string(),
-            n => format!("mean of {n} runs"),
+            n => format!("mean of {n} runs back to back"),
         };
+        let overlap = overlap
+            .map(|why| format!("; calls may overlap: {why}"))
+            .unwrap_or_default();
         self.say(&format!(
-            "Time: {:.1} us per {} of {} (slowest of {world} ranks, {runs}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
+            "Time: {:.1} us per {} of {} (slowest of {world} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
             coll.title,
             human_bytes(bytes),
             t.algbw,
             t.busbw,
         ));
+        if let Some(single) = runs.single.filter(|s| s.calls > 1) {
+            self.say(&format!("      {}", single_calls::line(&single)));
+        }
         if self.report.simulated_gpus.is_some() {
             self.say(&format!("      ({})", crate::simulate::NOTE));
         }
@@ -841,14 +866,15 @@ impl Session {
     /// The timing loop of every measurement (the lessons' `time` and the benchmark's
     /// sweep): finish what is queued, run `op` `warmup` times untimed, meet at a barrier
     /// (see [`Session::timed`] for the untimed run each backend adds), run `op` `iters`
-    /// times back to back, wait for the last run, and return every rank's mean seconds
-    /// per run, in rank order.
+    /// times back to back, wait for the last run. Returns every rank's mean seconds per
+    /// run, in rank order, and on the CPU backend the spread of the single calls of the
+    /// same loop (each stamped: [`single_calls`]).
     pub fn time_runs(
         &mut self,
         iters: u32,
         warmup: u32,
         mut op: impl FnMut(&mut Session) -> Result<()>,
-    ) -> Result<Vec<f64>> {
+    ) -> Result<Runs> {
         // --steps shows the first, checked runs; the timed ones are not recorded.
         self.flush_steps(true)?;
         self.steps = false;
@@ -858,14 +884,34 @@ impl Session {
         self.backend.timing(true)?;
         let ran = self.timed(iters, warmup, &mut op);
         self.backend.timing(false)?;
-        let mine = ran?;
-        self.share_f64(mine, "every rank's timing")
+        let (mine, stamps) = ran?;
+        let means = self.share_f64(mine, "every rank's timing")?;
+        let single = match stamps {
+            Some(stamps) => {
+                let key = self.next_key("single");
+                let (rank, world) = (self.rank(), self.world_size());
+                let all = self
+                    .store
+                    .share(&key, rank, world, &stamps.encode(), "every rank's single calls")?;
+                // Shared memory counts the waits that slept; TCP's blocking reads are not counted.
+                let counted = self.report.transports.values().all(|v| *v == Via::Shm);
+                single_calls::combine(&all, counted)
+            }
+            None => None,
+        };
+        Ok(Runs { means, single })
     }
 
     /// [`Session::time_runs`]'s loop, with the backend in its timing mode: `warmup` runs,
     /// the ranks lined up, then `iters` runs back to back and the wait for the last; this
-    /// rank's mean seconds per run.
-    fn timed(&mut self, iters: u32, warmup: u32, op: &mut impl FnMut(&mut Session) -> Result<()>) -> Result<f64> {
+    /// rank's mean seconds per run, and (CPU backend, whose calls have finished when they
+    /// return) each call's stamps.
+    fn timed(
+        &mut self,
+        iters: u32,
+        warmup: u32,
+        op: &mut impl FnMut(&mut Session) -> Result<()>,
+    ) -> Result<(f64, Option<single_calls::Stamps>)> {
         match self.backend {
             // NCCL: the warm-up (at least one run: NCCL connects the peers at the first
             // call of the timed loop's communicator), finished, then the barrier, as
@@ -888,15 +934,23 @@ impl Session {
             }
             _ => self.barrier()?,
         }
+        // NCCL's calls return once queued: stamping them would time the queue, not the calls.
+        let mut stamps = matches!(self.backend, Backend::Cpu(_)).then(|| single_calls::Stamps::new(iters));
         let (start, waited) = (Instant::now(), self.backend.waited());
         for _ in 0..iters {
+            if let Some(s) = stamps.as_mut() {
+                s.mark();
+            }
             op(self)?;
+        }
+        if let Some(s) = stamps.as_mut() {
+            s.mark();
         }
         // The host's time to issue the calls: without the waits for a full queue.
         let issuing = start.elapsed().saturating_sub(self.backend.waited() - waited);
         self.issued = issuing.as_secs_f64() / iters.max(1) as f64;
         self.synchronize()?;
-        Ok(start.elapsed().as_secs_f64() / iters.max(1) as f64)
+        Ok((start.elapsed().as_secs_f64() / iters.max(1) as f64, stamps))
     }
 
     /// How long this rank's last timed loop took to issue each call (before waiting for
@@ -920,11 +974,14 @@ impl Session {
         }
         // Written once the others are done: a file that cannot be written fails rank 0 alone.
         if let (Some(path), Some(all)) = (&self.trace, trace) {
-            crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
-            let count: usize = all.iter().map(|t| t.events.len()).sum();
+            let w =
+                crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
             self.say(&format!(
-                "Trace: {count} events of {world} ranks written to {}: open it in https://ui.perfetto.dev (or \
-                 chrome://tracing)",
+                "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's within \
+                 {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",
+                w.events,
+                w.flows,
+                w.error_us,
                 path.display()
             ));
         }
@@ -1029,13 +1086,8 @@ impl Session {
             return Ok(None);
         }
         self.say_p2p()?;
-        let (events, dropped) = crate::record::take_all();
         let (rank, world) = (self.rank(), self.world_size());
-        let mine = crate::trace::RankTrace {
-            host: self.members[rank].host.clone(),
-            events,
-            dropped,
-        };
+        let mine = crate::trace::RankTrace::new(&mut self.store, rank, self.members[rank].host.clone())?;
         self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)?;
         if rank != 0 {
             return Ok(None);

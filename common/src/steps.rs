@@ -19,12 +19,14 @@ struct Segment<'a> {
     op: Option<&'a str>,
     start: Option<&'a [f64]>,
     ops: Vec<&'a Event>,
+    /// Where each of `ops` lies in the rank's events.
+    at: Vec<usize>,
 }
 
 /// Cuts a rank's events where a buffer starts being watched.
 fn segments(events: &[Event]) -> Vec<Segment<'_>> {
     let mut out: Vec<Segment> = vec![];
-    for e in events {
+    for (i, e) in events.iter().enumerate() {
         match e.cat {
             Cat::Watch => out.push(Segment {
                 name: &e.name,
@@ -32,10 +34,12 @@ fn segments(events: &[Event]) -> Vec<Segment<'_>> {
                 op: e.op.as_deref(),
                 start: e.values.as_deref(),
                 ops: vec![],
+                at: vec![],
             }),
             Cat::Op => {
                 if let Some(s) = out.last_mut() {
                     s.ops.push(e);
+                    s.at.push(i);
                 }
             }
             Cat::Collective => {
@@ -112,6 +116,124 @@ fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
         }
     }
     steps
+}
+
+/// A step's name: its phase and its place in it, "reduce-scatter step 1 of 2" (or
+/// "step 3 of 4", of the whole collective, where the algorithm named no phase).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub phase: Option<String>,
+    /// From 1.
+    pub index: usize,
+    pub of: usize,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match &self.phase {
+            Some(p) => write!(f, "{p} step {} of {}", self.index, self.of),
+            None => write!(f, "step {} of {}", self.index, self.of),
+        }
+    }
+}
+
+impl Step {
+    /// The steps an operation spans (`steps`: its parts', in order) in one name:
+    /// "reduce-scatter steps 1–2 of 2", "reduce-scatter step 2 of 2 + all-gather step 1 of 2".
+    pub fn span(steps: &[Step]) -> String {
+        let mut runs: Vec<(&Step, &Step)> = vec![];
+        for s in steps {
+            match runs.last_mut() {
+                Some((first, last)) if first.phase == s.phase && first.of == s.of => {
+                    *first = if s.index < first.index { s } else { first };
+                    *last = if s.index > last.index { s } else { last };
+                }
+                _ => runs.push((s, s)),
+            }
+        }
+        let said: Vec<String> = runs
+            .iter()
+            .map(|(a, b)| match a.index == b.index {
+                true => a.to_string(),
+                false => {
+                    let phase = a.phase.as_ref().map(|p| format!("{p} ")).unwrap_or_default();
+                    format!("{phase}steps {}–{} of {}", a.index, b.index, a.of)
+                }
+            })
+            .collect();
+        said.join(" + ")
+    }
+}
+
+/// The steps of one collective on every rank: the step of every part of every rank's
+/// operations (`steps[r][op][part]`, from 1), and each step's name (step `s`'s at `[s - 1]`).
+struct Numbered {
+    steps: Vec<Vec<Vec<usize>>>,
+    names: Vec<Step>,
+}
+
+/// Numbers and names the steps of one collective (`ops[r]`: rank r's operations in it):
+/// the one naming that `--steps` prints and `--trace` writes.
+fn numbered(ops: &[Vec<&Event>]) -> Numbered {
+    let world = ops.len();
+    let steps = number(ops);
+    let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
+    // Each step's phase: that of the operations receiving in it (or sending, if none does).
+    let phase_of = |step: usize| -> Option<String> {
+        let mut sending = None;
+        for r in 0..world {
+            for (i, e) in ops[r].iter().enumerate() {
+                for (p, part) in e.parts.iter().enumerate() {
+                    if steps[r][i][p] == step {
+                        match part.dir {
+                            Dir::Recv => return e.phase.clone(),
+                            Dir::Send => sending = sending.or(Some(e.phase.clone())),
+                        }
+                    }
+                }
+            }
+        }
+        sending.flatten()
+    };
+    let of: Vec<Option<String>> = (1..=last).map(phase_of).collect();
+    let mut names = vec![];
+    for step in 1..=last {
+        let phase = &of[step - 1];
+        let same: Vec<usize> = (1..=last).filter(|s| of[s - 1] == *phase).collect();
+        let i = same.iter().position(|s| *s == step).unwrap_or(0) + 1;
+        names.push(match phase {
+            Some(_) => Step {
+                phase: phase.clone(),
+                index: i,
+                of: same.len(),
+            },
+            None => Step {
+                phase: None,
+                index: step,
+                of: last,
+            },
+        });
+    }
+    Numbered { steps, names }
+}
+
+/// The name of the step of every part of every rank's operations, as `--steps` heads it
+/// (`names[r][i][p]`: part p of rank r's event i; no names for events that are not
+/// operations, or that lie past what every rank kept): `--trace` names its slices so.
+pub fn step_names(all: &[&[Event]]) -> Vec<Vec<Vec<Step>>> {
+    let mut out: Vec<Vec<Vec<Step>>> = all.iter().map(|e| vec![vec![]; e.len()]).collect();
+    let segs: Vec<Vec<Segment>> = all.iter().map(|e| segments(e)).collect();
+    let count = segs.iter().map(Vec::len).min().unwrap_or(0);
+    for k in 0..count {
+        let ops: Vec<Vec<&Event>> = segs.iter().map(|s| s[k].ops.clone()).collect();
+        let n = numbered(&ops);
+        for (r, seg) in segs.iter().enumerate() {
+            for (i, at) in seg[k].at.iter().enumerate() {
+                out[r][*at] = n.steps[r][i].iter().map(|s| n.names[s - 1].clone()).collect();
+            }
+        }
+    }
+    out
 }
 
 /// What happens in a phase of the ring on `world` ranks, said under its first step.
@@ -311,9 +433,9 @@ pub fn render(all: &[Vec<Event>], labels: &[String]) -> Vec<String> {
 fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
     let world = ranks.len();
     let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
-    let steps = number(&ops);
+    let Numbered { steps, names } = numbered(&ops);
     let combine = Combine::of(ranks[0].op);
-    let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
+    let last = names.len();
     let len = ranks
         .iter()
         .filter_map(|s| s.start.map(<[f64]>::len))
@@ -406,35 +528,11 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
             row_of(start[r].as_ref(), None)
         ));
     }
-    // Each step's phase: that of the operations receiving in it (or sending, if none does).
-    let phase_of = |step: usize| -> Option<String> {
-        let mut sending = None;
-        for r in 0..world {
-            for (i, e) in ops[r].iter().enumerate() {
-                for (p, part) in e.parts.iter().enumerate() {
-                    if steps[r][i][p] == step {
-                        match part.dir {
-                            Dir::Recv => return e.phase.clone(),
-                            Dir::Send => sending = sending.or(Some(e.phase.clone())),
-                        }
-                    }
-                }
-            }
-        }
-        sending.flatten()
-    };
-    let phases: Vec<Option<String>> = (1..=last).map(phase_of).collect();
     for step in 1..=last {
-        let phase = &phases[step - 1];
-        let of_phase: Vec<usize> = (1..=last).filter(|s| phases[s - 1] == *phase).collect();
-        let i = of_phase.iter().position(|s| *s == step).unwrap_or(0) + 1;
-        let heading = match phase {
-            Some(p) => format!("{p} step {i} of {}", of_phase.len()),
-            None => format!("step {step} of {last}"),
-        };
-        out.push(format!("  {heading}"));
-        if i == 1
-            && let Some(what) = phase.as_deref().and_then(|p| explain(p, world, &combine))
+        let name = &names[step - 1];
+        out.push(format!("  {name}"));
+        if name.index == 1
+            && let Some(what) = name.phase.as_deref().and_then(|p| explain(p, world, &combine))
         {
             out.push(format!("  ({what})"));
         }
@@ -488,7 +586,25 @@ mod tests {
             range: Some(range),
             in_send: false,
             how,
+            seq: None,
         }
+    }
+
+    #[test]
+    fn an_operation_over_several_steps_is_named_by_their_range() {
+        let step = |phase: Option<&str>, index, of| Step {
+            phase: phase.map(str::to_string),
+            index,
+            of,
+        };
+        let rs = |i| step(Some("reduce-scatter"), i, 2);
+        assert_eq!(Step::span(&[rs(1)]), "reduce-scatter step 1 of 2");
+        assert_eq!(Step::span(&[rs(1), rs(2)]), "reduce-scatter steps 1–2 of 2");
+        assert_eq!(
+            Step::span(&[rs(2), step(Some("all-gather"), 1, 2)]),
+            "reduce-scatter step 2 of 2 + all-gather step 1 of 2"
+        );
+        assert_eq!(Step::span(&[step(None, 1, 3), step(None, 2, 3)]), "steps 1–2 of 3");
     }
 
     #[test]

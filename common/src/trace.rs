@@ -1,21 +1,30 @@
 //! `--trace FILE`: the run as a timeline, in the Chrome trace event format (the JSON
 //! PyTorch's profiler exports). Open it in <https://ui.perfetto.dev> or
-//! `chrome://tracing`: one track per rank; on it each collective, each step of its
-//! algorithm inside it, and inside each step its sends and receives (a receive that is
-//! reduced into the buffer is a `reduce`), with their bytes and peers; waits for the
-//! other ranks; on NCCL, the calls into NCCL.
+//! `chrome://tracing`: one process per rank. On the rank's own track, each collective,
+//! each step of its algorithm inside it (named as `--steps` names it: one helper,
+//! [`crate::steps::step_names`]), the waits for the other ranks and, on NCCL, the calls
+//! into NCCL. Each send and each receive (a receive reduced into the buffer is a
+//! `reduce`) lies on a track of its own link (`rank 0 → rank 1`, `rank 1 ← rank 0`),
+//! with its bytes, and an arrow (a flow event) goes from each send to its receive.
 //!
-//! Every rank notes its own events ([`crate::record`]), timed from the end of the
-//! rendezvous, which every rank leaves at the same moment (to within a round trip to the
-//! store): that is the common start of the tracks. At the end, rank 0 gathers every
-//! rank's events through the store and writes the one file.
+//! Every rank notes its own events ([`crate::record`]) on its own clock. At the start and
+//! at the end each rank measures how its clock stands against the store's (rank 0's), as
+//! NCCL's profiler and PyTorch's distributed trace do (Cristian's algorithm,
+//! [`Clock::measure`]); rank 0 gathers every rank's events through the store, moves them
+//! onto its own clock and writes the one file, with how far off each rank's times may be
+//! in its metadata (`otherData.clocks`). Ranks on one machine read one clock: they line
+//! up exactly.
 
 use crate::record::{Cat, Dir, Event, How};
-use anyhow::Result;
+use crate::rendezvous::Store;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+
+/// Round trips to the store per measurement: the quickest one is kept.
+const ROUNDS: usize = 16;
 
 /// What each rank sends rank 0 at the end.
 #[derive(Serialize, Deserialize)]
@@ -24,6 +33,143 @@ pub struct RankTrace {
     pub events: Vec<Event>,
     /// Events not kept (past [`crate::record::MAX_EVENTS`]).
     pub dropped: usize,
+    /// Where `events`' times count from: the rank's monotonic clock, in µs, and how far
+    /// off that reading may be.
+    pub origin: (f64, f64),
+    /// How the rank's clock stood against the store's at the start of the run (when
+    /// measured: a rank that shares the store's clock has nothing to measure) and at
+    /// the end: in between, the offset is taken to change evenly (clocks of two
+    /// machines drift apart, some µs a second).
+    pub start: Option<Clock>,
+    pub clock: Clock,
+}
+
+impl RankTrace {
+    /// This rank's trace: what it recorded ([`crate::record::take_all`]) and its clock,
+    /// measured now through `store`.
+    pub(crate) fn new(store: &mut Store, rank: usize, host: String) -> Result<RankTrace> {
+        let (events, dropped, (origin, origin_error)) = crate::record::take_all();
+        let clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
+        let start = START.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(RankTrace {
+            host,
+            events,
+            dropped,
+            origin: (origin + skew_ns(rank) as f64 / 1e3, origin_error),
+            start: start.filter(|s| !s.shared && !clock.shared),
+            clock,
+        })
+    }
+
+    /// Where a time of this rank's (µs from its start) lies on the store's clock.
+    fn on_store_clock(&self, t: f64) -> f64 {
+        let at = self.origin.0 + t;
+        let offset = match &self.start {
+            Some(s) if self.clock.at_us > s.at_us => {
+                let f = ((at - s.at_us) / (self.clock.at_us - s.at_us)).clamp(0.0, 1.0);
+                s.offset_us + f * (self.clock.offset_us - s.offset_us)
+            }
+            _ => self.clock.offset_us,
+        };
+        at + offset
+    }
+
+    /// How far off this rank's times on the store's clock may be, in µs.
+    fn error_us(&self) -> f64 {
+        let start = self.start.as_ref().map_or(0.0, |s| s.error_us);
+        self.clock.error_us.max(start) + self.origin.1
+    }
+}
+
+/// The clock measured at the start of the run ([`start`]), until the end takes it.
+static START: std::sync::Mutex<Option<Clock>> = std::sync::Mutex::new(None);
+
+/// `--trace`, at the start of the run: measures this rank's clock against the store's,
+/// for the trace to follow two machines' clocks drifting apart during the run.
+pub(crate) fn start(store: &mut Store, rank: usize) -> Result<()> {
+    let clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
+    *START.lock().unwrap_or_else(|p| p.into_inner()) = Some(clock);
+    Ok(())
+}
+
+/// How a rank's clock stands against the store's (rank 0's).
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct Clock {
+    /// µs to add to a reading of this rank's clock for the store's at the same moment.
+    pub offset_us: f64,
+    /// How far off `offset_us` may be, in µs: half the quickest round trip (0 on one clock).
+    pub error_us: f64,
+    /// The quickest round trip to the store, in µs.
+    pub rtt_us: f64,
+    /// Round trips made.
+    pub rounds: usize,
+    /// This rank reads the store's own clock (one kernel): nothing to correct.
+    pub shared: bool,
+    /// When it was measured: this rank's clock in the middle of the quickest round trip, µs.
+    pub at_us: f64,
+}
+
+impl Clock {
+    /// Cristian's algorithm: reads the store's clock [`ROUNDS`] times, each between two
+    /// readings of this rank's; keeps the quickest round trip (the one that waited
+    /// least), and takes the store's reading for the middle of it: offset =
+    /// remote − (t0 + t1)/2, off by at most half the round trip. A rank under the
+    /// store's kernel (same boot id) reads the very same clock: its offset is 0.
+    pub fn measure(store: &mut Store, rank: usize) -> Result<Clock> {
+        let skew = skew_ns(rank);
+        let local = || monotonic_ns() as i128 + skew as i128;
+        let boot = boot_id();
+        let mut best: Option<(i128, i128, i128)> = None; // (round trip, offset ×2, t0 + t1), in ns
+        let mut same_kernel = !boot.is_empty() && skew == 0;
+        for _ in 0..ROUNDS {
+            let t0 = local();
+            let (remote, theirs) = store.clock()?;
+            let t1 = local();
+            same_kernel &= theirs == boot;
+            let (rtt, offset2) = (t1 - t0, 2 * remote as i128 - t0 - t1);
+            if best.is_none_or(|(r, _, _)| rtt < r) {
+                best = Some((rtt, offset2, t0 + t1));
+            }
+        }
+        let (rtt, offset2, mid2) = best.unwrap_or_default();
+        let (rtt_us, offset_us) = (rtt as f64 / 1e3, offset2 as f64 / 2e3);
+        // One kernel, one clock; the measurement agreeing is the check (a container
+        // with a clock namespace of its own would not).
+        let shared = same_kernel && offset_us.abs() <= rtt_us / 2.0 + 1.0;
+        Ok(Clock {
+            offset_us: if shared { 0.0 } else { offset_us },
+            error_us: if shared { 0.0 } else { rtt_us / 2.0 },
+            rtt_us,
+            rounds: ROUNDS,
+            shared,
+            at_us: mid2 as f64 / 2e3,
+        })
+    }
+}
+
+/// The kernel's monotonic clock (CLOCK_MONOTONIC, which `std::time::Instant` reads on
+/// Linux), in nanoseconds: one clock for every process under one kernel.
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// This kernel's boot id (Linux): processes that share it share [`monotonic_ns`]'s
+/// clock. Empty where there is none.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Test hook `NCCL_WORKBOOK_FAULT=clock:RANK:US`: rank RANK's clock reads US µs ahead
+/// (behind, if negative) and is not taken for the store's: the trace must measure it.
+fn skew_ns(rank: usize) -> i64 {
+    crate::fault::asked("clock", Some(rank))
+        .and_then(|v| v.first()?.parse::<f64>().ok())
+        .map_or(0, |us| (us * 1e3) as i64)
 }
 
 /// Refuses, before any rank starts, a FILE that cannot be written: its folder missing,
@@ -48,68 +194,207 @@ pub fn check_path(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The Chrome trace of every rank's events (`ranks[r]`).
+/// The thread of a rank's sends to `peer` (`Dir::Send`) or receives from it.
+fn link_tid(dir: Dir, peer: usize) -> usize {
+    match dir {
+        Dir::Send => 100_000 + peer,
+        Dir::Recv => 200_000 + peer,
+    }
+}
+
+/// Where a flow binds to the slice `(ts, dur)` (on rank 0's clock): just inside its
+/// start (a send: the message may leave from then on) or its end (a receive: it has
+/// arrived).
+fn bind((ts, dur): (f64, f64), dir: Dir) -> f64 {
+    let inside = dur / 1000.0;
+    match dir {
+        Dir::Send => ts + inside,
+        Dir::Recv => ts + dur - inside,
+    }
+}
+
+/// What [`chrome`] wrote, for the line that says so.
+pub struct Written {
+    /// Entries in `traceEvents`, every kind counted.
+    pub events: usize,
+    /// Sends drawn to their receives.
+    pub flows: usize,
+    /// How far off, at most, any rank's times may be against rank 0's, in µs.
+    pub error_us: f64,
+}
+
+/// The Chrome trace of every rank's events (`ranks[r]`), on rank 0's clock.
 pub fn chrome(ranks: &[RankTrace]) -> Value {
     let mut out = vec![];
+    let names = crate::steps::step_names(&ranks.iter().map(|r| r.events.as_slice()).collect::<Vec<_>>());
+    // Each rank's times (from its own start) onto rank 0's, and how far off that may be.
+    let zero = ranks.first().map_or(0.0, |t| t.on_store_clock(0.0));
+    let onto = |t: &RankTrace, e: &Event| {
+        let ts = t.on_store_clock(e.t0) - zero;
+        (ts, t.on_store_clock(e.t0 + e.dur) - zero - ts)
+    };
+    let error = |r: usize| match (r, ranks.first()) {
+        (0, _) | (_, None) => 0.0,
+        (_, Some(first)) => ranks[r].error_us() + first.error_us(),
+    };
+    // Receives by (sender, receiver, number): where their flows end.
+    let mut receives: BTreeMap<(usize, usize, u64), f64> = BTreeMap::new();
+    for (r, rank) in ranks.iter().enumerate() {
+        for e in rank.events.iter().filter(|e| e.cat == Cat::Op) {
+            for p in e.parts.iter().filter(|p| p.dir == Dir::Recv) {
+                if let Some(k) = p.seq {
+                    receives.insert((p.peer, r, k), bind(onto(rank, e), Dir::Recv));
+                }
+            }
+        }
+    }
+    let mut flows = 0usize;
     for (r, rank) in ranks.iter().enumerate() {
         let name = format!("rank {r} ({})", rank.host);
-        out.push(json!({"name": "process_name", "ph": "M", "pid": r, "tid": r, "args": {"name": name}}));
-        out.push(json!({"name": "process_sort_index", "ph": "M", "pid": r, "tid": r, "args": {"sort_index": r}}));
-        out.push(json!({"name": "thread_name", "ph": "M", "pid": r, "tid": r, "args": {"name": name}}));
+        let m =
+            |what: &str, tid: usize, args: Value| json!({"name": what, "ph": "M", "pid": r, "tid": tid, "args": args});
+        out.push(m("process_name", r, json!({"name": name})));
+        out.push(m("process_sort_index", r, json!({"sort_index": r})));
+        let label = match (r, rank.clock.shared) {
+            (0, _) => "rank 0's clock".to_string(),
+            (_, true) => "one clock with rank 0".to_string(),
+            _ => format!("clock aligned ±{:.1} µs", error(r)),
+        };
+        out.push(m("process_labels", r, json!({"labels": label})));
+        out.push(m("thread_name", r, json!({"name": name})));
+        out.push(m("thread_sort_index", r, json!({"sort_index": 0})));
         if rank.dropped > 0 {
             out.push(
                 json!({"name": format!("{} more events not kept", rank.dropped), "ph": "i", "s": "t",
-                "pid": r, "tid": r, "ts": rank.events.last().map_or(0.0, |e| e.t0 + e.dur)}),
+                "pid": r, "tid": r, "ts": rank.on_store_clock(rank.events.last().map_or(0.0, |e| e.t0 + e.dur)) - zero}),
             );
         }
-        // Steps are numbered per phase, from each collective's start.
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        let span = |name: String, cat: &str, e: &Event, args: Value| json!({"name": name, "cat": cat, "ph": "X", "ts": e.t0, "dur": e.dur, "pid": r, "tid": r, "args": args});
-        for e in &rank.events {
+        let mut links = BTreeSet::new();
+        let span = |name: String, cat: &str, tid: usize, e: &Event, args: Value| {
+            let (ts, dur) = onto(rank, e);
+            json!({"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": r, "tid": tid, "args": args})
+        };
+        for (i, e) in rank.events.iter().enumerate() {
             match e.cat {
-                Cat::Watch => counts.clear(),
+                Cat::Watch => {}
                 Cat::Collective => {
                     let mut args = json!({"bytes": e.bytes});
                     if let Some(a) = &e.algorithm {
                         args["algorithm"] = json!(a);
                     }
-                    out.push(span(e.name.clone(), "collective", e, args));
+                    out.push(span(e.name.clone(), "collective", r, e, args));
                 }
-                Cat::Wait => out.push(span(e.name.clone(), "wait", e, json!({}))),
-                Cat::Call => out.push(span(e.name.clone(), "call", e, json!({"bytes": e.bytes}))),
+                Cat::Wait => out.push(span(e.name.clone(), "wait", r, e, json!({}))),
+                Cat::Call => out.push(span(e.name.clone(), "call", r, e, json!({"bytes": e.bytes}))),
                 Cat::Op => {
-                    let title = match &e.phase {
-                        Some(p) => {
-                            let k = counts.entry(p.clone()).or_default();
-                            *k += 1;
-                            format!("{p} step {k} ({})", e.name)
-                        }
-                        None => e.name.clone(),
+                    // The steps its parts belong to.
+                    let steps = &names[r][i];
+                    let title = match (steps.is_empty(), &e.phase) {
+                        (false, _) => format!("{} ({})", crate::steps::Step::span(steps), e.name),
+                        (true, Some(p)) => format!("{p} ({})", e.name),
+                        (true, None) => e.name.clone(),
                     };
                     let moved = |d: Dir| e.parts.iter().filter(|p| p.dir == d).map(|p| p.bytes).sum::<u64>();
-                    let args = json!({"op": e.name, "sent": moved(Dir::Send), "received": moved(Dir::Recv)});
-                    out.push(span(title, "step", e, args));
-                    for p in &e.parts {
+                    let mut distinct: Vec<String> = steps.iter().map(ToString::to_string).collect();
+                    distinct.dedup();
+                    let args = json!({"op": e.name, "steps": distinct, "sent": moved(Dir::Send), "received": moved(Dir::Recv)});
+                    out.push(span(title, "step", r, e, args));
+                    for (k, p) in e.parts.iter().enumerate() {
                         let (name, cat) = match (p.dir, p.how) {
                             (Dir::Send, _) => (format!("send → rank {}", p.peer), "send"),
                             (Dir::Recv, How::Copy) => (format!("recv ← rank {}", p.peer), "recv"),
                             (Dir::Recv, _) => (format!("recv + reduce ← rank {}", p.peer), "reduce"),
                         };
+                        let name = match (e.name.as_str(), p.dir) {
+                            (crate::record::READ, Dir::Recv) => format!("{name} (read where it lies)"),
+                            _ => name,
+                        };
+                        let tid = link_tid(p.dir, p.peer);
+                        links.insert((p.dir == Dir::Recv, p.peer));
                         let mut args = json!({"bytes": p.bytes, "peer": p.peer});
                         if let Some((a, b)) = p.range {
                             args["elements"] = json!(format!("{a}..{b}"));
                         }
-                        out.push(span(name, cat, e, args));
+                        if let Some(s) = steps.get(k) {
+                            args["step"] = json!(s.to_string());
+                        }
+                        if let Some(n) = p.seq {
+                            args["message"] = json!(n);
+                        }
+                        out.push(span(name, cat, tid, e, args));
+                        // The arrow: from the start of the send to the end of its receive.
+                        if p.dir == Dir::Send
+                            && let Some(n) = p.seq
+                            && let Some(&end) = receives.get(&(r, p.peer, n))
+                        {
+                            flows += 1;
+                            let (name, id) = (format!("rank {r} → rank {}", p.peer), flows);
+                            out.push(json!({"name": name, "cat": "message", "ph": "s", "id": id,
+                                "ts": bind(onto(rank, e), Dir::Send), "pid": r, "tid": tid}));
+                            out.push(json!({"name": name, "cat": "message", "ph": "f", "bp": "e", "id": id,
+                                "ts": end, "pid": p.peer, "tid": link_tid(Dir::Recv, r)}));
+                        }
                     }
                 }
             }
         }
+        for (recv, peer) in links {
+            let (dir, arrow) = if recv { (Dir::Recv, '←') } else { (Dir::Send, '→') };
+            let tid = link_tid(dir, peer);
+            out.push(m(
+                "thread_name",
+                tid,
+                json!({"name": format!("rank {r} {arrow} rank {peer}")}),
+            ));
+            out.push(m("thread_sort_index", tid, json!({"sort_index": tid})));
+        }
     }
-    json!({"traceEvents": out, "displayTimeUnit": "ns"})
+    let worst = (0..ranks.len()).map(error).fold(0.0, f64::max);
+    let clocks: Vec<Value> = ranks
+        .iter()
+        .enumerate()
+        .map(|(r, t)| {
+            json!({"rank": r, "host": t.host, "shift_us": t.on_store_clock(0.0) - zero, "error_us": error(r),
+                "offset_us": t.clock.offset_us,
+                "offset_at_start_us": t.start.as_ref().map(|s| s.offset_us),
+                "how": match (r, t.clock.shared) {
+                    (0, _) => "rank 0: the reference".to_string(),
+                    (_, true) => "the same clock as rank 0 (one kernel)".to_string(),
+                    _ => {
+                        let start = t.start.as_ref().map(|s| format!("{:.1} µs at the start, ", s.rtt_us)).unwrap_or_default();
+                        format!(
+                            "measured through the store: the quickest of {} round trips took {start}{:.1} µs at the end",
+                            t.clock.rounds, t.clock.rtt_us
+                        )
+                    }
+                }})
+        })
+        .collect();
+    json!({
+        "traceEvents": out,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "clock": format!(
+                "every rank's times on rank 0's clock, each rank's within error_us (at most {worst:.1} µs): ranks on \
+                 rank 0's machine read its clock; another's offset is measured through the store at the start and \
+                 the end of the run (Cristian's algorithm) and taken to change evenly in between"
+            ),
+            "clock_error_us": worst,
+            "clocks": clocks,
+            "messages": flows,
+        },
+    })
 }
 
-/// Writes the trace of `ranks` to `path`.
-pub fn write(path: &Path, ranks: &[RankTrace]) -> std::io::Result<()> {
-    let text = serde_json::to_string(&chrome(ranks)).map_err(std::io::Error::other)?;
-    std::fs::write(path, text)
+/// Writes the trace of `ranks` to `path`, and says what it wrote.
+pub fn write(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
+    let doc = chrome(ranks);
+    let written = Written {
+        events: doc["traceEvents"].as_array().map_or(0, Vec::len),
+        flows: doc["otherData"]["messages"].as_u64().unwrap_or(0) as usize,
+        error_us: doc["otherData"]["clock_error_us"].as_f64().unwrap_or(0.0),
+    };
+    let text = serde_json::to_string(&doc).map_err(std::io::Error::other)?;
+    std::fs::write(path, text)?;
+    Ok(written)
 }

@@ -12,10 +12,13 @@
 //! A piece of a few bytes travels inside its metadata line, one cache line that also
 //! says that it has arrived: the receiver polls that line, and one transfer of it from
 //! the sender's core brings the news and the bytes together.
-//! A side that must wait spins briefly (the other rank is usually about to answer), then
-//! sleeps on a futex that the other side wakes. While it sleeps it checks, every few
-//! milliseconds, that the peer process is still alive and that the whole `--timeout`
-//! has not passed, so a crashed peer ends the wait at once instead of hanging it.
+//! A side that must wait spins (the other rank, running on another core, is usually
+//! about to answer), then sleeps on a futex that the other side wakes: see
+//! [`ShmLink::wait`] for when it spins, yields or sleeps, and why. While it sleeps it
+//! checks, every few milliseconds, that the peer process is still alive and that the
+//! whole `--timeout` has not passed, so a crashed peer ends the wait at once instead of
+//! hanging it. Every wait that went to sleep is counted ([`waits_slept`]): the benchmark
+//! shows how many calls slept.
 
 use super::{Link, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
@@ -52,8 +55,13 @@ const DATA_OFFSET: usize = SMALL_OFFSET + PIECES * SMALL_PIECE;
 /// A piece of at most this many bytes travels inline, in its metadata line.
 pub const INLINE: usize = 32;
 const CHANNEL_BYTES: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
-/// How long a waiting side spins, then yields its core, before it sleeps.
-const SPIN_FOR: Duration = Duration::from_micros(5);
+/// How long a waiting side with a core of its own spins before it sleeps: far longer
+/// than a peer on another core takes to answer a small message (a fraction of a
+/// microsecond), so that two ranks calling back to back never sleep, and short enough
+/// that a rank kept waiting (its peer late, or busy with a large reduction) gives its
+/// core back soon (a 3 s wait costs well under a second of CPU).
+const SPIN_FOR: Duration = Duration::from_micros(100);
+/// How long a side that shares a core (more ranks than cores) yields it before it sleeps.
 const YIELD_FOR: Duration = Duration::from_micros(50);
 /// How often a sleeping side wakes up to check that its peer is alive.
 const CHECK_EVERY: Duration = Duration::from_millis(10);
@@ -76,6 +84,9 @@ struct Header {
     _pad2: [u64; 7],
     /// Set by either side when it leaves (normally or not).
     closed: AtomicU32,
+    /// The core the sender last waited on, plus one (0: not known yet). Written by the
+    /// sender only when it changes, so the line stays in both sides' caches.
+    sender_cpu: AtomicU32,
 }
 
 /// What a piece is: which message and which part of it, and a small piece itself. One
@@ -226,10 +237,38 @@ pub struct ShmLink {
     spin: Duration,
 }
 
+/// Waits, over every shared-memory link of this process, that went to sleep on the futex.
+static SLEPT: AtomicU64 = AtomicU64::new(0);
+
+/// How many waits of this process have slept on the futex so far: a call during which it
+/// moved slept at least once (the benchmark's `slept` column).
+pub fn waits_slept() -> u64 {
+    SLEPT.load(Relaxed)
+}
+
+/// The core this thread runs on, plus one (0 when the system cannot say).
+fn current_cpu() -> u32 {
+    // SAFETY: no arguments; returns -1 on failure.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).map_or(0, |c| c + 1)
+}
+
 impl ShmLink {
-    /// Waits until `ready()` holds: spins a little, then sleeps on `word` (a futex),
-    /// flagging `sleeping` so the other side knows to wake it. Fails when the peer has
-    /// left or died, or when nothing happened for the whole timeout.
+    /// Waits until `ready()` holds: spins, then sleeps on `word` (a futex), flagging
+    /// `sleeping` so the other side knows to wake it. Fails when the peer has left or
+    /// died, or when nothing happened for the whole timeout.
+    ///
+    /// Spinning pays when the peer runs on another core right now: it answers within a
+    /// fraction of a microsecond, where a sleeping process takes several to be woken (and
+    /// each wake-up costs the waker a system call). So a rank with a core of its own spins
+    /// for [`SPIN_FOR`]. But the scheduler may put both ranks on one core (it wakes a
+    /// process where its waker runs, and leaves cache-hot processes where they are): then
+    /// the peer cannot run while this rank spins, and every call would cost a whole spin
+    /// and a switch. Each side says where it last waited (`sender_cpu`); a rank that finds
+    /// its peer on its own core sleeps at once, and the wake-up lets the scheduler move
+    /// it to an idle core, after which both spin again. Where the host runs more ranks
+    /// than cores, a wait yields its core for [`YIELD_FOR`] (a peer that shares it can
+    /// run), then sleeps.
     fn wait(
         &self,
         channel: &Channel,
@@ -238,29 +277,37 @@ impl ShmLink {
         ready: impl Fn() -> bool,
         gone: io::ErrorKind,
     ) -> io::Result<()> {
-        // Spinning pays when the peer runs on another core right now: it answers within
-        // microseconds, far sooner than a sleeping process is woken. Then yielding the core
-        // for a while lets a peer that shares it (more ranks than cores) run; only a
-        // long wait goes to sleep.
         if ready() {
             return Ok(()); // the usual case when the peer is ahead: no clock read
         }
         let start = Instant::now();
-        while start.elapsed() < self.spin {
-            for _ in 0..16 {
+        let mine = current_cpu();
+        let told = &self.out.header().sender_cpu;
+        if told.load(Relaxed) != mine {
+            told.store(mine, Relaxed);
+        }
+        let peer_here = mine != 0 && self.inbox.header().sender_cpu.load(Relaxed) == mine;
+        if !peer_here {
+            while start.elapsed() < self.spin {
+                for _ in 0..16 {
+                    if ready() {
+                        return Ok(());
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        // A rank with a core of its own that finds its peer on that core sleeps at once.
+        if self.spin.is_zero() {
+            while start.elapsed() < YIELD_FOR {
                 if ready() {
                     return Ok(());
                 }
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
-        }
-        while start.elapsed() < YIELD_FOR {
-            if ready() {
-                return Ok(());
-            }
-            std::thread::yield_now();
         }
         let deadline = Instant::now() + self.timeout;
+        let mut counted = false;
         loop {
             sleeping.store(1, SeqCst);
             let seen = word.load(SeqCst);
@@ -271,6 +318,10 @@ impl ShmLink {
             if channel.header().closed.load(SeqCst) != 0 {
                 sleeping.store(0, Relaxed);
                 return Err(io::Error::new(gone, format!("rank {} closed the channel", self.peer)));
+            }
+            if !counted {
+                SLEPT.fetch_add(1, Relaxed);
+                counted = true;
             }
             futex_wait(word, seen, CHECK_EVERY);
             sleeping.store(0, Relaxed);
@@ -496,6 +547,10 @@ pub fn connect(
         true => SPIN_FOR,
         false => Duration::ZERO,
     };
+    // A job on one host with a core for each rank: each rank on a core of its own.
+    if peers.len() + 1 == world && world <= cores {
+        bind_to_own_core(peers.iter().filter(|p| **p < rank).count(), world);
+    }
     let name = |from: usize, to: usize, owner: u32| format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}");
     let mut inboxes = Vec::new();
     let mut created = Vec::new();
@@ -555,6 +610,34 @@ pub fn connect(
     let result = mapped();
     unlink_all(&created);
     result.map(|()| links).map_err(|e| anyhow!(e))
+}
+
+/// Binds this thread (the rank's main thread, and the threads it starts from now on) to
+/// the `index`-th of the cores it may run on, when there are at least `ranks` of them:
+/// each of a host's ranks on a core of its own, as Open MPI binds ranks to cores by
+/// default. Left to itself the scheduler may put two ranks on one core (it wakes a process
+/// where its waker runs, and leaves recently run processes where they are, for their
+/// caches), where they take turns instead of answering each other within a fraction of
+/// a microsecond: small collectives then cost 10 to 30 times more, for a whole run. A
+/// rank that was given fewer cores (by `taskset`, Slurm or mpirun) is left as it is.
+fn bind_to_own_core(index: usize, ranks: usize) {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity/sched_setaffinity read and write
+    // only the set we pass, of the size we pass; failures leave the affinity unchanged.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return;
+        }
+        let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|c| libc::CPU_ISSET(*c, &set))
+            .collect();
+        if allowed.len() < ranks {
+            return;
+        }
+        let mut mine: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(allowed[index], &mut mine);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &mine);
+    }
 }
 
 /// `dst.copy_from_slice(src)` with non-temporal (streaming) stores where the CPU has
@@ -824,6 +907,22 @@ mod tests {
         drop(a);
         let err = b.recv_into(1, &mut [0; 1]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    #[test]
+    fn a_wait_longer_than_the_spin_sleeps_and_is_counted() {
+        let (a, b) = pair("slept");
+        let before = waits_slept();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100)); // far beyond SPIN_FOR
+                a.send(1, &[7]).unwrap();
+            });
+            let mut got = [0u8; 1];
+            b.recv_into(1, &mut got).unwrap();
+            assert_eq!(got, [7]);
+        });
+        assert!(waits_slept() > before, "the receiver's wait went to sleep");
     }
 
     #[test]

@@ -1,0 +1,616 @@
+//! The claims: what README.md and EXERCISES.md state, the commands that measure it, and
+//! the direction each comparison must have. When the text changes, its claim changes in
+//! the same commit (a quote no longer in the text makes the claim stale).
+
+/// One command of the workbook (a release binary), as the text runs it.
+#[derive(Clone, Debug)]
+pub struct Cmd {
+    /// The binary: `07-nccl-perf`, `sol07-packed-broadcast`.
+    pub bin: &'static str,
+    /// Its arguments, as the text writes them (`--format json` is added).
+    pub args: Vec<String>,
+    /// Variables in front of it (`NCCL_ALGO=Ring`).
+    pub env: Vec<(&'static str, &'static str)>,
+    /// "Nodes" of this host, each its own launcher (`--nnodes`), 1 for a plain run.
+    pub nodes: usize,
+}
+
+impl Cmd {
+    /// The arguments to run: in `--quick`, the fewest timed iterations.
+    pub fn args_for(&self, quick: bool) -> Vec<String> {
+        let mut out = self.args.clone();
+        if quick {
+            for i in 1..out.len() {
+                match out[i - 1].as_str() {
+                    "--iters" | "-n" => out[i] = "1".into(),
+                    "-w" => out[i] = "0".into(),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Where a figure is in a command's JSON report.
+#[derive(Clone, Debug)]
+pub enum Stat {
+    /// A JSON pointer into the report: `/time_us`.
+    Report(&'static str),
+    /// A pointer into the benchmark's row of this size: `/in_place/busbw`.
+    Row(u64, &'static str),
+    /// The largest value at this pointer over every row.
+    Rows(&'static str),
+}
+
+/// How a figure is shown.
+#[derive(Clone, Copy, Debug)]
+pub enum Unit {
+    /// Microseconds (shown in ms from 1000).
+    Us,
+    /// GB/s.
+    GBps,
+}
+
+impl Unit {
+    /// One value.
+    pub fn show(self, v: f64) -> String {
+        match self {
+            Unit::Us if v >= 1000.0 => format!("{:.2} ms", v / 1000.0),
+            Unit::Us if v >= 10.0 => format!("{v:.0} µs"),
+            Unit::Us => format!("{v:.2} µs"),
+            Unit::GBps => format!("{v:.2} GB/s"),
+        }
+    }
+
+    /// The median and, with several values, the range: `1.6 ms [1.4-1.9]`.
+    pub fn spread(self, v: &[f64]) -> String {
+        let m = crate::run::median(v);
+        if v.len() < 2 {
+            return self.show(m);
+        }
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{} [{}-{}]", self.show(m), self.show(lo), self.show(hi))
+    }
+}
+
+/// One measured figure: a label, the command, and where its figure is.
+#[derive(Clone, Debug)]
+pub struct Measure {
+    pub label: String,
+    pub cmd: Cmd,
+    pub stat: Stat,
+    pub unit: Unit,
+}
+
+impl Measure {
+    /// The command as a person types it.
+    pub fn command_line(&self, quick: bool) -> String {
+        let env: String = self.cmd.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        let nodes = match self.cmd.nodes {
+            1 => String::new(),
+            n => format!(" (on {n} \"nodes\")"),
+        };
+        format!("{env}{} {}{nodes}", self.cmd.bin, self.cmd.args_for(quick).join(" "))
+    }
+}
+
+/// The direction a comparison must have, on the medians. A side is the sum of the
+/// measures it lists (a reduce-scatter and an all-gather against an all-reduce).
+#[derive(Clone, Debug)]
+pub enum Check {
+    /// Side `a` is less than side `b`, by the factor `by` at least (1: any).
+    Less { a: Vec<usize>, b: Vec<usize>, by: f64 },
+    /// Sides `a` and `b` are within `factor` of each other.
+    Within { a: Vec<usize>, b: Vec<usize>, factor: f64 },
+    /// Measure `a` is below `value`.
+    Below { a: usize, value: f64 },
+}
+
+/// One claim of the text.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    /// Short and stable: `ch7.shm`.
+    pub id: &'static str,
+    /// Where: `EXERCISES.md, answer 7`.
+    pub place: &'static str,
+    /// The file that must still hold the quote.
+    pub file: &'static str,
+    /// The text's own words (its figures): must be found in `file`.
+    pub quote: &'static str,
+    /// The claim in a few words, for the summary.
+    pub says: &'static str,
+    pub measures: Vec<Measure>,
+    pub checks: Vec<Check>,
+    /// Why the direction depends on the machine, when it does: then a direction that
+    /// does not hold here is reported, not failed.
+    pub depends: Option<&'static str>,
+}
+
+/// A command from its binary and its arguments written as in the text.
+fn cmd(bin: &'static str, args: &str) -> Cmd {
+    Cmd {
+        bin,
+        args: args.split_whitespace().map(str::to_string).collect(),
+        env: vec![],
+        nodes: 1,
+    }
+}
+
+impl Cmd {
+    fn env(mut self, k: &'static str, v: &'static str) -> Cmd {
+        self.env.push((k, v));
+        self
+    }
+    fn nodes(mut self, n: usize) -> Cmd {
+        self.nodes = n;
+        self
+    }
+}
+
+/// The `Time:` figure of a lesson, exercise or solution (µs per call).
+fn time(label: impl Into<String>, cmd: Cmd) -> Measure {
+    Measure {
+        label: label.into(),
+        cmd,
+        stat: Stat::Report("/time_us"),
+        unit: Unit::Us,
+    }
+}
+
+/// A figure of the benchmark's row of `size` bytes.
+fn row(label: impl Into<String>, cmd: Cmd, size: u64, ptr: &'static str) -> Measure {
+    let unit = if ptr.ends_with("time_us") { Unit::Us } else { Unit::GBps };
+    Measure {
+        label: label.into(),
+        cmd,
+        stat: Stat::Row(size, ptr),
+        unit,
+    }
+}
+
+fn less(a: usize, b: usize) -> Check {
+    Check::Less {
+        a: vec![a],
+        b: vec![b],
+        by: 1.0,
+    }
+}
+
+fn less_by(a: usize, b: usize, by: f64) -> Check {
+    Check::Less {
+        a: vec![a],
+        b: vec![b],
+        by,
+    }
+}
+
+const MB16: &str = "--size 16M";
+
+/// Every claim, in the order of the text.
+pub fn all() -> Vec<Claim> {
+    let mut all = vec![];
+    all.extend(lessons());
+    all.extend(chapter4());
+    all.extend(chapters5and6());
+    all.extend(chapter7());
+    all.extend(chapter8());
+    all.extend(chapter9());
+    all.extend(perf_section());
+    all
+}
+
+/// README's lesson outputs: each command still runs, and its `Time:` figure.
+fn lessons() -> Vec<Claim> {
+    let one = |id, bin, args: &str, quote| Claim {
+        id,
+        place: "README.md, the examples",
+        file: "README.md",
+        quote,
+        says: "the sample output's Time: line",
+        measures: vec![time(bin, cmd(bin, args))],
+        checks: vec![],
+        depends: None,
+    };
+    vec![
+        one(
+            "readme.01",
+            "01-nccl-broadcast",
+            "",
+            "Time: 0.2 us per broadcast of 16 B",
+        ),
+        one(
+            "readme.02",
+            "02-nccl-allreduce",
+            "--nproc-per-node 3 --init rank",
+            "Time: 7.3 us per all-reduce of 16 B",
+        ),
+        one(
+            "readme.03",
+            "03-nccl-reduce",
+            "--nproc-per-node 3",
+            "Time: 0.2 us per reduce of 16 B",
+        ),
+        one(
+            "readme.04",
+            "04-nccl-allgather",
+            "--nproc-per-node 3",
+            "Time: 6.0 us per all-gather of 24 B",
+        ),
+        one(
+            "readme.05",
+            "05-nccl-reducescatter",
+            "--nproc-per-node 3",
+            "Time: 29.2 us per reduce-scatter of 24 B",
+        ),
+        one(
+            "readme.06",
+            "06-nccl-alltoall",
+            "--nproc-per-node 3",
+            "Time: 7.0 us per all-to-all of 24 B",
+        ),
+    ]
+}
+
+/// Chapter 4: star, chain, pipeline and the library at 16 MiB on 2, 3 and 4 ranks.
+fn chapter4() -> Vec<Claim> {
+    let table = |id, transport: &'static str, quote| {
+        let mut measures = vec![];
+        for n in [2, 3, 4] {
+            for algo in ["star", "chain", "pipeline"] {
+                let args = format!("{MB16} --nproc-per-node {n} --iters 20 --algo {algo} {transport}");
+                measures.push(time(format!("{algo}, {n} ranks"), cmd("sol04-p2p-broadcast", &args)));
+            }
+            let args = format!("{MB16} --nproc-per-node {n} --iters 20 {transport}");
+            measures.push(time(format!("library, {n} ranks"), cmd("01-nccl-broadcast", &args)));
+        }
+        // Indices: n = 2 at 0..4, 3 at 4..8, 4 at 8..12; star, chain, pipeline, library.
+        Claim {
+            id,
+            place: "EXERCISES.md, answer 4",
+            file: "EXERCISES.md",
+            quote,
+            says: "the star grows as n - 1; the library is no slower than the pipeline",
+            measures,
+            checks: vec![
+                less_by(0, 8, 2.0),
+                Check::Less {
+                    a: vec![11],
+                    b: vec![10],
+                    by: 1.0,
+                },
+            ],
+            depends: Some("3 and 4 ranks share 2 cores: how the ranks take turns decides the chain and pipeline"),
+        }
+    };
+    vec![
+        table(
+            "ch4.shm",
+            "",
+            "default on one machine): star 1.8, 4.4, 8.1 ms; chain 1.8, 5.0, 6.3 ms; pipeline 1.8, 4.2, 6.3 ms; the library 2.2, 4.8, 5.3 ms",
+        ),
+        table(
+            "ch4.tcp",
+            "--transport tcp",
+            "star 6.8, 10.2, 15.9 ms; chain 7.2, 13.5, 14.6 ms; pipeline 4.9, 9.5, 11.4 ms; the library 4.6, 10.5, 13.8 ms",
+        ),
+        Claim {
+            id: "ch4.noise",
+            place: "EXERCISES.md, chapter 4, Measure",
+            file: "EXERCISES.md",
+            quote: "took 390 to 680 µs in five runs of `--iters 1`, and 125 to 175 µs as the mean of 20",
+            says: "one run is noise: --iters 1 against the mean of 20",
+            measures: vec![
+                time(
+                    "packed, --iters 1",
+                    cmd("sol07-packed-broadcast", "--nproc-per-node 4 --method packed --iters 1"),
+                ),
+                time(
+                    "packed, --iters 20",
+                    cmd(
+                        "sol07-packed-broadcast",
+                        "--nproc-per-node 4 --method packed --iters 20",
+                    ),
+                ),
+            ],
+            checks: vec![],
+            depends: None,
+        },
+    ]
+}
+
+/// Chapter 5's ring against the library's, chapter 6's figures.
+fn chapters5and6() -> Vec<Claim> {
+    let perf2 = cmd("07-nccl-perf", "--op all-reduce -b 4 -e 100M -f 4 --nproc-per-node 2");
+    let small = |n: usize| format!("--op all-reduce -b 4 -e 4 -n 1000 --nproc-per-node {n}");
+    let bcast = |n: usize| format!("--op broadcast -b 1M -e 64M -f 4 --nproc-per-node {n}");
+    let bcast2 = "--op broadcast -b 256K -e 4M -f 4 -n 200 --nproc-per-node 2";
+    vec![
+        Claim {
+            id: "ch5.2",
+            place: "EXERCISES.md, answer 5.2",
+            file: "EXERCISES.md",
+            quote: "The library's ring (in `common/src/collective/all_reduce.rs`) is the same algorithm",
+            says: "the library's all-reduce is faster than the student's ring",
+            measures: vec![
+                time(
+                    "library",
+                    cmd("02-nccl-allreduce", "--size 16M --nproc-per-node 4 --iters 20"),
+                ),
+                time(
+                    "ring (solution 5)",
+                    cmd("sol05-ring-allreduce", "--size 16M --nproc-per-node 4 --iters 20"),
+                ),
+            ],
+            checks: vec![less(0, 1)],
+            depends: None,
+        },
+        Claim {
+            id: "ch6.1",
+            place: "EXERCISES.md, answer 6.1",
+            file: "EXERCISES.md",
+            quote: "α ≈ 0.3 µs",
+            says: "α under a microsecond on 2 ranks; β about a memcpy",
+            measures: vec![
+                row("α: 4 B, out of place", perf2.clone(), 4, "/out_of_place/time_us"),
+                row("1 KiB", perf2.clone(), 1024, "/out_of_place/time_us"),
+                row("16 KiB", perf2.clone(), 16384, "/out_of_place/time_us"),
+                Measure {
+                    label: "β: the best busbw".into(),
+                    cmd: perf2.clone(),
+                    stat: Stat::Rows("/out_of_place/busbw"),
+                    unit: Unit::GBps,
+                },
+                Measure {
+                    label: "memcpy (the header)".into(),
+                    cmd: perf2,
+                    stat: Stat::Report("/memcpy_gbps"),
+                    unit: Unit::GBps,
+                },
+            ],
+            checks: vec![Check::Below { a: 0, value: 1.0 }, less_by(0, 2, 4.0)],
+            depends: Some("two ranks on two free cores spin; a busy machine makes them sleep"),
+        },
+        Claim {
+            id: "ch6.3",
+            place: "EXERCISES.md, answer 6.3",
+            file: "EXERCISES.md",
+            quote: "2 ranks, 0.26-0.34 µs direct and 0.44-0.45 µs with the ring; 4 ranks, 4.9 µs direct and 9.9-10.7 µs with the ring",
+            says: "the direct exchange beats the ring at 4 B, on 2 and 4 ranks",
+            measures: vec![
+                row(
+                    "direct, 2 ranks",
+                    cmd("07-nccl-perf", &small(2)),
+                    4,
+                    "/out_of_place/time_us",
+                ),
+                row(
+                    "ring, 2 ranks",
+                    cmd("07-nccl-perf", &small(2)).env("NCCL_ALGO", "Ring"),
+                    4,
+                    "/out_of_place/time_us",
+                ),
+                row(
+                    "direct, 4 ranks",
+                    cmd("07-nccl-perf", &small(4)),
+                    4,
+                    "/out_of_place/time_us",
+                ),
+                row(
+                    "ring, 4 ranks",
+                    cmd("07-nccl-perf", &small(4)).env("NCCL_ALGO", "Ring"),
+                    4,
+                    "/out_of_place/time_us",
+                ),
+            ],
+            checks: vec![less(0, 1), less(2, 3)],
+            depends: None,
+        },
+        Claim {
+            id: "ch6.4",
+            place: "EXERCISES.md, answer 6.4",
+            file: "EXERCISES.md",
+            quote: "5.4 / 9.4 / 15.7 / 8.2 GB/s at 1 / 4 / 16 / 64 MiB with the single copy, 5.1 / 3.6 / 3.8 / 3.5 through the slots",
+            says: "the single copy beats the slots on 3 ranks from 4 MiB",
+            measures: vec![
+                row(
+                    "single copy, 3 ranks, 4 MiB",
+                    cmd("07-nccl-perf", &bcast(3)),
+                    4 << 20,
+                    "/in_place/busbw",
+                ),
+                row(
+                    "slots, 3 ranks, 4 MiB",
+                    cmd("07-nccl-perf", &bcast(3)).env("NCCL_P2P_DISABLE", "1"),
+                    4 << 20,
+                    "/in_place/busbw",
+                ),
+                row(
+                    "single copy, 3 ranks, 16 MiB",
+                    cmd("07-nccl-perf", &bcast(3)),
+                    16 << 20,
+                    "/in_place/busbw",
+                ),
+                row(
+                    "slots, 3 ranks, 16 MiB",
+                    cmd("07-nccl-perf", &bcast(3)).env("NCCL_P2P_DISABLE", "1"),
+                    16 << 20,
+                    "/in_place/busbw",
+                ),
+                row(
+                    "single copy, 2 ranks, 1 MiB",
+                    cmd("07-nccl-perf", bcast2),
+                    1 << 20,
+                    "/in_place/busbw",
+                ),
+                row(
+                    "slots, 2 ranks, 1 MiB",
+                    cmd("07-nccl-perf", bcast2).env("NCCL_P2P_DISABLE", "1"),
+                    1 << 20,
+                    "/in_place/busbw",
+                ),
+            ],
+            // busbw: more is faster.
+            checks: vec![less(1, 0), less(3, 2)],
+            depends: None,
+        },
+    ]
+}
+
+/// Chapter 7: per-tensor broadcasts against one packed broadcast.
+fn chapter7() -> Vec<Claim> {
+    let table = |id, transport: &'static str, quote| {
+        let mut measures = vec![];
+        for h in [8, 32, 128, 256] {
+            for method in ["each", "packed"] {
+                let args = format!("--nproc-per-node 4 --iters 20 --method {method} --hidden {h} {transport}");
+                measures.push(time(
+                    format!("{method}, --hidden {h}"),
+                    cmd("sol07-packed-broadcast", &args),
+                ));
+            }
+        }
+        Claim {
+            id,
+            place: "EXERCISES.md, answer 7",
+            file: "EXERCISES.md",
+            quote,
+            says: "packed wins at --hidden 8; per tensor wins at 256 on the CPU backend",
+            measures,
+            checks: vec![less(1, 0), less(6, 7)],
+            depends: None,
+        }
+    };
+    vec![
+        table(
+            "ch7.shm",
+            "",
+            "each 1.6 ms and packed 0.59 ms at `--hidden 8`; 1.6 and 4.3 ms at 32; 27 and 40 ms at 128; 31 and 270 ms at 256",
+        ),
+        table(
+            "ch7.tcp",
+            "--transport tcp",
+            "2.5–4.0 and 0.28 ms at 8; 4.1–4.7 and 3.7 ms at 32; 14 and 36 ms at 128; 49 and 300 ms at 256",
+        ),
+    ]
+}
+
+/// Chapter 8: the reduce-scatter + all-gather pair against the all-reduce; the sharded step.
+fn chapter8() -> Vec<Claim> {
+    let pair = |id, n: usize, size: &'static str, bytes: u64, quote| {
+        let c = |op: &str| {
+            cmd(
+                "07-nccl-perf",
+                &format!("--op {op} -b {size} -e {size} -n 20 --nproc-per-node {n}"),
+            )
+        };
+        Claim {
+            id,
+            place: "EXERCISES.md, answer 8.1",
+            file: "EXERCISES.md",
+            quote,
+            says: "all-reduce against reduce-scatter + all-gather (in place)",
+            measures: vec![
+                row("all-reduce", c("all_reduce"), bytes, "/in_place/time_us"),
+                row("reduce-scatter", c("reduce_scatter"), bytes, "/in_place/time_us"),
+                row("all-gather", c("all_gather"), bytes, "/in_place/time_us"),
+            ],
+            checks: vec![Check::Within {
+                a: vec![0],
+                b: vec![1, 2],
+                factor: 1.5,
+            }],
+            depends: Some("when ranks outnumber cores they take turns, which favours one call or two by chance"),
+        }
+    };
+    vec![
+        pair(
+            "ch8.1.4ranks",
+            4,
+            "64M",
+            64 << 20,
+            "4 ranks at 64 MiB: all-reduce 56 and 54 ms",
+        ),
+        pair("ch8.1.2ranks", 2, "64M", 64 << 20, "17.6 ms against 8.7 + 10.0 ms"),
+        Claim {
+            id: "ch8.3",
+            place: "EXERCISES.md, answer 8.3",
+            file: "EXERCISES.md",
+            quote: "`02-nccl-allreduce` took 11 to 17 ms and the sharded step 44 to 47 ms",
+            says: "the sharded step is slower than the all-reduce on the CPU backend",
+            measures: vec![
+                time(
+                    "02-nccl-allreduce",
+                    cmd("02-nccl-allreduce", "--size 16M --nproc-per-node 4 --iters 20"),
+                ),
+                time(
+                    "sharded step (solution 8)",
+                    cmd("sol08-sharded-update", "--size 16M --nproc-per-node 4 --iters 20"),
+                ),
+            ],
+            checks: vec![less(0, 1)],
+            depends: None,
+        },
+    ]
+}
+
+/// Chapter 9: one node against two "nodes" of one host.
+fn chapter9() -> Vec<Claim> {
+    let args = "--op all_reduce -b 1M -e 64M -f 4";
+    let one = cmd("07-nccl-perf", &format!("{args} --nproc-per-node 4"));
+    let two = cmd("07-nccl-perf", &format!("{args} --nproc-per-node 2")).nodes(2);
+    let avg = |label: &str, c: Cmd| Measure {
+        label: label.into(),
+        cmd: c,
+        stat: Stat::Report("/avg_busbw"),
+        unit: Unit::GBps,
+    };
+    vec![Claim {
+        id: "ch9",
+        place: "EXERCISES.md, chapter 9",
+        file: "EXERCISES.md",
+        quote: "the footers' `Avg bus bandwidth`: 4.46 against 1.02",
+        says: "busbw falls by a factor of 3 to 4 across two \"nodes\"",
+        measures: vec![avg("one node", one), avg("two \"nodes\"", two)],
+        checks: vec![less_by(1, 0, 2.0)],
+        depends: None,
+    }]
+}
+
+/// README's "How fast is it": the picture's runs.
+fn perf_section() -> Vec<Claim> {
+    let c = |n: usize| {
+        cmd(
+            "07-nccl-perf",
+            &format!("-b 4 -e 64M -f 2 -n 200 -w 20 --nproc-per-node {n}"),
+        )
+    };
+    vec![Claim {
+        id: "readme.perf",
+        place: "README.md, How fast is it",
+        file: "README.md",
+        quote: "Two ranks on two cores finish a small all-reduce in 0.25-0.45 µs",
+        says: "2 ranks under a µs at 4 B, 4 ranks a few µs; busbw peaks in the caches",
+        measures: vec![
+            row("4 B, 2 ranks", c(2), 4, "/out_of_place/time_us"),
+            row("4 B, 4 ranks", c(4), 4, "/out_of_place/time_us"),
+            Measure {
+                label: "best busbw, 2 ranks".into(),
+                cmd: c(2),
+                stat: Stat::Rows("/out_of_place/busbw"),
+                unit: Unit::GBps,
+            },
+            row("64 MiB busbw, 2 ranks", c(2), 64 << 20, "/out_of_place/busbw"),
+            Measure {
+                label: "best busbw, 4 ranks".into(),
+                cmd: c(4),
+                stat: Stat::Rows("/out_of_place/busbw"),
+                unit: Unit::GBps,
+            },
+            row("64 MiB busbw, 4 ranks", c(4), 64 << 20, "/out_of_place/busbw"),
+        ],
+        checks: vec![less(0, 1), less(3, 2)],
+        depends: Some("two ranks on two free cores spin; four share them"),
+    }]
+}
