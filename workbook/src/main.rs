@@ -403,6 +403,7 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
             lines.extend(errors);
         }
         lines.extend(deadlock(&run.stderr));
+        lines.extend(unreceived(&run.stderr));
         return Err(lines);
     };
     let mut lines = compare(&report, case);
@@ -420,6 +421,7 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
         lines.push(format!("the job failed ({}), saying:", exit_text(run.code)));
         lines.extend(errors);
         lines.extend(deadlock(&run.stderr));
+        lines.extend(unreceived(&run.stderr));
     }
     if lines.is_empty() { Ok(()) } else { Err(lines) }
 }
@@ -618,6 +620,26 @@ fn deadlock(stderr: &str) -> Vec<String> {
          side of every pair sends while the other receives (in a chain, the first rank only sends), or use \
          send_recv, which sends and receives at once.",
         waits.join("; ")
+    );
+    wrap(&text, 90).lines().map(str::to_string).collect()
+}
+
+/// When a rank says it sent a message that its peer never received: the words that say
+/// what that is, why it shows where it does, and where to look. Nothing otherwise.
+fn unreceived(stderr: &str) -> Vec<String> {
+    let Some(line) = stderr.lines().find(|l| l.contains(" never received (")) else {
+        return Vec::new();
+    };
+    // Its sender says it: "error: rank 0: rank 0 sent 28 B to rank 1 that rank 1 never received (...)".
+    let (Some(from), Some(to)) = (rank_after(line, "error: rank "), rank_after(line, " that rank ")) else {
+        return Vec::new();
+    };
+    let text = format!(
+        "This is a send with no matching recv: rank {from} sent to rank {to}, and rank {to} went on without \
+         the recv that would take it. A small message waits in the CPU backend's buffers, and only the end of the \
+         job notices; a large one, or any on NCCL, holds its sender until --timeout. Every send must meet one recv \
+         on its peer, as large: list, rank by rank, whom each one sends to and receives from, and look for the \
+         send that has no recv (often one step too many at the end of a chain)."
     );
     wrap(&text, 90).lines().map(str::to_string).collect()
 }

@@ -424,6 +424,11 @@ fn a_message_nobody_receives_fails_the_job_naming_sender_receiver_and_size() {
         .iter()
         .position(|l| *l == "FAILED  world 3, --algo chain --root 1 --size 16M")
         .unwrap_or_else(|| panic!("no 16M case:\n{r}"));
+    assert!(
+        r.stdout
+            .contains("This is a send with no matching recv: rank 0 sent to rank 1, and rank 1 went on without"),
+        "{r}"
+    );
     let first_error = lines[at..].iter().find(|l| l.starts_with("error: ")).unwrap();
     assert!(
         first_error.starts_with("error: rank 0: rank 0 sent 16.0 MiB to rank 1 that rank 1 never received"),
