@@ -1,6 +1,9 @@
 //! The workbook's checker, as rustlings has one: `cargo workbook check 5` builds your
 //! code for exercise 5, runs it as real multi-process jobs for every world size and count
-//! the exercise demands, and says what is wrong, rank by rank and element by element.
+//! the exercise demands, and says what is wrong, rank by rank and element by element: a
+//! wrong value, a deadlock, a message sent and never received (the end of every job
+//! compares each rank's sends with its peers' receives), the rank the others waited on
+//! named first.
 //! `cargo workbook hint 5` gives a hint (a nudge), `hint 5 --more` the solution in words;
 //! `cargo workbook check --all` checks them all.
 
