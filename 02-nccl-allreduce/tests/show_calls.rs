@@ -38,7 +38,10 @@ fn show_calls_with_a_rank_shows_that_rank_only() {
 #[test]
 fn a_bad_show_calls_value_is_one_line_and_exit_2() {
     for (value, said) in [
-        ("--show-calls=3", "--show-calls 3 is not a rank: the world has ranks 0 to 2"),
+        (
+            "--show-calls=3",
+            "--show-calls 3 is not a rank: the world has ranks 0 to 2",
+        ),
         ("--show-calls=one", "`one` is neither `all` nor a rank"),
         ("--show-calls=-1", "`-1` is neither `all` nor a rank"),
     ] {

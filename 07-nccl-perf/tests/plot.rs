@@ -157,7 +157,10 @@ fn plot_at_its_defaults_sweeps_sizes_and_draws_both_placements() {
     assert_eq!((sizes[0], *sizes.last().unwrap()), (8, 32 << 20), "{sizes:?}");
     for row in rows {
         for place in ["out_of_place", "in_place"] {
-            assert!(row[place]["time_us"].as_f64().is_some_and(|t| t > 0.0), "{place}: {row}");
+            assert!(
+                row[place]["time_us"].as_f64().is_some_and(|t| t > 0.0),
+                "{place}: {row}"
+            );
         }
     }
     check_png(&png, 1);
@@ -167,7 +170,11 @@ fn plot_at_its_defaults_sweeps_sizes_and_draws_both_placements() {
     perf(&format!("{SWEEP} --op broadcast --plot {}", svg.display())).ok();
     let text = std::fs::read_to_string(&svg).unwrap();
     let texts = svg_texts(&text);
-    for label in ["broadcast, float", "out of place (send and receive buffers)", "in place (one buffer)"] {
+    for label in [
+        "broadcast, float",
+        "out of place (send and receive buffers)",
+        "in place (one buffer)",
+    ] {
         let n = texts.iter().filter(|t| **t == label).count();
         assert_eq!(n, 1, "'{label}' {n} times in the SVG: {texts:?}");
     }

@@ -159,11 +159,15 @@ fn show_calls_prints_the_lessons_nccl_calls_as_nccl_reports_them() {
         );
     }
     assert!(
-        r.stdout.lines().any(|l| l.starts_with("--show-calls: this lesson calls NCCL itself")),
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("--show-calls: this lesson calls NCCL itself")),
         "{r}"
     );
     assert!(
-        r.stdout.lines().any(|l| l.starts_with("rank 1: NCCL's lines for this rank are those of process ")),
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("rank 1: NCCL's lines for this rank are those of process ")),
         "{r}"
     );
     // One rank's only.

@@ -218,7 +218,10 @@ impl Run {
             let (mut out_of_place, mut in_place) = (vec![], vec![]);
             for row in s["rows"].as_array().into_iter().flatten() {
                 // Open MPI's broadcast has one buffer: in place only.
-                let places = [(&mut out_of_place, &row["out_of_place"]), (&mut in_place, &row["in_place"])];
+                let places = [
+                    (&mut out_of_place, &row["out_of_place"]),
+                    (&mut in_place, &row["in_place"]),
+                ];
                 let (Some(size), true) = (row["size"].as_f64(), places.iter().any(|(_, p)| p.is_object())) else {
                     return Err(not("a row without a size or a time"));
                 };
@@ -239,7 +242,11 @@ impl Run {
                 in_place,
             });
         }
-        if run.sweeps.iter().all(|s| s.out_of_place.is_empty() && s.in_place.is_empty()) {
+        if run
+            .sweeps
+            .iter()
+            .all(|s| s.out_of_place.is_empty() && s.in_place.is_empty())
+        {
             return Err(not("no rows"));
         }
         Ok(run)
@@ -459,7 +466,10 @@ impl Picture {
 
     /// The picture's one legend, in columns under both panels (so that it hides no line):
     /// the key to the placements on the first row, then each line's colour and label.
-    fn legend<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    fn legend<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let rows = self.lines.len().div_ceil(LEGEND_COLUMNS);
         let width = (SIZE.0 as i32 - 80) / LEGEND_COLUMNS as i32;
         let font = ("sans-serif", 14)
@@ -469,7 +479,10 @@ impl Picture {
         let mut top = 8;
         if self.key() {
             let grey = RGBColor(90, 90, 90);
-            let keys = [(false, "out of place (send and receive buffers)"), (true, "in place (one buffer)")];
+            let keys = [
+                (false, "out of place (send and receive buffers)"),
+                (true, "in place (one buffer)"),
+            ];
             for (k, (dashed, text)) in keys.into_iter().enumerate() {
                 let x = 80 + k as i32 * width;
                 let stroke = grey.stroke_width(3);

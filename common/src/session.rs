@@ -187,7 +187,9 @@ impl Session {
         };
         let (kind, reason) = device::choose(run.backend, &probe)?;
         if let Some(shown) = run.show_calls {
-            shown.check(world).map_err(|message| SharedError { message, usage: true })?;
+            shown
+                .check(world)
+                .map_err(|message| SharedError { message, usage: true })?;
         }
         // Said first, before anything can fail: which backend, and on NCCL which library.
         if rank == 0 && run.format == Format::Text {

@@ -112,7 +112,11 @@ fn host() -> &'static str {
     HOST.get_or_init(|| {
         let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let name = name.trim();
-        name.split('.').next().filter(|n| !n.is_empty()).unwrap_or("localhost").to_string()
+        name.split('.')
+            .next()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("localhost")
+            .to_string()
     })
 }
 
@@ -133,7 +137,10 @@ mod tests {
     fn coll_lines_follow_nccl_debug_and_its_subsystems() {
         assert!(!coll_from(None, Some("COLL")));
         assert!(!coll_from(Some("WARN"), Some("COLL")));
-        assert!(!coll_from(Some("INFO"), None), "the default subsystems are INIT,BOOTSTRAP,ENV");
+        assert!(
+            !coll_from(Some("INFO"), None),
+            "the default subsystems are INIT,BOOTSTRAP,ENV"
+        );
         assert!(coll_from(Some("INFO"), Some("INIT,COLL")));
         assert!(coll_from(Some("info"), Some("ALL")));
         assert!(coll_from(Some("TRACE"), Some("^INIT")));
