@@ -148,7 +148,8 @@ fn plot_at_its_defaults_sweeps_sizes_and_draws_both_placements() {
     // No -b, -e or -f: the default sweep is one size (32 MiB), one dot; --plot sweeps.
     let dir = folder("defaults");
     let png = dir.join("perf.png");
-    let r = perf(&format!("--format json --plot {}", png.display())).ok();
+    // (-n 1 -w 0: fewer runs per size, the same sizes.)
+    let r = perf(&format!("-n 1 -w 0 --format json --plot {}", png.display())).ok();
     let json = r.json();
     let rows = json["rows"].as_array().expect("rows");
     let sizes: Vec<u64> = rows.iter().filter_map(|r| r["size"].as_u64()).collect();
