@@ -108,15 +108,15 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
                 crate::args::ShowCalls::All => "every rank".to_string(),
                 crate::args::ShowCalls::Rank(r) => format!("rank {r}"),
             };
+            let simulated = match crate::simulate::gpus() {
+                Some(_) => "; on --simulate-gpus the simulator prints them as NCCL does",
+                None => "",
+            };
             println!(
-                "--show-calls: this lesson calls NCCL itself, through cudarc, so NCCL reports its calls: with \
-                 NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL (set for {whose}), the NCCL library prints one line per \
-                 call, `host:pid:thread [GPU] NCCL INFO AllReduce: opCount 0 sendbuff … count … datatype 7 (float32) \
-                 op 0 (sum) …`{}; its CUDA calls are main.rs, line by line",
-                match crate::simulate::gpus() {
-                    Some(_) => " (here the NCCL test double prints them, as NCCL does)",
-                    None => "",
-                }
+                "--show-calls: this lesson calls NCCL itself (through cudarc), so NCCL reports its calls: \
+                 NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL are set for {whose}, and NCCL prints one line per \
+                 call, `host:pid:thread [GPU] NCCL INFO AllReduce: opCount … count … datatype 7 op 0 …` \
+                 (datatype 7 is ncclFloat32, op 0 ncclSum{simulated}); its CUDA calls are main.rs, line by line"
             );
         }
     }
