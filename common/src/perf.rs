@@ -133,6 +133,13 @@ fn parse_types(s: &str) -> Result<Choice<DataType>, String> {
 const PLOT_MIN_BYTES: u64 = 8;
 const PLOT_FACTOR: u64 = 4;
 
+impl PerfArgs {
+    /// The sizes this sweep goes through, in bytes.
+    fn sizes(&self) -> Vec<u64> {
+        sizes(self.min_bytes, self.max_bytes, self.step_factor, self.step_bytes)
+    }
+}
+
 /// `--plot` where the sweep is one size (`-b` and `-e` the same, as by default, with no
 /// step): the sweep the picture needs, [`PLOT_MIN_BYTES`] to `-e` times [`PLOT_FACTOR`];
 /// `None` where the user asked for a sweep.
@@ -197,7 +204,7 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
             session.say(&format!(
                 "# --plot: a sweep of one size would be one dot: sizes {} to {}, x{PLOT_FACTOR} (-b, -e, -f choose)",
                 units::human_bytes(wider.min_bytes as usize),
-                units::human_bytes(wider.max_bytes as usize)
+                units::human_bytes(wider.sizes().last().copied().unwrap_or(wider.max_bytes) as usize)
             ));
             swept = wider;
             &swept
