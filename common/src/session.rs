@@ -201,10 +201,15 @@ impl Session {
             device::probe()
         };
         let (kind, reason) = device::choose(run.backend, &probe)?;
+        if let Some(shown) = run.show_calls {
+            shown
+                .check(world)
+                .map_err(|message| SharedError { message, usage: true })?;
+        }
         // Said first, before anything can fail: which backend, and on NCCL which library.
         if rank == 0 && run.format == Format::Text {
             print_out(&reason);
-            if run.show_calls && kind == Kind::Cpu {
+            if run.show_calls.is_some() && kind == Kind::Cpu {
                 print_out(
                     "--show-calls: the CPU backend makes no NCCL or CUDA call (it runs NCCL's ring algorithms \
                      itself); to see NCCL's calls on a machine with no GPU, add --simulate-gpus N",
@@ -267,7 +272,11 @@ impl Session {
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
                 // the backend compares the GPUs themselves, not their numbers.
-                let shown = backend::calls::Shown::new(rank, run.show_calls, run.format == Format::Json);
+                let shown = backend::calls::Shown::new(
+                    rank,
+                    run.show_calls.is_some_and(|s| s.shows(rank)),
+                    run.format == Format::Json,
+                );
                 let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
