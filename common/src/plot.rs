@@ -335,7 +335,10 @@ pub fn draw_saved(args: &PlotArgs) -> ExitCode {
     };
     match draw(target, &args.plot_with) {
         Ok(n) => {
-            println!("# Plot: {} ({})", target.path.display(), lines(n));
+            crate::error::print_line(
+                &format!("# Plot: {} ({})", target.path.display(), lines(n)),
+                crate::error::OnClosed::Drop,
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
