@@ -7,7 +7,7 @@
 #   bench/compare-gloo.sh                # the comparison (several minutes; --scaling adds more)
 #   bench/compare-gloo.sh --scaling --json /tmp/compare.json
 #   bench/compare-gloo.sh --save-results /tmp/gloo   # + each run as a 07-nccl-perf result, to plot:
-#   target/release/07-nccl-perf --plot gloo.png --no-run \
+#   cargo run --release -q --bin 07-nccl-perf -- --plot gloo.png --no-run \
 #       --plot-with /tmp/gloo/gloo-all_reduce-2ranks.json --plot-with /tmp/gloo/ours-all_reduce-2ranks.json
 #   bench/compare-gloo.sh --help         # every option (they are gloo_bench.py's)
 #

@@ -4,7 +4,7 @@
 #   bench/compare-mpi.sh                         # every collective, 4 B, 1 MiB, 100 MiB, 2 and 4 ranks
 #   bench/compare-mpi.sh --sizes 4,64K --nproc 2 -n 3 --json /tmp/mpi.json
 #   bench/compare-mpi.sh --sizes 4,1K,64K,1M,16M --save-results /tmp/mpi   # then, to plot:
-#   target/release/07-nccl-perf --plot mpi.png --no-run \
+#   cargo run --release -q --bin 07-nccl-perf -- --plot mpi.png --no-run \
 #       --plot-with /tmp/mpi/mpi-all_reduce-2ranks.json --plot-with /tmp/mpi/ours-all_reduce-2ranks.json
 #   bench/compare-mpi.sh --help
 #
@@ -65,7 +65,7 @@ Options:
                       FILE.png --plot-with ... --no-run
   --mpirun-args STR   more arguments for mpirun (split on spaces), e.g. "--bind-to none"
   --timeout S         seconds any one launch may take (default 600)
-  --no-build          do not run cargo build (use target/release/07-nccl-perf as it is)
+  --no-build          do not run cargo build (use the built 07-nccl-perf as it is)
   -h, --help          this help
 EOF
 }
@@ -74,7 +74,10 @@ bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_dir=$(dirname "$bench_dir")
 build_dir="$bench_dir/build"
 exe="$build_dir/mpi_bench"
-perf_bin="$repo_dir/target/release/07-nccl-perf"
+# cargo's target folder, wherever it is (CARGO_TARGET_DIR, build.target-dir).
+target_dir=$(cd "$repo_dir" && cargo metadata --format-version 1 --no-deps --offline 2>/dev/null |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+perf_bin="${target_dir:-$repo_dir/target}/release/07-nccl-perf"
 
 command_line="bench/compare-mpi.sh"
 for arg in "$@"; do

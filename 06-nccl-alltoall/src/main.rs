@@ -4,7 +4,8 @@
 //! and block i of the receive buffer comes from rank i. It is a transpose of the blocks
 //! across the ranks. Mixture-of-experts models route each token to the rank that holds
 //! its expert this way, and back; distributed FFTs and matrix transposes use it too.
-//! NCCL has no all-to-all function: it is a group of sends and receives, one per peer.
+//! Here it is a group of sends and receives, one per peer: NCCL had no all-to-all function
+//! before 2.28 (`ncclAlltoAll`), and the workbook builds against NCCL 2.24's API.
 //!
 //! Block j of rank i holds 10·i + j: the tens digit says who sent it, the units digit
 //! to whom (100·i + j beyond 10 ranks). After the call, rank j holds 10·i + j in block i.

@@ -1,5 +1,6 @@
-//! `--show-calls` on the all-to-all: NCCL has no all-to-all call, so each rank opens a
-//! group, sends one block to every peer and receives one from every peer, and closes it.
+//! `--show-calls` on the all-to-all: NCCL's API had no all-to-all call before 2.28 (the
+//! workbook builds against 2.24's), so each rank opens a group, sends one block to every
+//! peer and receives one from every peer, and closes it.
 
 const BIN: &str = env!("CARGO_BIN_EXE_06-nccl-alltoall");
 

@@ -3,7 +3,7 @@
 //! and its legend as text, saved runs overlay, and bad requests end in one line, exit 2,
 //! before any rank starts. No test looks at a time.
 
-use common::plot::{LEGEND_INSIDE, PALETTE, SIZE};
+use common::plot::{PALETTE, SIZE};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use testkit::{Run, run};
@@ -50,8 +50,8 @@ fn of_colour(pixels: &[[u8; 3]], (r, g, b): (u8, u8, u8)) -> usize {
 fn check_png(path: &PathBuf, lines: usize) {
     let (w, h, pixels) = decode(path);
     assert_eq!(w, SIZE.0);
-    // Past LEGEND_INSIDE lines, the legend is below the panels: the picture is taller.
-    assert_eq!(h == SIZE.1, lines <= LEGEND_INSIDE, "{h} pixels high for {lines} lines");
+    // The legend is below the panels: the picture is taller than they are.
+    assert!(h > SIZE.1, "{h} pixels high for {lines} lines");
     let colours: HashSet<[u8; 3]> = pixels.iter().copied().collect();
     assert!(colours.len() > 50, "{} colours: a blank picture?", colours.len());
     let drawn = pixels.iter().filter(|p| **p != [255, 255, 255]).count();
@@ -141,6 +141,52 @@ fn saved_runs_overlay_this_one_or_each_other() {
             "no '{words}' in the SVG: {texts:?}"
         );
     }
+}
+
+#[test]
+fn plot_at_its_defaults_sweeps_sizes_and_draws_both_placements() {
+    // No -b, -e or -f: the default sweep is one size (32 MiB), one dot; --plot sweeps.
+    let dir = folder("defaults");
+    let png = dir.join("perf.png");
+    // (-n 1 -w 0: fewer runs per size, the same sizes.)
+    let r = perf(&format!("-n 1 -w 0 --format json --plot {}", png.display())).ok();
+    let json = r.json();
+    let rows = json["rows"].as_array().expect("rows");
+    let sizes: Vec<u64> = rows.iter().filter_map(|r| r["size"].as_u64()).collect();
+    assert!(sizes.len() >= 8, "{sizes:?}");
+    assert!(sizes.windows(2).all(|w| w[1] > w[0]), "{sizes:?}");
+    assert_eq!((sizes[0], *sizes.last().unwrap()), (8, 32 << 20), "{sizes:?}");
+    for row in rows {
+        for place in ["out_of_place", "in_place"] {
+            assert!(
+                row[place]["time_us"].as_f64().is_some_and(|t| t > 0.0),
+                "{place}: {row}"
+            );
+        }
+    }
+    check_png(&png, 1);
+    // As text: the line's label and the key to the placements once each: one legend for
+    // the picture, not one per panel.
+    let svg = dir.join("perf.svg");
+    perf(&format!("{SWEEP} --op broadcast --plot {}", svg.display())).ok();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let texts = svg_texts(&text);
+    for label in [
+        "broadcast, float",
+        "out of place (send and receive buffers)",
+        "in place (one buffer)",
+    ] {
+        let n = texts.iter().filter(|t| **t == label).count();
+        assert_eq!(n, 1, "'{label}' {n} times in the SVG: {texts:?}");
+    }
+}
+
+/// The texts of an SVG, in order.
+fn svg_texts(svg: &str) -> Vec<&str> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| t.split_once('>')?.1.split_once("</text>").map(|(s, _)| s.trim()))
+        .collect()
 }
 
 /// Checks a refusal: exit 2, one line on stderr that says `why`, nothing started.

@@ -131,3 +131,50 @@ fn without_nccl_it_says_what_is_missing_and_what_to_do() {
     assert_eq!(r.code, Some(2), "{r}");
     assert!(r.stderr.contains("this lesson calls NCCL itself"), "{r}");
 }
+
+/// NCCL's `NCCL_DEBUG_SUBSYS=COLL` lines in `out`: `host:pid:tid [GPU] NCCL INFO AllReduce: …`.
+fn coll_lines(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| !l.starts_with("--show-calls") && l.contains("] NCCL INFO AllReduce: opCount "))
+        .collect()
+}
+
+#[test]
+fn show_calls_prints_the_lessons_nccl_calls_as_nccl_reports_them() {
+    // Its calls are NCCL's: --show-calls turns on NCCL's own report of each collective
+    // (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=COLL), printed here by the double as NCCL does.
+    let r = run(BIN, &["--simulate-gpus", "2", "--show-calls", "--count", "6"]).ok();
+    let lines = coll_lines(&r.stdout);
+    assert_eq!(lines.len(), 2, "one all-reduce per rank:\n{r}");
+    for gpu in 0..2 {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!(" [{gpu}] NCCL INFO ")))
+            .unwrap_or_else(|| panic!("no line of GPU {gpu}:\n{r}"));
+        assert!(
+            line.contains("AllReduce: opCount 0 sendbuff 0x")
+                && line.contains(" count 6 datatype 7 op 0 root 0 comm 0x")
+                && line.ends_with(" [nranks=2] stream (nil)"),
+            "{line}"
+        );
+    }
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("--show-calls: this lesson calls NCCL itself")),
+        "{r}"
+    );
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("rank 1: NCCL's lines for this rank are those of process ")),
+        "{r}"
+    );
+    // One rank's only.
+    let r = run(BIN, &["--simulate-gpus", "2", "--show-calls=1"]).ok();
+    let lines = coll_lines(&r.stdout);
+    assert!(lines.len() == 1 && lines[0].contains(" [1] NCCL INFO "), "{r}");
+    // Without the flag, none.
+    let r = run(BIN, &["--simulate-gpus", "2"]).ok();
+    assert!(coll_lines(&r.stdout).is_empty(), "{r}");
+}

@@ -72,10 +72,12 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
 
-    /// Each rank prints, in order, the NCCL and CUDA calls its backend makes, with their
-    /// arguments (count, type, operator, root, peer, stream).
-    #[arg(long)]
-    pub show_calls: bool,
+    /// Print, in order, the NCCL and CUDA calls the backend makes, with their arguments
+    /// (count, type, operator, root, peer, stream), each line starting `rank R │`:
+    /// `--show-calls` (or `--show-calls=all`) for every rank, `--show-calls=R` for rank R only.
+    #[arg(long, value_name = "RANK", num_args = 0..=1, require_equals = true,
+          default_missing_value = "all", value_parser = parse_show_calls)]
+    pub show_calls: Option<ShowCalls>,
 
     /// Run the NCCL backend on N simulated GPUs in host memory (the workbook's NCCL test
     /// double): the same NCCL calls through cudarc, on a machine with no GPU. No figure it
@@ -94,6 +96,45 @@ pub struct RunArgs {
     /// https://ui.perfetto.dev or chrome://tracing): one track per rank.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
+}
+
+/// Whose calls `--show-calls` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShowCalls {
+    /// Every rank's (`--show-calls`, `--show-calls=all`): their lines interleave, each
+    /// starting with its rank.
+    All,
+    /// One rank's (`--show-calls=R`): one rank's calls, in order, to follow alone.
+    Rank(usize),
+}
+
+impl ShowCalls {
+    /// Whether `rank` prints its calls.
+    pub fn shows(self, rank: usize) -> bool {
+        match self {
+            ShowCalls::All => true,
+            ShowCalls::Rank(r) => r == rank,
+        }
+    }
+
+    /// Checks the rank it names against a world of `world` ranks (one line if it is not
+    /// a rank: `--show-calls 5 is not a rank: the world has ranks 0 to 1`).
+    pub fn check(self, world: usize) -> Result<(), String> {
+        match self {
+            ShowCalls::All => Ok(()),
+            ShowCalls::Rank(r) => crate::rank::check(r, world, "--show-calls"),
+        }
+    }
+}
+
+/// `--show-calls`'s value: `all`, or a rank.
+fn parse_show_calls(value: &str) -> Result<ShowCalls, String> {
+    match value.trim() {
+        "all" => Ok(ShowCalls::All),
+        v => v.parse().map(ShowCalls::Rank).map_err(|_| {
+            format!("`{v}` is neither `all` nor a rank (`--show-calls` for every rank, `--show-calls=1` for rank 1)")
+        }),
+    }
 }
 
 /// A job id: at most 200 bytes of printable text (it travels in every greeting).

@@ -85,6 +85,41 @@ pub fn say_line(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
+/// What [`print_line`] does once stdout's reader has gone away (`| head -5` closed the
+/// pipe): Rust ignores SIGPIPE, so a write fails with EPIPE, and `println!` would panic.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum OnClosed {
+    /// Drop this line and every later one, and go on: a rank, which must finish the job
+    /// with the others (its exit status is the job's).
+    Drop,
+    /// End the process at once, quietly, with status 0: a tool whose output is all it
+    /// does (`cargo workbook`), which has nobody left to tell.
+    Exit,
+}
+
+/// Whether stdout's reader went away: later lines are dropped unwritten.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes one line to stdout, in one write: every binary's output goes through here, so
+/// that output to a closed pipe ends quietly (as `closed` says), never with a panic.
+pub fn print_line(line: &str, closed: OnClosed) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let written = out.write_all(format!("{line}\n").as_bytes()).and_then(|()| out.flush());
+    if let Err(e) = written
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        if closed == OnClosed::Exit {
+            std::process::exit(0);
+        }
+    }
+}
+
 /// The line that says `e` for `rank` (`None`: the launcher): `error: rank 2: ...`. Contexts
 /// already naming the rank are not repeated; a message that lists ranks ("check FAILED
 /// ...: rank 0: 4 wrong; rank 1: ...") is left whole.

@@ -81,6 +81,8 @@ pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> E
 /// by the harness: for a lesson that makes its own NCCL calls (it needs NCCL: a GPU, or
 /// `--simulate-gpus`). Errors end as [`main`]'s do.
 pub fn meet(run: &RunArgs, lesson: impl FnOnce(&mut meeting::Meeting) -> Result<()>) -> ExitCode {
+    // Before anything loads NCCL or starts a thread: NCCL itself reports the lesson's calls.
+    meeting::show_nccl_calls(run);
     let mut run = run.clone();
     if run.backend == args::BackendChoice::Cpu {
         error::say_line("error: --backend cpu: this lesson calls NCCL itself (see --help)");

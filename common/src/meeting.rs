@@ -96,11 +96,27 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
             "this lesson calls NCCL itself, and {reason}"
         )));
     }
+    if let Some(shown) = run.show_calls {
+        shown
+            .check(id.world_size)
+            .map_err(|message| crate::error::SharedError { message, usage: true })?;
+    }
     if rank == 0 {
         println!("{reason}");
-        if run.show_calls {
+        if let Some(shown) = run.show_calls {
+            let whose = match shown {
+                crate::args::ShowCalls::All => "every rank".to_string(),
+                crate::args::ShowCalls::Rank(r) => format!("rank {r}"),
+            };
+            let simulated = match crate::simulate::gpus() {
+                Some(_) => "; on --simulate-gpus the simulator prints them as NCCL does",
+                None => "",
+            };
             println!(
-                "--show-calls: this lesson makes its NCCL and CUDA calls itself: they are its main.rs, line by line"
+                "--show-calls: this lesson calls NCCL itself (through cudarc), so NCCL reports its calls: \
+                 NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL are set for {whose}, and NCCL prints one line per \
+                 call, `host:pid:thread [GPU] NCCL INFO AllReduce: opCount … count … datatype 7 op 0 …` \
+                 (datatype 7 is ncclFloat32, op 0 ncclSum{simulated}); its CUDA calls are main.rs, line by line"
             );
         }
     }
@@ -129,6 +145,12 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     let gpu = device::gpu::identify(&context, &place.host)
         .with_context(|| format!("rank {rank}: reading device {dev}'s identity"))?;
     device::gpu::one_rank_per_gpu(&mut store, (rank, id.world_size), &gpu)?;
+    if run.show_calls.is_some_and(|s| s.shows(rank)) {
+        println!(
+            "rank {rank}: NCCL's lines for this rank are those of process {} on GPU [{dev}]",
+            std::process::id()
+        );
+    }
     let mut meeting = Meeting {
         rank,
         world: id.world_size,
@@ -153,4 +175,82 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     );
     lesson(&mut meeting)?;
     meeting.finish()
+}
+
+/// `--show-calls` for a lesson that calls NCCL itself: its calls are NCCL's, so NCCL
+/// reports them. If `--show-calls` shows this process's rank, sets `NCCL_DEBUG=INFO` and
+/// adds `COLL` to `NCCL_DEBUG_SUBSYS` (what the user set is kept, only widened): NCCL then
+/// prints one INFO line per collective, send and receive. A launcher sets nothing (it never
+/// calls NCCL); each rank it starts decides for itself. Runs first in [`crate::meet`],
+/// before NCCL is loaded (it reads the variables when it first logs).
+pub(crate) fn show_nccl_calls(run: &RunArgs) {
+    let Some(shown) = run.show_calls else {
+        return;
+    };
+    let role = crate::launch::resolve(run, &|name| std::env::var(name).ok());
+    let Ok(crate::launch::Role::Rank(id)) = role else {
+        return;
+    };
+    if !shown.shows(id.rank) {
+        return;
+    }
+    let set = nccl_debug_env(
+        std::env::var("NCCL_DEBUG").ok().as_deref(),
+        std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),
+    );
+    for (name, value) in set {
+        // SAFETY: `meet` calls this first thing in `main`, after parsing the arguments
+        // only: the main thread is the process's only thread, so nothing reads or writes
+        // the environment at the same time (what `set_var` requires).
+        unsafe { std::env::set_var(name, value) };
+    }
+}
+
+/// The variables to set so that NCCL prints its COLL lines, given what `NCCL_DEBUG` and
+/// `NCCL_DEBUG_SUBSYS` are now: the level raised to INFO (TRACE kept), `COLL` added to a
+/// list of subsystems (or taken out of a `^`-list that excludes it), as NCCL's debug.cc
+/// reads them.
+fn nccl_debug_env(level: Option<&str>, subsys: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut set = Vec::new();
+    let verbose = level.is_some_and(|l| ["INFO", "TRACE"].iter().any(|v| l.trim().eq_ignore_ascii_case(v)));
+    if !verbose {
+        set.push(("NCCL_DEBUG", "INFO".to_string()));
+    }
+    let named = |list: &str, what: &str| list.split(',').any(|s| s.trim().eq_ignore_ascii_case(what));
+    match subsys {
+        None => set.push(("NCCL_DEBUG_SUBSYS", "COLL".to_string())),
+        Some(s) => match s.strip_prefix('^') {
+            Some(excluded) if named(excluded, "COLL") || named(excluded, "ALL") => {
+                let kept: Vec<&str> = excluded
+                    .split(',')
+                    .filter(|e| !e.trim().eq_ignore_ascii_case("COLL") && !e.trim().eq_ignore_ascii_case("ALL"))
+                    .collect();
+                set.push(("NCCL_DEBUG_SUBSYS", format!("^{}", kept.join(","))));
+            }
+            Some(_) => {}
+            None if named(s, "COLL") || named(s, "ALL") => {}
+            None => set.push(("NCCL_DEBUG_SUBSYS", format!("{s},COLL"))),
+        },
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nccl_debug_env;
+
+    #[test]
+    fn show_calls_widens_what_nccl_debug_already_asks_for() {
+        let set = |l, s| nccl_debug_env(l, s);
+        let both = |s: &str| vec![("NCCL_DEBUG", "INFO".to_string()), ("NCCL_DEBUG_SUBSYS", s.to_string())];
+        assert_eq!(set(None, None), both("COLL"));
+        assert_eq!(set(Some("WARN"), Some("INIT")), both("INIT,COLL"));
+        assert_eq!(set(Some("info"), Some("INIT,coll")), vec![]);
+        assert_eq!(set(Some("TRACE"), Some("ALL")), vec![]);
+        assert_eq!(set(Some("INFO"), Some("^INIT")), vec![]);
+        assert_eq!(
+            set(Some("INFO"), Some("^INIT,COLL")),
+            vec![("NCCL_DEBUG_SUBSYS", "^INIT".to_string())]
+        );
+    }
 }

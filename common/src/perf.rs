@@ -127,6 +127,34 @@ fn parse_types(s: &str) -> Result<Choice<DataType>, String> {
     parse_all(s, "type")
 }
 
+/// Where `--plot`'s own sweep starts, and its step: from 8 B to `-e` (32 MiB by default),
+/// times 4 (12 sizes): a curve from the latency-bound to the bandwidth-bound end, in
+/// seconds on a laptop.
+const PLOT_MIN_BYTES: u64 = 8;
+const PLOT_FACTOR: u64 = 4;
+
+impl PerfArgs {
+    /// The sizes this sweep goes through, in bytes.
+    fn sizes(&self) -> Vec<u64> {
+        sizes(self.min_bytes, self.max_bytes, self.step_factor, self.step_bytes)
+    }
+}
+
+/// `--plot` where the sweep is one size (`-b` and `-e` the same, as by default, with no
+/// step): the sweep the picture needs, [`PLOT_MIN_BYTES`] to `-e` times [`PLOT_FACTOR`];
+/// `None` where the user asked for a sweep.
+fn plot_sweep(args: &PerfArgs) -> Option<PerfArgs> {
+    let one_size = args.min_bytes == args.max_bytes && args.step_factor.is_none() && args.step_bytes.is_none();
+    if args.plot.plot.is_none() || !one_size || args.max_bytes <= PLOT_MIN_BYTES {
+        return None;
+    }
+    Some(PerfArgs {
+        min_bytes: PLOT_MIN_BYTES,
+        step_factor: Some(PLOT_FACTOR),
+        ..args.clone()
+    })
+}
+
 /// The sizes of the sweep, in bytes: from `min` to `max`, times `factor` or plus `step`.
 pub fn sizes(min: u64, max: u64, factor: Option<u64>, step: Option<u64>) -> Vec<u64> {
     let mut out = vec![];
@@ -170,6 +198,19 @@ fn start_value(i: usize, rank: usize, op: ReduceOp) -> f64 {
 /// Runs the sweep(s) that `args` describes, prints each as nccl-tests does, and fails at
 /// the end (after the report) if any element was wrong.
 pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
+    let swept;
+    let args = match plot_sweep(args) {
+        Some(wider) => {
+            session.say(&format!(
+                "# --plot: a sweep of one size would be one dot: sizes {} to {}, x{PLOT_FACTOR} (-b, -e, -f choose)",
+                units::human_bytes(wider.min_bytes as usize),
+                units::human_bytes(wider.sizes().last().copied().unwrap_or(wider.max_bytes) as usize)
+            ));
+            swept = wider;
+            &swept
+        }
+        None => args,
+    };
     let refuse = |message: String| -> Result<()> { Err(SharedError { message, usage: true }.into()) };
     if args.min_bytes > args.max_bytes {
         return refuse(format!(

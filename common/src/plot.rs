@@ -3,10 +3,12 @@
 //! `--format json`: shm against TCP, 2 against 4 ranks, ours against Gloo or Open MPI),
 //! and a reference, the single-thread memcpy bandwidth in memory, as a dashed line.
 //!
-//! The figures drawn are the out-of-place columns (nccl-tests' first ones), or the in-place
-//! ones where a saved result has only those (the title or the legend says which). Text is
-//! drawn with a font the workspace bundles (DejaVu Sans, `common/fonts/`), so that a machine
-//! with no fonts installed draws the same picture.
+//! Both placements are drawn in a sweep's colour: out of place (separate send and receive
+//! buffers, nccl-tests' first columns) as a solid line with filled marks, in place (one
+//! buffer) as a dashed line with open marks; a saved result with one placement only has
+//! that one (its label says which). One legend for the whole picture, below both panels.
+//! Text is drawn with a font the workspace bundles (DejaVu Sans, `common/fonts/`), so that
+//! a machine with no fonts installed draws the same picture.
 
 mod glyphs;
 
@@ -104,11 +106,22 @@ pub struct Sweep {
     pub redop: String,
     /// The run's single-thread memcpy bandwidth, GB/s, when it measured it.
     pub memcpy_gbps: Option<f64>,
-    /// Which column the points are: `out of place`, or `in place` where a saved result
-    /// has only that one (Open MPI's broadcast, Gloo's one-tensor calls).
-    pub placement: String,
-    /// (bytes, µs, busbw GB/s) per size.
-    pub points: Vec<(f64, f64, f64)>,
+    /// (bytes, µs, busbw GB/s) per size, out of place: separate send and receive buffers.
+    pub out_of_place: Vec<(f64, f64, f64)>,
+    /// The same, in place: one buffer (empty where a saved result has no such column).
+    pub in_place: Vec<(f64, f64, f64)>,
+}
+
+impl Sweep {
+    /// What the label says of the placements: nothing when both are drawn (the legend's
+    /// key tells solid from dashed), else the one there is.
+    fn placement(&self) -> &'static str {
+        match (self.out_of_place.is_empty(), self.in_place.is_empty()) {
+            (false, false) | (true, true) => "",
+            (false, true) => "out of place",
+            (true, false) => "in place",
+        }
+    }
 }
 
 impl From<&crate::report::Perf> for Sweep {
@@ -123,11 +136,15 @@ impl From<&crate::report::Perf> for Sweep {
                 p.redop.clone()
             },
             memcpy_gbps: Some(p.memcpy_gbps),
-            placement: "out of place".into(),
-            points: p
+            out_of_place: p
                 .rows
                 .iter()
                 .map(|r| (r.size as f64, r.out_of_place.time_us, r.out_of_place.busbw))
+                .collect(),
+            in_place: p
+                .rows
+                .iter()
+                .map(|r| (r.size as f64, r.in_place.time_us, r.in_place.busbw))
                 .collect(),
         }
     }
@@ -198,19 +215,21 @@ impl Run {
             sweeps: vec![],
         };
         for s in sweeps {
-            let (mut points, mut placement) = (vec![], "out of place");
+            let (mut out_of_place, mut in_place) = (vec![], vec![]);
             for row in s["rows"].as_array().into_iter().flatten() {
                 // Open MPI's broadcast has one buffer: in place only.
-                let place = [("out of place", &row["out_of_place"]), ("in place", &row["in_place"])]
-                    .into_iter()
-                    .find(|(_, p)| p.is_object());
-                let (Some(size), Some((name, p))) = (row["size"].as_f64(), place) else {
+                let places = [
+                    (&mut out_of_place, &row["out_of_place"]),
+                    (&mut in_place, &row["in_place"]),
+                ];
+                let (Some(size), true) = (row["size"].as_f64(), places.iter().any(|(_, p)| p.is_object())) else {
                     return Err(not("a row without a size or a time"));
                 };
-                placement = name;
-                match (p["time_us"].as_f64(), p["busbw"].as_f64()) {
-                    (Some(t), Some(b)) => points.push((size, t, b)),
-                    _ => return Err(not("a row without time_us or busbw")),
+                for (points, p) in places.into_iter().filter(|(_, p)| p.is_object()) {
+                    match (p["time_us"].as_f64(), p["busbw"].as_f64()) {
+                        (Some(t), Some(b)) => points.push((size, t, b)),
+                        _ => return Err(not("a row without time_us or busbw")),
+                    }
                 }
             }
             let redop = text(s, "redop");
@@ -219,11 +238,15 @@ impl Run {
                 datatype: text(s, "type"),
                 redop: if redop == "none" { String::new() } else { redop },
                 memcpy_gbps: s["memcpy_gbps"].as_f64().or(json["memcpy_gbps"].as_f64()),
-                placement: placement.into(),
-                points,
+                out_of_place,
+                in_place,
             });
         }
-        if run.sweeps.iter().all(|s| s.points.is_empty()) {
+        if run
+            .sweeps
+            .iter()
+            .all(|s| s.out_of_place.is_empty() && s.in_place.is_empty())
+        {
             return Err(not("no rows"));
         }
         Ok(run)
@@ -274,16 +297,19 @@ pub const PALETTE: [(u8, u8, u8); 10] = [
     (23, 190, 207),
 ];
 
-/// The picture's size in pixels (PNG) or units (SVG), with a legend inside the time panel;
-/// past [`LEGEND_INSIDE`] lines, the legend goes below the panels and the picture grows.
+/// The size in pixels (PNG) or units (SVG) of the two panels with the title; the legend
+/// below them makes the picture taller by [`legend_height`].
 pub const SIZE: (u32, u32) = (1400, 600);
-
-/// The most lines whose legend fits inside the time panel.
-pub const LEGEND_INSIDE: usize = 8;
 
 /// The legend below the panels: its columns, and the height of a row.
 const LEGEND_COLUMNS: usize = 3;
 const LEGEND_ROW: u32 = 22;
+
+/// The height of the legend of `lines` lines, with its key to the placements (solid: out
+/// of place, dashed: in place) on a row of its own when `key`.
+pub fn legend_height(lines: usize, key: bool) -> u32 {
+    (lines.div_ceil(LEGEND_COLUMNS) + usize::from(key)) as u32 * LEGEND_ROW + 16
+}
 
 /// Draws `runs` into `target`; the title and each line's label say what tells them
 /// apart. Returns how many lines were drawn.
@@ -309,7 +335,10 @@ pub fn draw_saved(args: &PlotArgs) -> ExitCode {
     };
     match draw(target, &args.plot_with) {
         Ok(n) => {
-            println!("# Plot: {} ({})", target.path.display(), lines(n));
+            crate::error::print_line(
+                &format!("# Plot: {} ({})", target.path.display(), lines(n)),
+                crate::error::OnClosed::Drop,
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -334,7 +363,10 @@ struct Picture {
 
 struct Line {
     label: String,
-    points: Vec<(f64, f64, f64)>,
+    /// (bytes, µs, busbw GB/s): out of place, drawn solid.
+    out_of_place: Vec<(f64, f64, f64)>,
+    /// The same in place, drawn dashed.
+    in_place: Vec<(f64, f64, f64)>,
 }
 
 impl Picture {
@@ -344,7 +376,12 @@ impl Picture {
         let mut described = vec![];
         for run in runs {
             for s in &run.sweeps {
-                let mut parts = vec![s.op.clone(), s.datatype.clone(), s.redop.clone(), s.placement.clone()];
+                let mut parts = vec![
+                    s.op.clone(),
+                    s.datatype.clone(),
+                    s.redop.clone(),
+                    s.placement().to_string(),
+                ];
                 parts.extend(run.parts());
                 described.push((parts, run, s));
             }
@@ -372,7 +409,8 @@ impl Picture {
                     l if l.is_empty() => join(parts, &|i| i < 3),
                     l => l,
                 },
-                points: s.points.clone(),
+                out_of_place: s.out_of_place.clone(),
+                in_place: s.in_place.clone(),
             })
             .collect();
         // Lines that still read alike (the same setup run twice) say where they come from.
@@ -412,22 +450,26 @@ impl Picture {
         let (left, right) = panels.split_horizontally(SIZE.0 / 2);
         self.panel(&left, Panel::Busbw).map_err(fail)?;
         self.panel(&right, Panel::Time).map_err(fail)?;
-        if below > 0 {
-            self.legend_below(&legend).map_err(fail)?;
-        }
+        self.legend(&legend).map_err(fail)?;
         root.present().map_err(fail)
     }
 
-    /// [`SIZE`], taller by the rows of a legend below the panels when there is one.
-    fn size(&self) -> (u32, u32) {
-        match self.lines.len() {
-            n if n <= LEGEND_INSIDE => SIZE,
-            n => (SIZE.0, SIZE.1 + n.div_ceil(LEGEND_COLUMNS) as u32 * LEGEND_ROW + 16),
-        }
+    /// Whether the legend has a key to the placements: some line has both, or the lines
+    /// differ in which one they have.
+    fn key(&self) -> bool {
+        let solid = self.lines.iter().any(|l| !l.out_of_place.is_empty());
+        let dashed = self.lines.iter().any(|l| !l.in_place.is_empty());
+        solid && dashed
     }
 
-    /// Many lines: their legend in columns under the panels, so that it hides no line.
-    fn legend_below<DB: DrawingBackend>(
+    /// [`SIZE`], taller by the rows of the legend below the panels.
+    fn size(&self) -> (u32, u32) {
+        (SIZE.0, SIZE.1 + legend_height(self.lines.len(), self.key()))
+    }
+
+    /// The picture's one legend, in columns under both panels (so that it hides no line):
+    /// the key to the placements on the first row, then each line's colour and label.
+    fn legend<DB: DrawingBackend>(
         &self,
         area: &DrawingArea<DB, Shift>,
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
@@ -437,9 +479,31 @@ impl Picture {
             .into_font()
             .color(&BLACK)
             .pos(Pos::new(HPos::Left, VPos::Center));
+        let mut top = 8;
+        if self.key() {
+            let grey = RGBColor(90, 90, 90);
+            let keys = [
+                (false, "out of place (send and receive buffers)"),
+                (true, "in place (one buffer)"),
+            ];
+            for (k, (dashed, text)) in keys.into_iter().enumerate() {
+                let x = 80 + k as i32 * width;
+                let stroke = grey.stroke_width(3);
+                match dashed {
+                    false => area.draw(&PathElement::new(vec![(x, top), (x + 24, top)], stroke))?,
+                    true => {
+                        for d in [0, 10, 20] {
+                            area.draw(&PathElement::new(vec![(x + d, top), (x + d + 5, top)], stroke))?;
+                        }
+                    }
+                }
+                area.draw(&Text::new(text, (x + 34, top), font.clone()))?;
+            }
+            top += LEGEND_ROW as i32;
+        }
         for (i, line) in self.lines.iter().enumerate() {
             let x = 80 + (i / rows) as i32 * width;
-            let y = 8 + (i % rows) as i32 * LEGEND_ROW as i32;
+            let y = top + (i % rows) as i32 * LEGEND_ROW as i32;
             area.draw(&sample(i, (x, y)))?;
             area.draw(&Text::new(line.label.as_str(), (x + 34, y), font.clone()))?;
         }
@@ -455,7 +519,11 @@ impl Picture {
             Panel::Busbw => p.2,
             Panel::Time => p.1,
         };
-        let points = || self.lines.iter().flat_map(|l| l.points.iter());
+        let points = || {
+            self.lines
+                .iter()
+                .flat_map(|l| l.out_of_place.iter().chain(l.in_place.iter()))
+        };
         let sizes: Vec<f64> = points().map(|p| p.0).filter(|v| *v > 0.0).collect();
         let mut values: Vec<f64> = points().map(value).filter(|v| *v > 0.0).collect();
         if panel == Panel::Busbw {
@@ -499,16 +567,18 @@ impl Picture {
             .draw()?;
         for (i, line) in self.lines.iter().enumerate() {
             let color = colour(i);
-            let series = line
-                .points
-                .iter()
-                .map(|p| (p.0, value(p)))
-                .filter(|p| p.0 > 0.0 && p.1 > 0.0);
-            chart.draw_series(LineSeries::new(series.clone(), color.stroke_width(3)))?;
-            let drawn = chart.draw_series(series.map(|p| mark(i, p)))?;
-            if panel == Panel::Time && self.lines.len() <= LEGEND_INSIDE {
-                drawn.label(line.label.as_str()).legend(move |at| sample(i, at));
-            }
+            let series = |points: &[(f64, f64, f64)]| -> Vec<(f64, f64)> {
+                points
+                    .iter()
+                    .map(|p| (p.0, value(p)))
+                    .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+                    .collect()
+            };
+            let (solid, dashed) = (series(&line.out_of_place), series(&line.in_place));
+            chart.draw_series(LineSeries::new(solid.clone(), color.stroke_width(3)))?;
+            chart.draw_series(solid.into_iter().map(|p| mark(i, p, true)))?;
+            chart.draw_series(DashedLineSeries::new(dashed.clone(), 9, 6, color.stroke_width(2)))?;
+            chart.draw_series(dashed.into_iter().map(|p| mark(i, p, false)))?;
         }
         if panel == Panel::Busbw {
             // Bounds of several hosts may lie close: their labels stand side by side.
@@ -524,16 +594,6 @@ impl Picture {
                 ))?;
             }
         }
-        if panel == Panel::Time && self.lines.len() <= LEGEND_INSIDE {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .margin(12)
-                .label_font(("sans-serif", 14))
-                .background_style(WHITE.mix(0.9))
-                .border_style(RGBColor(160, 160, 160))
-                .draw()?;
-        }
         Ok(())
     }
 }
@@ -545,19 +605,21 @@ fn colour(i: usize) -> RGBColor {
 }
 
 /// The mark at each point of line `i` (a circle, then, once the colours have all been
-/// used, a triangle, a square, a cross, so that no two lines look alike); in the legend,
-/// with a stroke of the line through it.
+/// used, a triangle, a square, a cross, so that no two lines look alike), filled out of
+/// place and open in place; in the legend, with a stroke of the line through it.
 struct Mark<C> {
     at: C,
     line: usize,
     in_legend: bool,
+    filled: bool,
 }
 
-fn mark<C>(line: usize, at: C) -> Mark<C> {
+fn mark<C>(line: usize, at: C, filled: bool) -> Mark<C> {
     Mark {
         at,
         line,
         in_legend: false,
+        filled,
     }
 }
 
@@ -567,6 +629,7 @@ fn sample(line: usize, at: BackendCoord) -> Mark<BackendCoord> {
         at,
         line,
         in_legend: true,
+        filled: true,
     }
 }
 
@@ -593,11 +656,16 @@ impl<C, DB: DrawingBackend> Drawable<DB> for Mark<C> {
             backend.draw_path([(x, y), (x + 24, y)], &color.stroke_width(3))?;
             x += 12;
         }
-        let fill = color.filled();
+        let fill = match self.filled {
+            true => color.filled(),
+            false => color.stroke_width(2),
+        };
+        let filled = self.filled;
         match self.line / PALETTE.len() % 4 {
-            0 => backend.draw_circle((x, y), 4, &fill, true),
-            1 => backend.fill_polygon([(x, y - 6), (x - 6, y + 4), (x + 6, y + 4)], &fill),
-            2 => backend.draw_rect((x - 4, y - 4), (x + 4, y + 4), &fill, true),
+            0 => backend.draw_circle((x, y), 4, &fill, filled),
+            1 if filled => backend.fill_polygon([(x, y - 6), (x - 6, y + 4), (x + 6, y + 4)], &fill),
+            1 => backend.draw_path([(x, y - 6), (x - 6, y + 4), (x + 6, y + 4), (x, y - 6)], &fill),
+            2 => backend.draw_rect((x - 4, y - 4), (x + 4, y + 4), &fill, filled),
             _ => {
                 let pen = color.stroke_width(2);
                 backend.draw_line((x - 4, y - 4), (x + 4, y + 4), &pen)?;
@@ -720,7 +788,7 @@ mod tests {
 
     fn p_sweep() -> Sweep {
         Sweep {
-            points: vec![(4.0, 1.0, 0.1)],
+            out_of_place: vec![(4.0, 1.0, 0.1)],
             ..Sweep::default()
         }
     }
@@ -744,8 +812,9 @@ mod tests {
         };
         let p = Picture::of(&[a, again]);
         assert_eq!(p.lines[1].label, "all_reduce, float, sum (again)");
-        assert_eq!(p.size(), SIZE);
-        // Many lines: the legend goes below the panels, and the picture grows for it.
+        // One legend, below the panels: one row for two lines (no key: out of place only).
+        assert_eq!(p.size(), (SIZE.0, SIZE.1 + LEGEND_ROW + 16));
+        // Many lines: the legend grows, and the picture with it.
         let many = Run {
             sweeps: vec![p_sweep(); 12],
             ..Run::from_json(&result(2, "tcp"), "m").unwrap()
@@ -761,7 +830,7 @@ mod tests {
                          "in_place": {"time_us": 1.0, "busbw": 0.004}}]});
         let run = Run::from_json(&mpi, "mpi").unwrap();
         assert_eq!(
-            (run.backend.as_str(), run.sweeps[0].points[0]),
+            (run.backend.as_str(), run.sweeps[0].in_place[0]),
             ("mpi", (4.0, 1.0, 0.004))
         );
         let hello = json!({"example": "00-nccl-hello-world", "world_size": 2, "ranks": []});

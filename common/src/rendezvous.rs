@@ -26,6 +26,7 @@ const WAIT: u8 = 4;
 const BYE: u8 = 5;
 const FIRST_LOST: u8 = 6;
 const CLOCK: u8 = 7;
+const WAITING: u8 = 8;
 const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
@@ -75,6 +76,9 @@ struct State {
     lost: BTreeMap<usize, String>,
     /// The first rank lost: the cause of the failures that follow.
     first_lost: Option<usize>,
+    /// What each rank is waiting for in the store now: a rank missing from a wait that
+    /// is itself waiting here is not the one stuck.
+    waiting: HashMap<usize, String>,
 }
 
 impl StoreServer {
@@ -252,7 +256,7 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
             shared.update(|st| st.finished.insert(rank));
             return;
         }
-        let reply = match shared.request(kind, &payload) {
+        let reply = match shared.request(rank, kind, &payload) {
             Ok(body) => wire::write_frame(&mut conn, OK, &body),
             Err(why) => wire::write_frame(&mut conn, ERR, why.as_bytes()),
         };
@@ -305,7 +309,8 @@ impl Shared {
         })
     }
 
-    fn request(&self, kind: u8, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    /// Answers one request of `rank`.
+    fn request(&self, rank: usize, kind: u8, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
         let mut d = Decoder(payload);
         let malformed = |e: io::Error| format!("malformed request: {e}");
         match kind {
@@ -330,7 +335,14 @@ impl Shared {
                 for _ in 0..n {
                     keys.push((d.str().map_err(malformed)?.to_string(), d.u64().map_err(malformed)?));
                 }
-                self.wait(&keys, &what, timeout)
+                self.update(|st| st.waiting.insert(rank, what.clone()));
+                let reply = self.wait(&keys, &what, timeout);
+                // A rank whose wait failed fails too, from this meeting: it stays counted
+                // in it, so that no moment shows it busy elsewhere.
+                if reply.is_ok() {
+                    self.update(|st| st.waiting.remove(&rank));
+                }
+                reply
             }
             FIRST_LOST => {
                 let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -338,6 +350,14 @@ impl Shared {
                     Some(r) => Encoder::default().u64(1).u64(r as u64).str(&st.lost[&r]).0,
                     None => Encoder::default().u64(0).0,
                 })
+            }
+            WAITING => {
+                let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut e = Encoder::default().u64(st.waiting.len() as u64);
+                for r in st.waiting.keys() {
+                    e = e.u64(*r as u64);
+                }
+                Ok(e.0)
             }
             CLOCK => Ok(Encoder::default().u64(crate::trace::monotonic_ns()).str(&self.boot).0),
             other => Err(format!("unknown request kind {other}")),
@@ -369,19 +389,10 @@ impl Shared {
             }
             let now = Instant::now();
             if now >= deadline {
-                let never = missing
-                    .iter()
-                    .filter(|r| !st.joined.contains_key(&(**r as usize)))
-                    .count();
-                let hint = if never == missing.len() {
-                    " (they never joined: did they start?)"
-                } else {
-                    ""
-                };
                 return Err(format!(
-                    "timed out after {} waiting for {what}: {} not there{hint}",
+                    "timed out after {} waiting for {what}: {}",
                     crate::units::human_duration(timeout),
-                    rank_list(&missing)
+                    missing_ranks(&st, &missing)
                 ));
             }
             st = self
@@ -391,6 +402,41 @@ impl Shared {
                 .0;
         }
     }
+}
+
+/// Who of `missing` kept a wait from ending, the rank the others wait on first: ranks
+/// alive but busy elsewhere (in a send or receive, on the GPU: not waiting in the store),
+/// then ranks that are themselves waiting in the store for something else (they wait
+/// too, and are no cause), then ranks that never joined.
+fn missing_ranks(st: &State, missing: &[u64]) -> String {
+    let (mut busy, mut waiting, mut never) = (Vec::new(), Vec::new(), Vec::new());
+    for r in missing {
+        let rank = *r as usize;
+        if !st.joined.contains_key(&rank) {
+            never.push(*r);
+        } else if let Some(what) = st.waiting.get(&rank) {
+            waiting.push(format!("rank {r} was itself waiting for {what}"));
+        } else {
+            busy.push(*r);
+        }
+    }
+    let mut said = Vec::new();
+    if !busy.is_empty() {
+        let (who, verb) = (rank_list(&busy), if busy.len() == 1 { "is" } else { "are" });
+        said.push(format!(
+            "{who} {verb} alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?)"
+        ));
+    }
+    said.extend(waiting);
+    if !never.is_empty() {
+        let hint = if never.len() == missing.len() {
+            " (they never joined: did they start?)"
+        } else {
+            " (never joined)"
+        };
+        said.push(format!("{} not there{hint}", rank_list(&never)));
+    }
+    said.join("; ")
 }
 
 /// "rank 3" or "ranks 2, 3".
@@ -543,6 +589,15 @@ impl Store {
         })
     }
 
+    /// The ranks waiting in the store now (in a meeting: a table, a check, a barrier):
+    /// ranks that went on, as opposed to ranks busy elsewhere.
+    pub fn waiting(&mut self) -> Result<Vec<usize>> {
+        let reply = self.call(WAITING, &[], "the ranks waiting")?;
+        let mut d = Decoder(&reply);
+        let n = d.u64()?;
+        (0..n).map(|_| Ok(d.u64()? as usize)).collect()
+    }
+
     /// The store's clock, read once: its monotonic clock in nanoseconds (rank 0's, which
     /// hosts it) and the boot id of its kernel ([`crate::trace::boot_id`]). One round trip;
     /// [`crate::trace::Clock::measure`] makes several and keeps the quickest.
@@ -685,6 +740,36 @@ mod tests {
         st.timeout = Duration::from_millis(200);
         let e = st.barrier("b", 0, 3).unwrap_err().to_string();
         assert!(e.contains("ranks 1, 2 not there (they never joined"), "{e}");
+    }
+
+    #[test]
+    fn a_timeout_names_the_rank_busy_elsewhere_before_the_ranks_that_wait_too() {
+        // Rank 1 waits in the store for another meeting; rank 2 joined and never comes
+        // (stuck in a send, say): rank 2 is the one the others wait on.
+        let s = server(3);
+        let mut zero = join(&s, "job-a", 3, 0).unwrap();
+        let mut one = join(&s, "job-a", 3, 1).unwrap();
+        let _two = join(&s, "job-a", 3, 2).unwrap();
+        one.timeout = Duration::from_secs(3);
+        let waiter = thread::spawn(move || one.barrier("rows", 1, 3));
+        thread::sleep(Duration::from_millis(100));
+        zero.timeout = Duration::from_millis(300);
+        let e = zero.barrier("check", 0, 3).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "waiting for every rank to reach 'check': rank 2 is alive but did not come: busy outside the store \
+                 (stuck in a send, a receive or on the GPU?); rank 1 was itself waiting for every rank to reach 'rows'"
+            ),
+            "{e}"
+        );
+        let (busy, waiting) = (
+            e.find("rank 2 is alive").unwrap(),
+            e.find("rank 1 was itself waiting").unwrap(),
+        );
+        assert!(busy < waiting, "the rank waited on first: {e}");
+        assert!(!e.contains("not there"), "{e}");
+        drop(zero);
+        let _ = waiter.join();
     }
 
     #[test]

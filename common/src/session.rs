@@ -185,6 +185,9 @@ pub struct Session {
     trace: Option<std::path::PathBuf>,
     /// Seconds per call the last timed loop took to issue its calls.
     issued: f64,
+    /// What this rank sent to and received from each peer point-to-point: compared with
+    /// the others' at the end of the job.
+    ledger: p2p::Ledger,
 }
 
 impl Session {
@@ -198,10 +201,15 @@ impl Session {
             device::probe()
         };
         let (kind, reason) = device::choose(run.backend, &probe)?;
+        if let Some(shown) = run.show_calls {
+            shown
+                .check(world)
+                .map_err(|message| SharedError { message, usage: true })?;
+        }
         // Said first, before anything can fail: which backend, and on NCCL which library.
         if rank == 0 && run.format == Format::Text {
             print_out(&reason);
-            if run.show_calls && kind == Kind::Cpu {
+            if run.show_calls.is_some() && kind == Kind::Cpu {
                 print_out(
                     "--show-calls: the CPU backend makes no NCCL or CUDA call (it runs NCCL's ring algorithms \
                      itself); to see NCCL's calls on a machine with no GPU, add --simulate-gpus N",
@@ -264,7 +272,11 @@ impl Session {
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
                 // the backend compares the GPUs themselves, not their numbers.
-                let shown = backend::calls::Shown::new(rank, run.show_calls, run.format == Format::Json);
+                let shown = backend::calls::Shown::new(
+                    rank,
+                    run.show_calls.is_some_and(|s| s.shows(rank)),
+                    run.format == Format::Json,
+                );
                 let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
@@ -329,6 +341,7 @@ impl Session {
             steps: run.steps && kind == Kind::Cpu,
             trace: run.trace.clone(),
             issued: 0.0,
+            ledger: p2p::Ledger::new(world),
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
@@ -494,6 +507,7 @@ impl Session {
         self.flush_steps(false)?;
         let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
+        self.say_p2p()?;
         self.store
             .set(&format!("{key}/{}", self.rank()), &serde_json::to_vec(&mine)?)?;
         if self.rank() != 0 {
@@ -590,14 +604,18 @@ impl Session {
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
         let rank = self.rank();
-        self.backend.send(buf, peer).with_context(|| format!("rank {rank}"))
+        self.ledger.enter(Some((peer, buf.len() * size_of::<T>())), None);
+        let sent = self.backend.send(buf, peer);
+        self.ledger.leave(sent).with_context(|| format!("rank {rank}"))
     }
 
     /// Receives a whole buffer from rank `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
         let rank = self.rank();
-        self.backend.recv(buf, peer).with_context(|| format!("rank {rank}"))
+        self.ledger.enter(None, Some((peer, buf.len() * size_of::<T>())));
+        let got = self.backend.recv(buf, peer);
+        self.ledger.leave(got).with_context(|| format!("rank {rank}"))
     }
 
     /// Runs `coll` on this rank, as every rank must: out of place from `send` into
@@ -666,6 +684,7 @@ impl Session {
 
     /// Waits until every rank gets here (through the store, so it costs a round trip).
     pub fn barrier(&mut self) -> Result<()> {
+        self.say_p2p()?;
         let key = self.next_key("barrier");
         let (rank, world) = (self.rank(), self.world_size());
         let _span = crate::record::wait("barrier");
@@ -681,6 +700,7 @@ impl Session {
 
     /// Every rank's `value`, in rank order, on every rank (`what` names it in errors).
     pub fn share_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
+        self.say_p2p()?;
         let key = self.next_key("gather");
         let (rank, world) = (self.rank(), self.world_size());
         let all = self.store.share(&key, rank, world, &value.to_le_bytes(), what)?;
@@ -775,6 +795,7 @@ impl Session {
         let key = self.next_key("check");
         let mine = serde_json::to_vec(&(wrong, first))?;
         let (rank, world) = (self.rank(), self.world_size());
+        self.say_p2p()?;
         let replies = self.store.share(&key, rank, world, &mine, "every rank's check")?;
         let results: Vec<(usize, Option<String>)> = replies
             .iter()
@@ -964,7 +985,8 @@ impl Session {
         let (rank, world) = (self.rank(), self.world_size());
         self.flush_steps(true)?;
         let trace = self.gather_trace()?;
-        self.store.barrier("end", rank, world)?;
+        // The last meeting: every rank's point-to-point accounts, compared.
+        let unreceived = self.settle_p2p()?;
         self.backend.close()?;
         self.store.bye();
         if let Some(server) = &self.server {
@@ -986,8 +1008,17 @@ impl Session {
         if rank == 0 && self.format == Format::Json {
             print_out(&serde_json::to_string_pretty(&self.report)?);
         }
-        match self.failed {
-            Some(message) => Err(SharedError { message, usage: false }.into()),
+        // A message sent and never received: one line each, said by its sender.
+        let mut said = unreceived.into_iter().map(|line| anyhow!(line)).collect::<Vec<_>>();
+        let last = match self.failed {
+            Some(message) => Some(SharedError { message, usage: false }.into()),
+            None => said.pop(),
+        };
+        for line in said {
+            crate::error::say_line(&crate::error::line(Some(rank), &line));
+        }
+        match last {
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
@@ -995,6 +1026,13 @@ impl Session {
     /// Adds to a failure which rank went first, when that is another rank: a rank whose
     /// neighbour exited because of a third rank's crash then names the crashed one.
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+        if crate::error::is_shared(&err) {
+            return err;
+        }
+        // A message this rank sent and a peer went on without receiving: the cause.
+        if let Some(line) = self.unreceived_at_failure() {
+            return err.context(line);
+        }
         if crate::error::is_shared(&err) || crate::error::names_culprit(&err) {
             return err;
         }
@@ -1036,6 +1074,7 @@ impl Session {
             crate::record::stop_steps();
             return Ok(());
         }
+        self.say_p2p()?;
         let key = self.next_key("steps");
         let (rank, world) = (self.rank(), self.world_size());
         // Shared with every rank, so that all decide alike whether steps were shown.
@@ -1066,6 +1105,7 @@ impl Session {
         if self.trace.is_none() {
             return Ok(None);
         }
+        self.say_p2p()?;
         let (rank, world) = (self.rank(), self.world_size());
         let mine = crate::trace::RankTrace::new(&mut self.store, rank, self.members[rank].host.clone())?;
         self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)?;
@@ -1114,6 +1154,5 @@ fn cell(v: &serde_json::Value) -> String {
 
 /// Prints a line on stdout; a reader that went away (`| head`) is not an error.
 fn print_out(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout(), "{line}");
+    crate::error::print_line(line, crate::error::OnClosed::Drop);
 }

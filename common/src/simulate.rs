@@ -98,9 +98,13 @@ fn build_folder() -> Option<(PathBuf, String)> {
 /// The simulator beside this program, if cargo built it there.
 fn find() -> Option<PathBuf> {
     let (dir, _) = build_folder()?;
+    // The newer of the two: `cargo test` refreshes only the one in deps/, so the other
+    // may be a stale build that lacks what the lesson now calls.
+    let modified = |f: &PathBuf| std::fs::metadata(f).and_then(|m| m.modified()).ok();
     [dir.join(LIBRARY), dir.join("deps").join(LIBRARY)]
         .into_iter()
-        .find(|f| f.is_file())
+        .filter(|f| f.is_file())
+        .max_by_key(modified)
 }
 
 /// Builds the simulator with cargo, into the target folder this program came from.

@@ -88,6 +88,17 @@ pub enum Op {
 }
 
 impl Op {
+    /// NCCL's number for the operation (`ncclSum` is 0), as `NCCL_DEBUG` prints it.
+    pub fn to_nccl(self) -> u32 {
+        match self {
+            Self::Sum => 0,
+            Self::Prod => 1,
+            Self::Max => 2,
+            Self::Min => 3,
+            Self::Avg => 4,
+        }
+    }
+
     /// The operation for NCCL's number, or why it is refused (`ncclInvalidArgument`).
     pub fn from_nccl(v: u32) -> Result<Self, String> {
         Ok(match v {

@@ -10,8 +10,11 @@ pub struct Exercise {
     /// Where the student's code is, and its package and binary; `None` when the chapter
     /// asks for runs and answers, not code.
     pub code: Option<Code>,
-    /// Shown by `workbook hint N` and `check --hint`.
+    /// A nudge, shown by `workbook hint N` and `check --hint`: which step, which peer,
+    /// what to look at; not the answer.
     pub hint: &'static str,
+    /// The solution in words, shown only when asked for again: `workbook hint N --more`.
+    pub more: Option<&'static str>,
 }
 
 /// An exercise's code: the starting crate under exercises/, its solution under solutions/.
@@ -110,6 +113,7 @@ pub fn all() -> Vec<Exercise> {
             hint: "Run `cargo run --release --bin 00-nccl-hello-world -- --nproc-per-node 5` and read the \
                    device column: device = rank % device_count, where device_count is the number of GPUs \
                    of the node (on the CPU backend, the number of ranks of the node).",
+            more: None,
         },
         Exercise {
             number: 2,
@@ -117,6 +121,7 @@ pub fn all() -> Vec<Exercise> {
             code: None,
             hint: "Run 01-nccl-broadcast with --root 2 --value 7 --nproc-per-node 4 and compare the root's \
                    row before and after: a broadcast only writes into the other ranks' buffers.",
+            more: None,
         },
         Exercise {
             number: 3,
@@ -125,10 +130,16 @@ pub fn all() -> Vec<Exercise> {
                 dir: "03_average",
                 cases: average_cases,
             }),
-            hint: "After all_reduce every element is the sum over the n ranks; the average is that \
+            hint: "After all_reduce every element holds the sum over the ranks: one more step makes it \
+                   the average. Which number divides it, and which Session call tells you that number? \
+                   Then: the buffer lives where the backend computes; which Session calls bring it to host \
+                   memory as a Vec, and make a buffer again from a Vec?",
+            more: Some(
+                "After all_reduce every element is the sum over the n ranks; the average is that \
                    sum divided by n = session.world_size(). Read the buffer with session.to_host(buf)?, \
                    map every element x to x / n as f32, and put the result back with \
                    *buf = session.from_host(values)?.",
+            ),
         },
         Exercise {
             number: 4,
@@ -137,12 +148,20 @@ pub fn all() -> Vec<Exercise> {
                 dir: "04_p2p_broadcast",
                 cases: p2p_broadcast_cases,
             }),
-            hint: "Every send needs a matching recv on the peer, with as many elements. Star: the root \
+            hint: "Every send needs a matching recv on the peer, with as many elements: for each rank, \
+                   write down what it sends to whom and what it receives from whom, and check that the two \
+                   lists pair up. Star: which rank talks to every other? Chain: look at `pos`; which rank \
+                   has nobody before it, and which has nobody after it (its `next` is the root, which \
+                   receives nothing)? Pipeline: the chain's steps, for one piece at a time. Try --root 2 \
+                   by hand: every rank's place in the chain moves.",
+            more: Some(
+                "Every send needs a matching recv on the peer, with as many elements. Star: the root \
                    loops over the other ranks, each of which calls recv(buf, root) once. Chain: `pos` is \
                    a rank's place after the root; every rank with pos > 0 receives from `prev`, and every \
                    rank with pos < n - 1 then sends to `next`. Pipeline: the same two ifs, inside the loop \
                    over pieces, with recv_part/send_part on piece(k). Check the ranks that are not root 0: \
                    --root 2 moves the start of the chain.",
+            ),
         },
         Exercise {
             number: 5,
@@ -151,13 +170,21 @@ pub fn all() -> Vec<Exercise> {
                 dir: "05_ring_allreduce",
                 cases: ring_cases,
             }),
-            hint: "Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
+            hint: "Draw 3 ranks and 3 chunks on paper first. In the reduce-scatter, at every step each \
+                   rank sends one chunk to its right and adds the chunk arriving from its left into its \
+                   own copy: which chunk does rank r send at step 0, and which at step 1? After n - 1 \
+                   steps, which chunk holds the full sum on rank r? The all-gather then passes the \
+                   finished chunks round the same ring. If only the largest case fails, after the \
+                   timeout, look at the order of each rank's send and receive (send_recv).",
+            more: Some(
+                "Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
                    c(rank + n - t - 1) from the left, with send_recv_add; after n - 1 steps rank r holds \
                    the full sum of chunk r + 1. All-gather, step t: send the finished chunk \
                    c(rank + 1 + n - t) and receive chunk c(rank + n - t) with send_recv. Draw 3 ranks \
                    and 3 chunks on paper first. If only the largest case fails, after the timeout, your \
                    ranks all send before they receive: each waits for a neighbour that is itself \
                    sending; send_recv does both at once.",
+            ),
         },
         Exercise {
             number: 6,
@@ -166,6 +193,7 @@ pub fn all() -> Vec<Exercise> {
             hint: "algbw = size / time (bytes per second, in GB/s of 1e9 B); busbw = algbw × 2(n-1)/n for \
                    all-reduce, × 1 for broadcast. The turn from latency-bound to bandwidth-bound is where \
                    the time starts to grow in proportion to the size.",
+            more: None,
         },
         Exercise {
             number: 7,
@@ -174,10 +202,16 @@ pub fn all() -> Vec<Exercise> {
                 dir: "07_packed_broadcast",
                 cases: packed_cases,
             }),
-            hint: "Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
+            hint: "Each: one broadcast per tensor, in a loop. Packed: three steps (one buffer holding \
+                   every tensor, in order; one broadcast; the buffer cut back into the tensors, in the \
+                   same order). Which Session calls move a buffer to host memory and back, and where does \
+                   each tensor start in the packed one?",
+            more: Some(
+                "Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
                    tensor's s.to_host(tensor)? into one Vec, in order; s.from_host(that)?; one \
                    s.broadcast; then s.to_host(&packed)? and give each tensor its slice back, in the same \
                    order, with *tensor = s.from_host(slice.to_vec())? (a tensor's length is tensor.len()).",
+            ),
         },
         Exercise {
             number: 8,
@@ -186,13 +220,21 @@ pub fn all() -> Vec<Exercise> {
                 dir: "08_sharded_update",
                 cases: sharded_cases,
             }),
-            hint: "Rank r owns the parameters rank × shard .. (rank + 1) × shard. 8a: let mut g = \
+            hint: "Three steps, one collective or one loop each. 8a: which collective leaves each rank \
+                   with the average of its own block of the gradients only (and how large is that \
+                   block)? 8b: which parameters does rank r own, and where do they start? 8c: which \
+                   collective puts every rank's block back into every rank's params? If only your own \
+                   shard is right, a step is missing; if every rank holds the same wrong values, look at \
+                   a shard's offset.",
+            more: Some(
+                "Rank r owns the parameters rank × shard .. (rank + 1) × shard. 8a: let mut g = \
                    s.from_host(vec![0.0; shard])?; then s.reduce_scatter_into(grads, &mut g, ReduceOp::Avg)? \
                    gives g the average of block `rank` of every rank's gradients. 8b: take that block of \
                    s.to_host(params)?, subtract lr × g element by element, and make a buffer of it with \
                    s.from_host. 8c: s.all_gather_into(&that, params)? puts rank i's shard at block i of \
                    every rank's params. If only your own shard is right, the all-gather is missing; if \
                    every rank holds the same wrong values, a shard's offset is wrong.",
+            ),
         },
         Exercise {
             number: 9,
@@ -201,9 +243,18 @@ pub fn all() -> Vec<Exercise> {
             hint: "Submit slurm/02-nccl-allreduce.sbatch with NCCL_DEBUG=INFO exported, on one node, then \
                    on two (--nodes=2); in the .out file, the lines with 'via' name the transport NCCL \
                    chose for each pair of ranks.",
+            more: None,
         },
     ]
 }
+
+/// What the CPU backend's shared-memory channel from one rank to another holds: a send
+/// of more waits for its receiver.
+const SHM_CHANNEL: usize = common::transport::shm::SLOT_BYTES * common::transport::shm::SLOTS;
+
+/// Exercise 4's large case: 16 MiB, more than [`SHM_CHANNEL`] (checked below).
+const LARGER_THAN_A_CHANNEL: &str = "--size 16M";
+const _: () = assert!(16 << 20 > SHM_CHANNEL);
 
 fn worlds(max: usize) -> impl Iterator<Item = usize> {
     2..=max.clamp(2, 5)
@@ -223,23 +274,28 @@ fn average_cases(max: usize) -> Vec<Case> {
 }
 
 /// Every rank ends with the root's 42, 43, 44, ...: roots other than 0, counts of one
-/// element, of a few, and of many pieces.
+/// element, of a few, and of many pieces, and a buffer larger than the shared-memory
+/// channel between two ranks ([`SHM_CHANNEL`]): there a send returns only once its peer
+/// receives, so that a send nobody receives (a chain whose last rank sends on, to the
+/// root) blocks and fails the case, as it would on NCCL, rather than wait in the channel.
 fn p2p_broadcast_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for algo in ["star", "chain", "pipeline"] {
-        for (n, root, count) in [
-            (2, 1, "7"),
-            (3, 0, "100003"),
-            (4, 3, "1"),
-            (5, 2, "13"),
-            (5, 4, "100003"),
+        for (n, root, size) in [
+            (2, 1, "--count 7"),
+            (3, 0, "--count 100003"),
+            (4, 3, "--count 1"),
+            (5, 2, "--count 13"),
+            (5, 4, "--count 100003"),
+            (3, 1, LARGER_THAN_A_CHANNEL),
         ] {
             if n > max.max(2) {
                 continue;
             }
             let root = root.to_string();
+            let (flag, value) = size.split_once(' ').expect("a flag and its value");
             let args = [
-                "--algo", algo, "--root", &root, "--count", count, "--iters", "1", "--show", "16",
+                "--algo", algo, "--root", &root, flag, value, "--iters", "1", "--show", "16",
             ];
             cases.push(Case::new(n, &args, "after", |_, i| 42.0 + i as f64));
         }

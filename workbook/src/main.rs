@@ -1,7 +1,22 @@
 //! The workbook's checker, as rustlings has one: `cargo workbook check 5` builds your
 //! code for exercise 5, runs it as real multi-process jobs for every world size and count
-//! the exercise demands, and says what is wrong, rank by rank and element by element.
-//! `cargo workbook hint 5` gives a hint; `cargo workbook check --all` checks them all.
+//! the exercise demands, and says what is wrong, rank by rank and element by element: a
+//! wrong value, a deadlock, a message sent and never received (the end of every job
+//! compares each rank's sends with its peers' receives), the rank the others waited on
+//! named first.
+//! `cargo workbook hint 5` gives a hint (a nudge), `hint 5 --more` the solution in words;
+//! `cargo workbook check --all` checks them all.
+
+/// `println!`, except that output to a closed pipe (`cargo workbook check 8 | head -5`)
+/// ends the checker quietly, with status 0, rather than with a panic.
+macro_rules! println {
+    () => {
+        common::error::print_line("", common::error::OnClosed::Exit)
+    };
+    ($($arg:tt)*) => {
+        common::error::print_line(&format!($($arg)*), common::error::OnClosed::Exit)
+    };
+}
 
 mod exercises;
 
@@ -60,10 +75,13 @@ enum Cmd {
         #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=5))]
         max_world: u32,
     },
-    /// Shows the hint of an exercise.
+    /// Shows the hint of an exercise: a nudge (which step, which peer, what to look at).
     Hint {
         /// The exercise: its chapter in EXERCISES.md.
         number: u32,
+        /// The solution in words, rather than a nudge: for when the hint was not enough.
+        #[arg(long)]
+        more: bool,
     },
 }
 
@@ -111,9 +129,32 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Hint { number } => match find(&all, number) {
+        Cmd::Hint { number, more } => match find(&all, number) {
             Ok(ex) => {
-                println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
+                match (more, ex.more) {
+                    (false, _) => {
+                        println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
+                        if ex.more.is_some() {
+                            println!(
+                                "\nStill stuck? `cargo workbook hint {} --more` says the solution in words.",
+                                ex.number
+                            );
+                        }
+                    }
+                    (true, Some(words)) => println!(
+                        "The solution of exercise {} ({}), in words:\n{}",
+                        ex.number,
+                        ex.title,
+                        wrap(words, 90)
+                    ),
+                    (true, None) => println!(
+                        "Exercise {} ({}) has no more than its hint: its answers are in EXERCISES.md, folded under \
+                         each question.\n{}",
+                        ex.number,
+                        ex.title,
+                        wrap(ex.hint, 90)
+                    ),
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,
@@ -276,6 +317,10 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
         }
         if opts.hint {
             println!("Hint: {}", wrap(ex.hint, 90).replace('\n', "\n      "));
+            println!(
+                "Still stuck? `cargo workbook hint {} --more` says the solution in words.",
+                ex.number
+            );
         } else {
             println!("Stuck? `cargo workbook hint {}` gives a hint.", ex.number);
         }
@@ -349,12 +394,9 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
             testkit::LIMIT
         )]);
     }
-    let errors: Vec<String> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error:"))
+    let errors: Vec<String> = awaited_first(run.stderr.lines().filter(|l| l.starts_with("error:")))
+        .into_iter()
         .take(6)
-        .map(str::to_string)
         .collect();
     let Ok(report) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
         let mut lines = vec![format!("the job failed ({}), saying:", exit_text(run.code))];
@@ -364,6 +406,7 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
             lines.extend(errors);
         }
         lines.extend(deadlock(&run.stderr));
+        lines.extend(unreceived(&run.stderr));
         return Err(lines);
     };
     let mut lines = compare(&report, case);
@@ -381,6 +424,7 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
         lines.push(format!("the job failed ({}), saying:", exit_text(run.code)));
         lines.extend(errors);
         lines.extend(deadlock(&run.stderr));
+        lines.extend(unreceived(&run.stderr));
     }
     if lines.is_empty() { Ok(()) } else { Err(lines) }
 }
@@ -423,6 +467,56 @@ fn stuck_ranks(stderr: &str) -> Vec<(usize, Option<Stuck>)> {
         seen.push((rank, stuck_in(rank, what)));
     }
     seen
+}
+
+/// The ranks' error lines, the rank that the others waited on first: ordered by how many
+/// other ranks' lines say they waited for it (in a send or receive to it, on the GPU, or
+/// at a meeting it did not come to), most first, else as they came. A rank stuck in a send
+/// nobody receives is then read before the ranks whose meetings timed out without it.
+fn awaited_first<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let lines: Vec<&str> = lines.collect();
+    let rank_of = |line: &str| rank_after(line, "error: rank ");
+    let waits: Vec<Vec<usize>> = lines.iter().map(|l| awaited(l)).collect();
+    let score = |line: &str| match rank_of(line) {
+        Some(r) => waits
+            .iter()
+            .zip(&lines)
+            .filter(|(w, other)| rank_of(other) != Some(r) && w.contains(&r))
+            .count(),
+        None => 0,
+    };
+    // A rank that says it sent what nobody received names the cause itself: first of all.
+    let score = |line: &str| match line.contains(" never received") {
+        true => usize::MAX,
+        false => score(line),
+    };
+    let mut sorted: Vec<(usize, &str)> = lines.iter().map(|l| (score(l), *l)).collect();
+    sorted.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
+    sorted.into_iter().map(|(_, l)| l.to_string()).collect()
+}
+
+/// The ranks an error line says its rank waited for.
+fn awaited(line: &str) -> Vec<usize> {
+    let mut ranks: Vec<usize> = [
+        "nothing moved to or from rank ",
+        "finish send to rank ",
+        "finish receive from rank ",
+        ": lost rank ",
+    ]
+    .iter()
+    .filter_map(|p| rank_after(line, p))
+    .collect();
+    // The store: "... rank 2 is alive but did not come" or "ranks 1, 2 are alive ...";
+    // a rank that exited while this one waited for it: "rank 0 is gone", "rank 0 failed first".
+    for words in [" alive but did not come", " is gone", " failed first"] {
+        for (said, _) in line.match_indices(words) {
+            let before = &line[..said];
+            let Some(at) = before.rfind("rank") else { continue };
+            let list = before[at..].trim_start_matches("ranks").trim_start_matches("rank");
+            ranks.extend(list.split([',', ' ']).filter_map(|w| w.trim().parse::<usize>().ok()));
+        }
+    }
+    ranks
 }
 
 /// The rank after `prefix` in `text`: `rank 3` → 3.
@@ -529,6 +623,26 @@ fn deadlock(stderr: &str) -> Vec<String> {
          side of every pair sends while the other receives (in a chain, the first rank only sends), or use \
          send_recv, which sends and receives at once.",
         waits.join("; ")
+    );
+    wrap(&text, 90).lines().map(str::to_string).collect()
+}
+
+/// When a rank says it sent a message that its peer never received: the words that say
+/// what that is, why it shows where it does, and where to look. Nothing otherwise.
+fn unreceived(stderr: &str) -> Vec<String> {
+    let Some(line) = stderr.lines().find(|l| l.contains(" never received (")) else {
+        return Vec::new();
+    };
+    // Its sender says it: "error: rank 0: rank 0 sent 28 B to rank 1 that rank 1 never received (...)".
+    let (Some(from), Some(to)) = (rank_after(line, "error: rank "), rank_after(line, " that rank ")) else {
+        return Vec::new();
+    };
+    let text = format!(
+        "This is a send with no matching recv: rank {from} sent to rank {to}, and rank {to} went on without \
+         the recv that would take it. A small message waits in the CPU backend's buffers, and only the end of the \
+         job notices; a large one, or any on NCCL, holds its sender until --timeout. Every send must meet one recv \
+         on its peer, as large: list, rank by rank, whom each one sends to and receives from, and look for the \
+         send that has no recv (often one step too many at the end of a chain)."
     );
     wrap(&text, 90).lines().map(str::to_string).collect()
 }
@@ -671,6 +785,28 @@ error: rank 1: receiving 7 elements from (rank 0 at 127.0.0.1:41025): nothing mo
             deadlock(&raced)
                 .join(" ")
                 .starts_with("This is a deadlock: rank 0 was receiving from rank 2;")
+        );
+    }
+
+    #[test]
+    fn the_rank_the_others_wait_on_comes_first() {
+        // A chain whose last rank also sends 16 MiB to the root: rank 2 is stuck in that
+        // send; rank 0 went on to a table and rank 1 to the check, both waiting for rank 2.
+        let said = "\
+error: rank 1: timed out after 3 s waiting for every rank's check: rank 2 is alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?); rank 0 was itself waiting for every rank's row of 'After broadcast'
+error: rank 0: timed out after 3 s waiting for every rank's row of 'After broadcast': rank 2 is alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?)
+error: rank 2: rank 2 sent 16.0 MiB to rank 0 that rank 0 never received (a send with no matching recv: NCCL would hang here): sending 4194304 elements to (rank 0 over shared memory): nothing moved to or from rank 0 for the whole --timeout: it is stuck or gone
+";
+        let sorted = awaited_first(said.lines());
+        let ranks: Vec<Option<usize>> = sorted.iter().map(|l| rank_after(l, "error: rank ")).collect();
+        assert_eq!(ranks, [Some(2), Some(0), Some(1)], "{sorted:#?}");
+        assert_eq!(
+            awaited("error: rank 1: x: ranks 3, 4 are alive but did not come: y"),
+            [3, 4]
+        );
+        assert_eq!(
+            awaited("error: rank 1: rank 0 failed first (its connection closed): rank 0 is gone (it crashed)"),
+            [0, 0]
         );
     }
 

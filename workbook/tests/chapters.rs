@@ -463,6 +463,19 @@ fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
         "**P2P** and **NET**",
         "**Eager** and **rendezvous protocols**",
         "**Deadlock**",
+        "**Communicator**",
+        "**Stream**",
+        "**Algorithm**",
+        "**Tree**",
+        "**Protocol**",
+        "**Channel**",
+        "**Transport**",
+        "**Single copy**",
+        "**Spinning** and **sleeping** waits",
+        "**Futex**",
+        "**Non-temporal store**",
+        "**CMA**",
+        "**BTL**",
     ] {
         assert!(glossary.contains(&format!("- {term}")), "the glossary has no {term}");
     }

@@ -7,6 +7,8 @@
 //! (`check N --starting`), not exercises/, which the student edits: a workbook whose
 //! exercises are solved stays green. The wrong answers are workbook/fixtures/wrong/.
 
+mod support;
+
 use testkit::{LIMIT, Run, command, finish, spawn};
 
 const CHECKER: &str = env!("CARGO_BIN_EXE_workbook");
@@ -53,6 +55,8 @@ fn required(number: u32) -> Vec<String> {
             for algo in ["star", "chain", "pipeline"] {
                 labels.push(format!("world 2, --algo {algo} --root 1 --count 7"));
                 labels.push(format!("world 5, --algo {algo} --root 4 --count 100003"));
+                // More than a shared-memory channel holds: a send nobody receives blocks.
+                labels.push(format!("world 3, --algo {algo} --root 1 --size 16M"));
             }
         }
         5 => {
@@ -150,6 +154,7 @@ fn a_failure_names_ranks_elements_and_the_command_to_rerun_it() {
         "{r}"
     );
     assert!(r.stdout.contains("Hint: Every send needs a matching recv"), "{r}");
+    assert!(r.stdout.contains("`cargo workbook hint 4 --more`"), "{r}");
 
     // The starting sharded step does nothing: the parameters keep their i + 1, where one
     // step on 2 ranks (average gradient 1.5 (i + 1), lr 0.25) leaves 0.625 (i + 1).
@@ -346,4 +351,146 @@ fn on_nccl_a_deadlock_is_named_as_one_too() {
         "{said:?}:\n{r}"
     );
     assert!(said.contains("both receive first"), "{said:?}:\n{r}");
+}
+
+#[test]
+fn a_message_nobody_receives_fails_the_job_naming_sender_receiver_and_size() {
+    // A chain whose last rank also sends to the root (workbook/fixtures/wrong/04_extra_send.rs):
+    // every rank still ends with the root's values. On 2 ranks with root 1, rank 0 is the last
+    // and sends 7 elements (28 B) to rank 1, once per broadcast, which never receives them.
+    let bin = support::built("wrong04-extra-send");
+    let exe = bin.to_str().unwrap();
+    let base = [
+        "--nproc-per-node",
+        "2",
+        "--root",
+        "1",
+        "--algo",
+        "chain",
+        "--count",
+        "7",
+        "--timeout",
+        "3s",
+    ];
+    for transport in ["shm", "tcp"] {
+        let mut args = base.to_vec();
+        args.extend(["--iters", "1", "--transport", transport]);
+        let r = finish(spawn(command(exe, &args)), LIMIT);
+        assert_eq!(r.code, Some(1), "{transport}: {r}");
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.contains("never received"))
+            .unwrap_or_else(|| panic!("{transport}: no line says so:\n{r}"));
+        assert!(
+            line.starts_with("error: rank 0: rank 0 sent ")
+                && line.contains(
+                    " B) to rank 1 that rank 1 never received (sends with no matching recv: NCCL would hang here)"
+                ),
+            "{transport}: {line}"
+        );
+        assert!(!r.stderr.contains("panicked"), "{r}");
+    }
+    // On NCCL (its test double) such a send hangs: the rank says why when its --timeout ends.
+    let mut args = base.to_vec();
+    args.extend(["--simulate-gpus", "2"]);
+    let r = finish(spawn(command(exe, &args)), LIMIT);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stderr.contains(
+            "error: rank 0: rank 0 sent 28 B to rank 1 that rank 1 never received (a send with no matching recv: \
+             NCCL hangs here)"
+        ),
+        "{r}"
+    );
+
+    // The checker fails every case, the one larger than a shared-memory channel too (there
+    // the send blocks): no hang, and the rank stuck in it is read first.
+    let r = workbook(&[
+        "check",
+        "4",
+        "--fixture",
+        "wrong04-extra-send",
+        "--keep-going",
+        "--timeout",
+        "3s",
+    ]);
+    assert_eq!(r.code, Some(1), "{r}");
+    let cases = cases(&r);
+    assert_eq!(cases.len(), announced(&r), "{r}");
+    assert!(cases.iter().all(|(passed, _)| !passed), "{r}");
+    let lines: Vec<&str> = r.stdout.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "FAILED  world 3, --algo chain --root 1 --size 16M")
+        .unwrap_or_else(|| panic!("no 16M case:\n{r}"));
+    assert!(
+        r.stdout
+            .contains("This is a send with no matching recv: rank 0 sent to rank 1, and rank 1 went on without"),
+        "{r}"
+    );
+    let first_error = lines[at..].iter().find(|l| l.starts_with("error: ")).unwrap();
+    assert!(
+        first_error.starts_with("error: rank 0: rank 0 sent 16.0 MiB to rank 1 that rank 1 never received"),
+        "the rank everyone waited on first: {first_error}\n{r}"
+    );
+}
+
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    // `cargo workbook check 8 | head -1`, and a lesson's `| head -1`: the reader goes away
+    // after one line; the writer ends with status 0, and says nothing of it.
+    let lesson = support::built("02-nccl-allreduce");
+    for (bin, args) in [
+        (CHECKER.to_string(), vec!["check", "8", "--solution"]),
+        (lesson.to_string_lossy().to_string(), vec!["--nproc-per-node", "3"]),
+    ] {
+        let mut child = spawn(command(&bin, &args));
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{bin}: no output");
+        drop(out);
+        let mut stderr = String::new();
+        let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > LIMIT * 4 {
+                let _ = child.kill();
+                panic!("{bin}: still running after {:?}:\n{stderr}", LIMIT * 4);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(0), "{bin}: {status}:\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{bin}:\n{stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{bin}:\n{stderr}");
+    }
+}
+
+#[test]
+fn a_hint_nudges_and_more_says_the_solution() {
+    for number in ["3", "4", "5", "7", "8"] {
+        let hint = workbook(&["hint", number]).ok();
+        let more = workbook(&["hint", number, "--more"]).ok();
+        assert!(
+            hint.stdout.contains(&format!("`cargo workbook hint {number} --more`")),
+            "{hint}"
+        );
+        assert!(
+            more.stdout.starts_with(&format!("The solution of exercise {number} (")),
+            "{more}"
+        );
+        assert_ne!(hint.stdout, more.stdout);
+    }
+    // The nudge names no call that solves it; the solution in words does.
+    let (hint, more) = (workbook(&["hint", "5"]).ok(), workbook(&["hint", "5", "--more"]).ok());
+    assert!(!hint.stdout.contains("c(rank + n - t)"), "{hint}");
+    assert!(more.stdout.contains("c(rank + n - t)"), "{more}");
+    let (hint, more) = (workbook(&["hint", "3"]).ok(), workbook(&["hint", "3", "--more"]).ok());
+    assert!(!hint.stdout.contains("x / n"), "{hint}");
+    assert!(more.stdout.contains("x / n"), "{more}");
 }

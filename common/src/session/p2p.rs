@@ -9,7 +9,11 @@
 //! - buffers from and to host memory: [`Session::buffer_with`], [`Session::from_host`],
 //!   [`Session::to_host`];
 //! - a check element by element ([`Session::check_each`]) and the timing of a collective
-//!   built by hand ([`Session::time_as`]).
+//!   built by hand ([`Session::time_as`]);
+//! - the accounts of every message ([`Ledger`]): each rank counts what it sent to and
+//!   received from each peer, and the end of the job compares them, so that a message sent
+//!   and never received is an error on every backend (NCCL would hang there; the CPU
+//!   backend's buffers would hold a small one and say nothing).
 //!
 //! On the CPU backend buffers are host memory and these calls are the backend's own
 //! send and receive on slices. On NCCL they stage through host memory (download, NCCL
@@ -25,13 +29,212 @@ use crate::element::{Element, ReduceOp, as_bytes};
 use crate::error::{SharedError, usage};
 use crate::record::{self, Dir, How};
 use crate::report::Timing;
+use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::thread;
+use std::time::Duration;
 
 /// Parts up to this size are sent before receiving, with no helper thread: the socket's
 /// buffers hold them, so two ranks sending to each other at once cannot deadlock.
 const INLINE_SEND: usize = 16 << 10;
+
+/// Messages and bytes, counted one way between two ranks.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct Tally {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// One rank's accounts of its point-to-point calls (the session's send, recv and their
+/// parts), per peer, counted when a call is made (a send that never returns counts): what
+/// the end of the job compares, rank against rank. Collectives are not counted: their
+/// sends and receives match by construction.
+#[derive(Clone, Default, Serialize, Deserialize, Debug)]
+pub(crate) struct Ledger {
+    /// What this rank sent to each rank (by rank; its own entry stays zero).
+    pub sent: Vec<Tally>,
+    /// What this rank received from each rank.
+    pub received: Vec<Tally>,
+    /// Whether this rank is inside a send or a receive (when it failed: stuck in one,
+    /// rather than gone on without receiving).
+    pub inside: bool,
+    /// Said at this rank's failure (else at a meeting, before waiting there).
+    pub failed: bool,
+    /// Changed since the store last heard of it (at first, it never did).
+    #[serde(skip)]
+    unsaid: bool,
+}
+
+impl Ledger {
+    /// Empty accounts for a world of `world` ranks.
+    pub fn new(world: usize) -> Ledger {
+        Ledger {
+            sent: vec![Tally::default(); world],
+            received: vec![Tally::default(); world],
+            inside: false,
+            failed: false,
+            unsaid: true,
+        }
+    }
+
+    /// A call begins: `send` to a peer and `recv` from one, of so many bytes each.
+    pub(super) fn enter(&mut self, send: Option<(usize, usize)>, recv: Option<(usize, usize)>) {
+        for (book, entry) in [(&mut self.sent, send), (&mut self.received, recv)] {
+            if let Some((peer, bytes)) = entry
+                && let Some(t) = book.get_mut(peer)
+            {
+                t.messages += 1;
+                t.bytes += bytes as u64;
+            }
+        }
+        self.inside = true;
+        self.unsaid = true;
+    }
+
+    /// The call returned (with or without an error of its own).
+    pub(super) fn leave<R>(&mut self, result: Result<R>) -> Result<R> {
+        if result.is_ok() {
+            self.inside = false;
+        }
+        result
+    }
+}
+
+/// Every pair of ranks whose accounts disagree, as `(sender, line)`, one line each: what
+/// `sender` sent to a rank that did not receive it all. `ledgers[r]` is rank r's, or
+/// `None` when it is not known (a rank gone); `only_gone_on` leaves out receivers that are
+/// themselves inside a send or receive (stuck in a deadlock: the deadlock is the story).
+/// `nccl`: the job runs on NCCL, where such a send waits for ever (else: it would).
+pub(crate) fn unmatched(ledgers: &[Option<Ledger>], only_gone_on: bool, nccl: bool) -> Vec<(usize, String)> {
+    let mut lines = Vec::new();
+    for (from, a) in ledgers.iter().enumerate() {
+        let Some(a) = a else { continue };
+        for (to, b) in ledgers.iter().enumerate() {
+            let Some(b) = b else { continue };
+            if from == to || (only_gone_on && b.inside) {
+                continue;
+            }
+            let (sent, got) = (
+                a.sent.get(to).copied().unwrap_or_default(),
+                b.received.get(from).copied().unwrap_or_default(),
+            );
+            if sent == got || (only_gone_on && sent.messages <= got.messages) {
+                continue;
+            }
+            lines.push((from, mismatch(from, to, sent, got, nccl)));
+        }
+    }
+    lines
+}
+
+/// One line for what `from` sent to `to` against what `to` received from `from`.
+fn mismatch(from: usize, to: usize, sent: Tally, got: Tally, nccl: bool) -> String {
+    let size = |t: Tally| match t.messages {
+        1 => human_bytes(t.bytes as usize),
+        n => format!("{n} messages ({})", human_bytes(t.bytes as usize)),
+    };
+    if sent.messages > got.messages && sent.bytes >= got.bytes {
+        let extra = Tally {
+            messages: sent.messages - got.messages,
+            bytes: sent.bytes - got.bytes,
+        };
+        let of = match got.messages {
+            0 => String::new(),
+            _ => format!(" (of {} sent, it received {})", size(sent), size(got)),
+        };
+        let verb = if extra.messages == 1 { "a send" } else { "sends" };
+        let hang = if nccl {
+            "NCCL hangs here"
+        } else {
+            "NCCL would hang here"
+        };
+        return format!(
+            "rank {from} sent {} to rank {to} that rank {to} never received{of} ({verb} with no matching recv: {hang})",
+            size(extra)
+        );
+    }
+    if got.messages > sent.messages {
+        return format!(
+            "rank {to} received {} from rank {from}, which sent it {}: a recv with no matching send",
+            size(got),
+            size(sent)
+        );
+    }
+    format!(
+        "rank {from} sent {} to rank {to}, and rank {to} received {}: the sizes of a send and its recv differ",
+        size(sent),
+        size(got)
+    )
+}
+
+impl Session {
+    /// The end of the job: every rank's accounts, shared through the store (which is also
+    /// the job's last meeting, bounded by `--timeout` as every meeting is), and the lines
+    /// that this rank must say as the sender of a message nobody received.
+    pub(super) fn settle_p2p(&mut self) -> Result<Vec<String>> {
+        self.say_p2p()?;
+        let (rank, world) = (self.rank(), self.world_size());
+        let all: Vec<Ledger> =
+            self.store
+                .share_json("end", rank, world, &self.ledger, "every rank to reach the end")?;
+        let all: Vec<Option<Ledger>> = all.into_iter().map(Some).collect();
+        Ok(unmatched(&all, false, self.backend_name() == "nccl")
+            .into_iter()
+            .filter(|(from, _)| *from == rank)
+            .map(|(_, line)| line)
+            .collect())
+    }
+
+    /// Before a meeting in the store (a table, a check, a barrier), where a rank may wait
+    /// for long: this rank's accounts, said in the store if they changed since the last
+    /// meeting (a `set`, outside any timing). A rank stuck in a send to a rank that went on
+    /// to a meeting without receiving reads them there when it fails.
+    pub(super) fn say_p2p(&mut self) -> Result<()> {
+        if !self.ledger.unsaid {
+            return Ok(());
+        }
+        self.ledger.unsaid = false;
+        let key = format!("p2p/{}", self.rank());
+        self.store.set(&key, &serde_json::to_vec(&self.ledger)?)
+    }
+
+    /// After a failure: says this rank's accounts in the store and, if it had sent
+    /// anything, reads those of the ranks it sent to (as each said them last: at its last
+    /// meeting, or at its own failure), to tell whether it was a message that one of them
+    /// never received because it went on without it (a send that never returns on NCCL, or
+    /// once it outgrows the CPU backend's buffers). Then the first such line, to put
+    /// before the failure; else nothing. Each look at the store gives up within a second.
+    pub(super) fn unreceived_at_failure(&mut self) -> Option<String> {
+        let rank = self.rank();
+        let mut store = self.store.watcher(Duration::from_secs(1)).ok()?;
+        self.ledger.failed = true;
+        let mine = serde_json::to_vec(&self.ledger).ok()?;
+        store.set(&format!("p2p/{rank}"), &mine).ok()?;
+        if self.ledger.sent.iter().all(|t| t.messages == 0) {
+            return None;
+        }
+        // A peer's accounts are current if it said them failing, or if it waits in the
+        // store now (it said them on its way into that meeting).
+        let meeting = store.waiting().ok()?;
+        let mut known: Vec<Option<Ledger>> = vec![None; self.world_size()];
+        for (peer, sent) in self.ledger.sent.iter().enumerate() {
+            if sent.messages > 0
+                && let Ok(Some(v)) = store.get(&format!("p2p/{peer}"))
+            {
+                known[peer] = serde_json::from_slice::<Ledger>(&v)
+                    .ok()
+                    .filter(|l| l.failed || meeting.contains(&peer));
+            }
+        }
+        known[rank] = Some(self.ledger.clone());
+        unmatched(&known, true, self.backend_name() == "nccl")
+            .into_iter()
+            .find(|(from, _)| *from == rank)
+            .map(|(_, line)| line)
+    }
+}
 
 /// What happens to elements that arrive: they replace the buffer's, or are added to them.
 #[derive(Clone, Copy, PartialEq)]
@@ -86,6 +289,7 @@ impl Session {
         self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
+        self.ledger.enter(Some((peer, range.len() * size_of::<T>())), None);
         let sent = match (&self.backend, &buf.storage) {
             (Backend::Cpu(c), Storage::Host(v)) => {
                 record::watch(record::P2P, v, None, false);
@@ -96,7 +300,7 @@ impl Session {
             }
             _ => self.staged(buf, Some((range, peer)), None).map(|_| ()),
         };
-        sent.with_context(|| format!("rank {rank}"))
+        self.ledger.leave(sent).with_context(|| format!("rank {rank}"))
     }
 
     /// Receives elements `range` of `buf` from rank `peer`, replacing what was there.
@@ -179,6 +383,7 @@ impl Session {
         self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
+        self.ledger.enter(None, Some((peer, range.len() * size_of::<T>())));
         let got = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("recv_part", How::Copy),
@@ -199,7 +404,7 @@ impl Session {
             self.staged(buf, None, Some((range, peer, how)))
                 .map(|b| *buf = b.expect("a received buffer"))
         };
-        got.with_context(|| format!("rank {rank}"))
+        self.ledger.leave(got).with_context(|| format!("rank {rank}"))
     }
 
     fn exchange<T: Element>(
@@ -219,6 +424,9 @@ impl Session {
             )));
         }
         let rank = self.rank();
+        let size = size_of::<T>();
+        self.ledger
+            .enter(Some((to, send.len() * size)), Some((from, recv.len() * size)));
         let done = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("send_recv", How::Copy),
@@ -243,7 +451,7 @@ impl Session {
             self.staged(buf, Some((send, to)), Some((recv, from, how)))
                 .map(|b| *buf = b.expect("a received buffer"))
         };
-        done.with_context(|| format!("rank {rank}"))
+        self.ledger.leave(done).with_context(|| format!("rank {rank}"))
     }
 
     /// Point-to-point through host memory, for buffers on the GPU: the part to send goes
@@ -325,5 +533,56 @@ fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
 fn add<T: Element>(acc: &mut [T], more: &[T]) {
     for (a, b) in acc.iter_mut().zip(more) {
         *a = a.combine(*b, ReduceOp::Sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger(world: usize, sent: &[(usize, usize)], received: &[(usize, usize)]) -> Option<Ledger> {
+        let mut l = Ledger::new(world);
+        for (peer, bytes) in sent {
+            l.enter(Some((*peer, *bytes)), None);
+        }
+        for (peer, bytes) in received {
+            l.enter(None, Some((*peer, *bytes)));
+        }
+        l.inside = false;
+        Some(l)
+    }
+
+    #[test]
+    fn a_message_nobody_received_is_one_line_naming_sender_receiver_and_size() {
+        // A chain 0 → 1 → 2 of 64 B whose last rank also sends to the root.
+        let all = [
+            ledger(3, &[(1, 64)], &[]),
+            ledger(3, &[(2, 64)], &[(0, 64)]),
+            ledger(3, &[(0, 64)], &[(1, 64)]),
+        ];
+        let lines = unmatched(&all, false, false);
+        assert_eq!(
+            lines,
+            [(
+                2,
+                "rank 2 sent 64 B to rank 0 that rank 0 never received (a send with no matching recv: NCCL would \
+                 hang here)"
+                    .to_string()
+            )]
+        );
+        // Accounts that match say nothing; a receiver not known says nothing either.
+        assert!(unmatched(&all[..2], false, false).is_empty());
+        assert!(unmatched(&[all[0].clone(), all[1].clone(), None], false, true).is_empty());
+        // Two of three received: the rest, and how many there were.
+        let all = [ledger(2, &[(1, 8), (1, 8), (1, 8)], &[]), ledger(2, &[], &[(0, 8)])];
+        assert_eq!(
+            unmatched(&all, false, true)[0].1,
+            "rank 0 sent 2 messages (16 B) to rank 1 that rank 1 never received (of 3 messages (24 B) sent, it \
+             received 8 B) (sends with no matching recv: NCCL hangs here)"
+        );
+        // At a failure, a receiver stuck in a send or receive of its own is a deadlock, not this.
+        let mut stuck = ledger(2, &[], &[]).unwrap();
+        stuck.inside = true;
+        assert!(unmatched(&[ledger(2, &[(1, 8)], &[]), Some(stuck)], true, false).is_empty());
     }
 }

@@ -20,6 +20,7 @@
 //! | `ncclReduceScatter` (count = recvcount) | n·b | b | `recvbuff == sendbuff + r·b` |
 
 use super::comm::{Comm, live, usable};
+use super::debug::CollLine;
 use super::group::{self, Grouped};
 use super::work::{Call, Kind, Region, Unit};
 use super::{IN_PROGRESS, INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE, NcclResult, SUCCESS, fail};
@@ -243,7 +244,30 @@ fn collective(
         Ok((call, key))
     })();
     match checked {
-        Ok((call, key)) => submit(comm, c, call, key),
+        Ok((call, key)) => {
+            let (op, root) = match kind {
+                Kind::AllReduce(op) | Kind::ReduceScatter(op) => (op.to_nccl(), 0),
+                Kind::Reduce(op, root) => (op.to_nccl(), root),
+                Kind::Broadcast(root) => (0, root),
+                Kind::AllGather => (0, 0),
+            };
+            CollLine {
+                op_name: name.trim_start_matches("nccl"),
+                op_count: c.op_count(),
+                sendbuff: send,
+                recvbuff: recv,
+                count,
+                datatype: dtype,
+                op,
+                root: root as c_int,
+                comm: comm as usize,
+                nranks: c.nranks(),
+                stream,
+                device: c.device(),
+            }
+            .print();
+            submit(comm, c, call, key)
+        }
         Err(f) => c.fail(f),
     }
 }
@@ -466,7 +490,26 @@ fn p2p(send: bool, buf: usize, count: usize, dtype: c_uint, peer: c_int, comm: *
         Ok((call, key))
     })();
     match checked {
-        Ok((call, key)) => submit(comm, c, call, key),
+        Ok((call, key)) => {
+            // As NCCL's ncclSend and ncclRecv fill their ncclInfo: no sendbuff, the buffer
+            // as recvbuff, the peer as root.
+            CollLine {
+                op_name: if send { "Send" } else { "Recv" },
+                op_count: c.op_count(),
+                sendbuff: 0,
+                recvbuff: buf,
+                count,
+                datatype: dtype,
+                op: 0,
+                root: peer,
+                comm: comm as usize,
+                nranks: c.nranks(),
+                stream,
+                device: c.device(),
+            }
+            .print();
+            submit(comm, c, call, key)
+        }
         Err(f) => c.fail(f),
     }
 }

@@ -50,6 +50,9 @@ pub struct Shared {
     helper: Mutex<Option<JoinHandle<()>>>,
     /// How many splits this communicator made (each one's files are numbered).
     splits: std::sync::atomic::AtomicU64,
+    /// How many units of work were queued (NCCL's `opCount`: one per ungrouped call, one
+    /// per group), for the `NCCL_DEBUG_SUBSYS=COLL` lines.
+    launches: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
     /// Rung whenever `state` changes.
     changed: Condvar,
@@ -248,6 +251,11 @@ impl Comm {
         self.shared.blocking
     }
 
+    /// NCCL's `opCount`: how many units of work were queued so far.
+    pub fn op_count(&self) -> u64 {
+        self.shared.launches.load(Ordering::Relaxed)
+    }
+
     /// A call failed its checks: the communicator is broken (every later call fails),
     /// the other ranks are told, and the call returns `f.code`.
     pub fn fail(&self, f: Failure) -> NcclResult {
@@ -268,6 +276,7 @@ impl Comm {
     /// call, the communicator in progress until that thread has queued it. Refused if the
     /// communicator failed meanwhile (the unit is dropped).
     pub fn enqueue(&self, unit: Unit) -> NcclResult {
+        self.shared.launches.fetch_add(1, Ordering::Relaxed);
         if self.blocking() || !helper_per_call() {
             return match self.shared.push(unit) {
                 Ok(()) if self.blocking() => SUCCESS,
@@ -633,6 +642,7 @@ fn start_in(room: Room, (r, n): (usize, usize), device: usize, blocking: bool, c
         abort_queued: AtomicBool::new(false),
         helper: Mutex::new(None),
         splits: std::sync::atomic::AtomicU64::new(0),
+        launches: std::sync::atomic::AtomicU64::new(0),
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
     });

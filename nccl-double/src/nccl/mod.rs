@@ -56,6 +56,7 @@
 mod calls;
 mod comm;
 mod config;
+mod debug;
 mod group;
 mod work;
 
