@@ -466,6 +466,8 @@ fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
         "**Communicator**",
         "**Stream**",
         "**Algorithm**",
+        "**Tuner**",
+        "**Oversubscribed**",
         "**Tree**",
         "**Protocol**",
         "**Channel**",

@@ -123,7 +123,7 @@ fn main() -> ExitCode {
     println!("|---|---|---|---|");
     for r in &summary {
         println!("| {} | {} | {} | {} |", r.id, r.says, r.measured, r.verdict);
-        if r.verdict.starts_with("DOES NOT HOLD") || r.verdict == "STALE" {
+        if r.verdict.contains("DOES NOT HOLD") || r.verdict.starts_with("STALE") {
             failed += 1;
         }
     }
@@ -146,17 +146,9 @@ struct Row {
 fn judge(claim: &Claim, opts: &Options) -> Result<Vec<Row>> {
     println!("### {} ({})", claim.id, claim.place);
     println!("  the text: \"{}\"", claim.quote);
-    if !run::quoted(claim.file, claim.quote)? {
-        println!(
-            "  STALE: this quote is no longer in {}: update the claim or the text\n",
-            claim.file
-        );
-        return Ok(vec![Row {
-            id: claim.id,
-            says: claim.says.into(),
-            measured: "-".into(),
-            verdict: "STALE".into(),
-        }]);
+    let stale = !run::quoted(claim.file, claim.quote)?;
+    if stale {
+        println!("  STALE: this quote is no longer in {}: update the claim or the text", claim.file);
     }
     let values = run::measure(claim, opts.runs, opts.quick)?;
     for (m, v) in claim.measures.iter().zip(&values) {
@@ -182,7 +174,7 @@ fn judge(claim: &Claim, opts: &Options) -> Result<Vec<Row>> {
             id: claim.id,
             says: claim.says.into(),
             measured,
-            verdict: "figures only".into(),
+            verdict: if stale { "STALE".into() } else { "figures only".into() },
         });
         return Ok(rows);
     }
@@ -200,6 +192,9 @@ fn judge(claim: &Claim, opts: &Options) -> Result<Vec<Row>> {
     }
     println!();
     let mut verdict = verdicts.join("; ");
+    if stale {
+        verdict = format!("STALE (the quote is not in {}); {verdict}", claim.file);
+    }
     if let Some(v) = verdicts.iter().find(|v| v.starts_with("DOES NOT HOLD")) {
         verdict = format!("{v} (of: {})", verdicts.join("; "));
     }
