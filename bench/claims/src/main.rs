@@ -220,10 +220,10 @@ impl Check {
         match self {
             Check::Less { a, b, by } => {
                 let ratio = sum(b) / sum(a);
-                let need = if *by > 1.0 {
-                    format!(" by {by}× or more")
-                } else {
-                    String::new()
+                let need = match *by {
+                    b if b > 1.0 => format!(" by {b}× or more"),
+                    b if b < 1.0 => format!(" (or within {:.0}%)", (1.0 / b - 1.0) * 100.0),
+                    _ => String::new(),
                 };
                 (format!("{} < {}{need} ({ratio:.2}×)", name(a), name(b)), ratio >= *by)
             }
