@@ -148,7 +148,10 @@ fn judge(claim: &Claim, opts: &Options) -> Result<Vec<Row>> {
     println!("  the text: \"{}\"", claim.quote);
     let stale = !run::quoted(claim.file, claim.quote)?;
     if stale {
-        println!("  STALE: this quote is no longer in {}: update the claim or the text", claim.file);
+        println!(
+            "  STALE: this quote is no longer in {}: update the claim or the text",
+            claim.file
+        );
     }
     let values = run::measure(claim, opts.runs, opts.quick)?;
     for (m, v) in claim.measures.iter().zip(&values) {
