@@ -394,6 +394,13 @@ impl Session {
         if self.single_copy() {
             self.say("cpu INFO P2P/single copy: every rank maps the others' buffers (NCCL_P2P_DISABLE=1 turns it off)");
         }
+        // Every rank of a one-host job decides alike: rank 0's binding stands for all.
+        if let Some(core) = crate::transport::shm::bound_core() {
+            self.say(&format!(
+                "cpu INFO each rank bound to a core of its own (rank 0 on core {core}), as Open MPI binds ranks; \
+                 NCCL_WORKBOOK_BIND=none leaves them to the scheduler"
+            ));
+        }
     }
 
     /// Hello world's roll call: every rank's rank, local rank, host, pid, device and

@@ -547,8 +547,10 @@ pub fn connect(
         true => SPIN_FOR,
         false => Duration::ZERO,
     };
-    // A job on one host with a core for each rank: each rank on a core of its own.
-    if peers.len() + 1 == world && world <= cores {
+    // A job on one host with a core for each rank: each rank on a core of its own, unless
+    // NCCL_WORKBOOK_BIND=none leaves the ranks to the scheduler (two jobs on one host).
+    let leave = std::env::var("NCCL_WORKBOOK_BIND").is_ok_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    if peers.len() + 1 == world && world <= cores && !leave {
         bind_to_own_core(peers.iter().filter(|p| **p < rank).count(), world);
     }
     let name = |from: usize, to: usize, owner: u32| format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}");
@@ -621,22 +623,40 @@ pub fn connect(
 /// a microsecond: small collectives then cost 10 to 30 times more, for a whole run. A
 /// rank that was given fewer cores (by `taskset`, Slurm or mpirun) is left as it is.
 fn bind_to_own_core(index: usize, ranks: usize) {
+    if let Some(core) = bind(index, ranks) {
+        BOUND.store(core as i64, Relaxed);
+    }
+}
+
+/// The core this rank bound itself to ([`bind_to_own_core`]), if it did: what
+/// `NCCL_DEBUG=INFO` says, as NCCL prints a rank's CPU affinity.
+pub fn bound_core() -> Option<usize> {
+    usize::try_from(BOUND.load(Relaxed)).ok()
+}
+
+/// The core of [`bound_core`], -1 when none.
+static BOUND: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
+
+/// Binds this thread to the `index`-th of the cores it may run on, when there are at
+/// least `ranks` of them; returns that core.
+fn bind(index: usize, ranks: usize) -> Option<usize> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity/sched_setaffinity read and write
     // only the set we pass, of the size we pass; failures leave the affinity unchanged.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return;
+            return None;
         }
         let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
             .filter(|c| libc::CPU_ISSET(*c, &set))
             .collect();
         if allowed.len() < ranks {
-            return;
+            return None;
         }
+        let core = *allowed.get(index)?;
         let mut mine: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(allowed[index], &mut mine);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &mine);
+        libc::CPU_SET(core, &mut mine);
+        (libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &mine) == 0).then_some(core)
     }
 }
 
