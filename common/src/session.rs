@@ -372,8 +372,7 @@ impl Session {
     /// With `NCCL_DEBUG=INFO`, as NCCL prints each channel's transport: how every pair
     /// of ranks exchanges data on the CPU backend, and why.
     fn say_transports(&self) {
-        let info = std::env::var("NCCL_DEBUG").is_ok_and(|v| matches!(v.to_uppercase().as_str(), "INFO" | "TRACE"));
-        if !info {
+        if !crate::backend::cpu::debug_info() {
             return;
         }
         for (pair, via) in &self.report.transports {

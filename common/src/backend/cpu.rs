@@ -572,7 +572,13 @@ fn cores() -> Result<usize, String> {
 
 /// Whether `NCCL_DEBUG` asks for NCCL's INFO lines (INFO or TRACE), as NCCL reads it.
 pub fn debug_info() -> bool {
-    std::env::var("NCCL_DEBUG").is_ok_and(|v| matches!(v.trim().to_uppercase().as_str(), "INFO" | "TRACE"))
+    std::env::var("NCCL_DEBUG").is_ok_and(|v| info_level(&v))
+}
+
+/// Whether an `NCCL_DEBUG` value prints INFO lines (INFO or TRACE, any case): the one
+/// reading of the level, for the CPU backend's lines and for lesson 08's `--show-calls`.
+pub fn info_level(level: &str) -> bool {
+    matches!(level.trim().to_uppercase().as_str(), "INFO" | "TRACE")
 }
 
 /// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` where set (`32M`: a
