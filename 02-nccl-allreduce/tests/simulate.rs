@@ -109,12 +109,19 @@ fn each_rank_shows_its_nccl_and_cuda_calls_in_order() {
         let download = find(&c, query, "cuMemcpyDtoHAsync_v2").expect("the copy back");
         // The timed runs go to a blocking communicator of the same ranks, split once from
         // the first: its warm-up and 5 timed calls, then its finalize and destroy first.
+        // The split says ncclSuccess, as NCCL's does on a non-blocking parent, and is
+        // polled on the parent all the same.
         let split = find(&c, download, "ncclCommSplit").expect("ncclCommSplit");
         assert!(
             c[split].contains(&format!("color=0, key={rank}, "))
-                && c[split].contains("config={size=44, blocking=1, splitShare=1}) = ncclInProgress"),
+                && c[split].contains("config={size=44, blocking=1}) = ncclSuccess"),
             "{}",
             c[split]
+        );
+        assert!(
+            c[split + 1].starts_with("ncclCommGetAsyncError(") && c[split + 1].contains("until NCCL was done"),
+            "{}",
+            c[split + 1]
         );
         let fin = find(&c, split, "ncclCommFinalize").expect("ncclCommFinalize");
         let fin = find(&c, fin + 1, "ncclCommFinalize").expect("the first communicator's ncclCommFinalize");

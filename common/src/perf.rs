@@ -632,10 +632,18 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
         true => " A rooted collective's calls may overlap back to back (a rank leaves once its part is handed over).",
         false => "",
     };
-    let lines = lines.into_iter().chain([format!(
-        "# time: mean of the calls back to back. Under each row, the same calls one by one (nccl-tests' -I, each its \
-         slowest rank): median, p99 (us), and how many slept (a rank waited on the futex, not spinning).{overlap}"
-    )]);
+    // Single calls are stamped on the CPU backend only: a GPU's calls are queued on its
+    // stream and timed together, as nccl-tests times them without -I.
+    let under = match session.backend_name() {
+        "cpu" => {
+            " Under each row, the same calls one by one (nccl-tests' -I, each its slowest rank): median, p99 \
+                   (us), and how many slept (a rank waited on the futex, not spinning)."
+        }
+        _ => " The calls are queued on the GPU's stream and waited for once, at the end.",
+    };
+    let lines = lines
+        .into_iter()
+        .chain([format!("# time: mean of the calls back to back.{under}{overlap}")]);
     for l in lines {
         session.say(&l);
     }

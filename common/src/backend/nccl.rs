@@ -413,10 +413,12 @@ impl Nccl {
     /// call says `ncclInProgress`, and the next call is refused until
     /// `ncclCommGetAsyncError` says `ncclSuccess`: a thread and a poll per call, tens of
     /// microseconds where a small all-reduce takes ten. So the first timed loop makes a
-    /// blocking communicator of the same ranks with `ncclCommSplit` (sharing the first's
-    /// resources: `splitShare = 1`), itself a job of the non-blocking one, polled with its
-    /// deadline like an init. Its calls cannot be polled: each gets a deadline of its own
-    /// (`--timeout`, [`crate::deadline`]) in case NCCL blocks inside it.
+    /// blocking communicator of the same ranks with `ncclCommSplit`, itself a job of the
+    /// non-blocking one, polled with its deadline like an init. It has resources of its
+    /// own: NCCL shares them only when the *parent* was made with `splitShare = 1`, and a
+    /// sharing child has bugs of its own (NVIDIA/nccl issue 2430). Its calls cannot be
+    /// polled: each gets a deadline of its own (`--timeout`, [`crate::deadline`]) in case
+    /// NCCL blocks inside it.
     pub(super) fn timing(&self, on: bool) -> Result<()> {
         if on && self.timed.get().is_null() {
             self.split_timed()?;
@@ -440,7 +442,6 @@ impl Nccl {
     fn split_timed(&self) -> Result<()> {
         let parent = self.live("ncclCommSplit")?;
         let mut config = config(true);
-        config.splitShare = 1;
         let slot = self.timed_slot.as_ptr();
         // SAFETY: a live communicator; `slot` stays valid as long as `self` (NCCL writes it
         // when the split is complete, before the parent says ncclSuccess, or never once the
@@ -451,12 +452,21 @@ impl Nccl {
             .arg("color", 0)
             .arg("key", self.rank)
             .ptr("newcomm", slot)
-            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=1, splitShare=1}}"));
+            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=1}}"));
         self.shown.show(
             &call,
             Some(&r),
             "the same ranks, blocking, for timed loops as nccl-tests times them (a job of the non-blocking one: polled)",
         );
+        // On a non-blocking parent, ncclCommSplit says ncclSuccess while its job runs on:
+        // NCCL drops its group's ncclInProgress (`NCCLCHECK(ncclGroupEndInternal())` in
+        // init.cc, 2.18 to 2.30; seen on an H200 with NCCL 2.28.3 and 2.28.9). The parent
+        // says ncclInProgress until the new communicator is written, so it is polled, as
+        // PyTorch does (NVIDIA/nccl issue 1472), whatever the call said.
+        let r = match r {
+            ncclResult_t::ncclSuccess => ncclResult_t::ncclInProgress,
+            other => other,
+        };
         self.called(r, call.label())?;
         let timed = self.timed_slot.get();
         if timed.is_null() {

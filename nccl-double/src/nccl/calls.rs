@@ -122,14 +122,30 @@ fn submit(comm: *mut Comm, c: &Comm, call: Call, stream: Key) -> NcclResult {
     if let Err(f) = check_group(&call) {
         return c.fail(f);
     }
+    // NCCL's taskAppend (enqueue.cc, 2.18 to 2.30), before any group: a collective of no
+    // elements is dropped, and one on a communicator of one rank is put on the stream at
+    // once (ncclLaunchOneRank), inside a group or not, with no task for the group: the
+    // call says ncclSuccess, non-blocking or not (seen on an H200, NCCL 2.28.3, 2026-11-26).
+    if let Call::Collective {
+        send_bytes, recv_bytes, ..
+    } = &call
+    {
+        if *send_bytes == 0 && *recv_bytes == 0 {
+            return SUCCESS;
+        }
+        if c.nranks() == 1 {
+            return c.launch_now(Unit::new(vec![call], &[stream]));
+        }
+    }
     let kept = group::add(Grouped {
         comm: comm as usize,
         call,
         stream,
     });
     match kept {
-        Ok(()) if c.blocking() => SUCCESS,
-        Ok(()) => IN_PROGRESS,
+        // Kept for ncclGroupEnd: ncclEnqueueCheck returns the communicator's state, which
+        // is ncclSuccess until the group ends (blocking or not).
+        Ok(()) => SUCCESS,
         Err(g) => c.enqueue(Unit::new(vec![g.call], &[g.stream])),
     }
 }

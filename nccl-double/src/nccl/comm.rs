@@ -290,6 +290,16 @@ impl Comm {
         })
     }
 
+    /// Queues `unit` for the worker now, with no helper thread and no group: NCCL's
+    /// launch of a one-rank collective (`ncclLaunchOneRank`), which says `ncclSuccess`.
+    pub fn launch_now(&self, unit: Unit) -> NcclResult {
+        self.shared.launches.fetch_add(1, Ordering::Relaxed);
+        match self.shared.push(unit) {
+            Ok(()) => SUCCESS,
+            Err(why) => fail(INVALID_USAGE, Some(self.rank()), &why),
+        }
+    }
+
     /// Stops the worker (at its next look, within a few ms), waits for it, and drops the
     /// queued work: the streams become idle and the frees deferred behind it happen.
     fn stop(&mut self) {
@@ -471,7 +481,14 @@ pub unsafe extern "C" fn ncclCommSplit(
                 Err(f) => c.fail(f),
             }
         } else {
-            c.shared.in_background("split", job)
+            // NCCL (init.cc, 2.18 to 2.30) returns the split's own result, ncclSuccess, and
+            // drops its group's ncclInProgress: the job runs on, the parent says
+            // ncclInProgress and `*newcomm` stays NULL until it is done (seen on an H200
+            // with NCCL 2.28.3 and 2.28.9, 2026-11-26).
+            match c.shared.in_background("split", job) {
+                IN_PROGRESS => SUCCESS,
+                other => other,
+            }
         }
     })
 }

@@ -160,6 +160,14 @@ pub struct Running {
 }
 
 impl Running {
+    /// Rank `rank`'s process, killed and reaped if it is let go unfinished.
+    pub fn new(rank: usize, child: Child) -> Running {
+        Running {
+            rank,
+            child: Some(child),
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
