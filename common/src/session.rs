@@ -681,7 +681,12 @@ impl Session {
                         op,
                         root: root as std::ffi::c_int,
                     };
-                    (coll.nccl)(nccl, &call)
+                    // SAFETY: with_pointers gives the device pointers of `send` and `recv`,
+                    // this rank's buffers on its GPU, whose lengths were checked against
+                    // `count` at the API's edge (Collective::count_of); it records them as
+                    // used by the stream, and cudarc frees device memory in stream order, so
+                    // they outlive the queued call.
+                    unsafe { (coll.nccl)(nccl, &call) }
                 })
             }
         };

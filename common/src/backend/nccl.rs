@@ -334,8 +334,11 @@ impl Nccl {
             .named("datatype", T::as_nccl_type())
             .arg("peer", peer)
             .bytes(buf.len() * size_of::<T>());
-        self.call(call, |comm, stream| unsafe {
-            sys::ncclSend(src as _, buf.len(), T::as_nccl_type(), peer as c_int, comm, stream)
+        self.call(call, |comm, stream| {
+            // SAFETY: `src` is `buf`'s device memory on this GPU, `buf.len()` elements of T,
+            // recorded as read by the stream (cudarc frees it in stream order, after the
+            // send); comm and stream are Nccl::call's, live.
+            unsafe { sys::ncclSend(src as _, buf.len(), T::as_nccl_type(), peer as c_int, comm, stream) }
         })
     }
 
@@ -349,8 +352,11 @@ impl Nccl {
             .named("datatype", T::as_nccl_type())
             .arg("peer", peer)
             .bytes(count * size_of::<T>());
-        self.call(call, |comm, stream| unsafe {
-            sys::ncclRecv(dst as _, count, T::as_nccl_type(), peer as c_int, comm, stream)
+        self.call(call, |comm, stream| {
+            // SAFETY: `dst` is `buf`'s device memory on this GPU, `count` elements of T, held
+            // mutably for this call and recorded as written by the stream; comm and stream
+            // are Nccl::call's, live.
+            unsafe { sys::ncclRecv(dst as _, count, T::as_nccl_type(), peer as c_int, comm, stream) }
         })
     }
 

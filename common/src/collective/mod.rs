@@ -1,14 +1,17 @@
-//! The collectives, one module each, as nccl-tests has one file per collective
-//! (`all_gather.cu`) filling a struct of functions (`testColl`).
+//! The collectives, one folder each, as nccl-tests has one file per collective
+//! (`all_gather.cu`) filling a struct of functions (`testColl`), and one file per CPU
+//! algorithm in it, as NCCL and Open MPI's `coll` have one function per algorithm.
 //!
-//! A [`Collective`] holds everything that is that collective's own: its names, its
-//! buffer sizes for NCCL's `count` argument, its in-place layout, its bus-bandwidth
-//! factor, where each element of the result comes from (for the check), and how it runs
-//! on each backend: the ring algorithm on the CPU backend, the NCCL call on GPUs. The
-//! session, the benchmark, the check and the reports read from it.
+//! A [`Collective`] (in the folder's `mod.rs`) holds everything that is that collective's
+//! own: its names, its buffer sizes for NCCL's `count` argument, its in-place layout, its
+//! bus-bandwidth factor, where each element of the result comes from (for the check), and
+//! how it runs on each backend: on GPUs the NCCL call; on the CPU backend the algorithm
+//! that [`tuner::choose`], the one place that decides, picks (`all_reduce/ring.rs`,
+//! `all_reduce/direct.rs`, ...). The session, the benchmark, the check and the reports
+//! read from it. [`ring`] and [`single_copy`] hold the steps several collectives share.
 //!
-//! Adding a collective: one module here, one line in [`ALL`], and its lesson (README's
-//! "Adding a collective" lists the rest).
+//! Adding a collective: one folder here, one line in [`ALL`], and its lesson (README's
+//! "Adding a collective" lists the rest; "Adding an algorithm" too).
 
 pub mod all_gather;
 pub mod all_reduce;
@@ -75,8 +78,17 @@ pub struct Collective {
     pub source: fn(shape: &Shape, rank: usize, i: usize) -> Source,
     /// How it runs on the CPU backend.
     pub cpu: fn(cpu: &Cpu, call: HostCall) -> Result<()>,
-    /// How it runs on NCCL.
-    pub nccl: fn(nccl: &Nccl, call: &DeviceCall) -> Result<()>,
+    /// How it runs on NCCL: the one NCCL call (all-to-all: its grouped sends and
+    /// receives), queued on the rank's stream.
+    ///
+    /// # Safety
+    ///
+    /// `call.send` and `call.recv` must point into device memory of this rank's GPU, which
+    /// holds at least the elements [`Collective::counts`] gives for `call.count` on the
+    /// communicator's ranks (in place, at the offsets [`Collective::in_place`] gives), and
+    /// that memory must stay allocated until the stream has run the call. NCCL reads and
+    /// writes it from the GPU, unchecked.
+    pub nccl: unsafe fn(nccl: &Nccl, call: &DeviceCall) -> Result<()>,
 }
 
 impl Collective {

@@ -10,6 +10,12 @@ use anyhow::Result;
 
 impl Session {
     /// Broadcast (`ncclBroadcast`): `root`'s buffer is copied into every rank's buffer.
+    ///
+    /// How it runs: [`crate::collective::broadcast`]; on the CPU backend, the algorithm the
+    /// tuner chooses ([`crate::collective::tuner::choose`]):
+    /// - [the chain](crate::collective::broadcast::chain)
+    /// - [direct](crate::collective::broadcast::direct)
+    /// - [single copy](crate::collective::broadcast::single_copy)
     pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
         self.run(&BROADCAST, None, buf, root, ReduceOp::Sum)
     }
@@ -22,6 +28,8 @@ impl Session {
 
     /// Reduce (`ncclReduce`): the root's buffer becomes the element-wise `op` of every
     /// rank's buffer; the others' buffers are unchanged.
+    ///
+    /// How it runs: [`crate::collective::reduce`]; on the CPU backend, [the chain](crate::collective::reduce::chain).
     pub fn reduce<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize, op: ReduceOp) -> Result<()> {
         self.run(&REDUCE, None, buf, root, op)
     }
@@ -40,6 +48,13 @@ impl Session {
 
     /// All-reduce (`ncclAllReduce`): every rank's buffer becomes the element-wise `op` of
     /// all of them.
+    ///
+    /// How it runs: [`crate::collective::all_reduce`]; on the CPU backend, the algorithm the
+    /// tuner chooses ([`crate::collective::tuner::choose`]):
+    /// - [the ring](crate::collective::all_reduce::ring)
+    /// - [the ring piece by piece](crate::collective::all_reduce::pipelined)
+    /// - [direct](crate::collective::all_reduce::direct)
+    /// - [single copy](crate::collective::all_reduce::single_copy)
     pub fn all_reduce<T: Element>(&mut self, buf: &mut Buffer<T>, op: ReduceOp) -> Result<()> {
         self.run(&ALL_REDUCE, None, buf, 0, op)
     }
@@ -52,6 +67,11 @@ impl Session {
     /// All-gather in place (`ncclAllGather` with `sendbuff == recvbuff + rank × count`):
     /// `buf` holds `n` blocks, this rank's own at block `rank`; afterwards block i holds
     /// rank i's.
+    ///
+    /// How it runs: [`crate::collective::all_gather`]; on the CPU backend, the algorithm the
+    /// tuner chooses ([`crate::collective::tuner::choose`]):
+    /// - [the ring](crate::collective::all_gather::ring)
+    /// - [single copy](crate::collective::all_gather::single_copy)
     pub fn all_gather<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
         self.run(&ALL_GATHER, None, buf, 0, ReduceOp::Sum)
     }
@@ -65,6 +85,11 @@ impl Session {
     /// Reduce-scatter in place (`ncclReduceScatter` with `recvbuff == sendbuff + rank ×
     /// count`): `buf` holds `n` blocks; afterwards block `rank` holds the `op` of every
     /// rank's block `rank`, and the other blocks are unchanged.
+    ///
+    /// How it runs: [`crate::collective::reduce_scatter`]; on the CPU backend, the algorithm the
+    /// tuner chooses ([`crate::collective::tuner::choose`]):
+    /// - [the ring](crate::collective::reduce_scatter::ring)
+    /// - [single copy](crate::collective::reduce_scatter::single_copy)
     pub fn reduce_scatter<T: Element>(&mut self, buf: &mut Buffer<T>, op: ReduceOp) -> Result<()> {
         self.run(&REDUCE_SCATTER, None, buf, 0, op)
     }
@@ -82,6 +107,11 @@ impl Session {
 
     /// All-to-all in place: block j of this rank's buffer goes to rank j, and block i is
     /// replaced by what rank i had for this rank.
+    ///
+    /// How it runs: [`crate::collective::all_to_all`]; on the CPU backend, the algorithm the
+    /// tuner chooses ([`crate::collective::tuner::choose`]):
+    /// - [pairwise](crate::collective::all_to_all::pairwise)
+    /// - [single copy](crate::collective::all_to_all::single_copy)
     pub fn all_to_all<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
         self.run(&ALL_TO_ALL, None, buf, 0, ReduceOp::Sum)
     }

@@ -1,73 +1,23 @@
-//! Reduce (`ncclReduce`): the element-wise reduction of every rank's buffer, on the root
-//! only. The other ranks' receive buffers are not written.
+//! The chain reduce: NCCL's ring reduce, the broadcast's chain run backwards.
 
-use super::tuner::Algorithm;
-use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
+use super::REDUCE;
 use crate::backend::cpu::Cpu;
-use crate::backend::nccl::Nccl;
+use crate::element::Reduction;
 use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
-use cudarc::nccl::sys;
-
-/// Reduce.
-pub const REDUCE: Collective = Collective {
-    name: "reduce",
-    title: "reduce",
-    nccl_name: "ncclReduce",
-    tag: 3,
-    rooted: true,
-    reduces: true,
-    counts: same,
-    in_place: whole,
-    bus_factor: once,
-    source,
-    cpu,
-    nccl,
-};
 
 /// The chain moves in pieces of this size, each reduced as it passes.
 const PIECE: usize = 512 << 10;
-
-fn source(shape: &Shape, rank: usize, i: usize) -> Source {
-    match rank == shape.root {
-        true => Source::Reduced { index: i },
-        false => Source::Unchanged,
-    }
-}
-
-fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call(c.call(&REDUCE, "count"), |comm, stream| unsafe {
-        sys::ncclReduce(c.send, c.recv, c.count, c.datatype, c.op.nccl(), c.root, comm, stream)
-    })
-}
 
 /// The broadcast's chain run backwards, as NCCL's ring reduce does: it starts at the rank
 /// after the root, and each rank reduces its own piece into what arrives from the left and
 /// passes it right, until the root receives the last partial result and adds its own.
 /// Partial results live only in the links: no rank's buffer but the root's is written.
-fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
-    let HostCall {
-        send,
-        buf,
-        root,
-        reduction: red,
-        ..
-    } = call;
+pub fn reduce(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], root: usize, red: Reduction) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
     let (left, right) = cpu.neighbours();
     let pos = (r + 2 * n - root - 1) % n; // 0 after the root, ..., n - 1 on the root
     let len = buf.len();
-    // The chain is reduce's one algorithm: the tuner has nothing else to choose.
-    let algo = cpu.choose(&REDUCE, len);
-    debug_assert_eq!(algo, Algorithm::Chain);
-    cpu.ran(&REDUCE, len, algo);
-    if n == 1 {
-        if let Some(src) = send {
-            buf.copy_from_slice(src);
-        }
-        red.finish(buf, n);
-        return Ok(());
-    }
     for (i, start) in (0..len.max(1)).step_by(PIECE).enumerate() {
         let at = start..(start + PIECE).min(len);
         let step = |what: &str, peer: usize| format!("reduce to rank {root}: {what} piece {i} {}", cpu.peer_name(peer));

@@ -2,12 +2,15 @@
 //! goes to rank j, where it lands as block i. NCCL has no call for it: programs (and
 //! nccl-tests' `alltoall`) group one `ncclSend` and one `ncclRecv` per peer.
 
+pub mod pairwise;
+pub mod single_copy;
+
 use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own, whole};
 use crate::backend::calls::Call;
 use crate::backend::cpu::{Cpu, keep};
 use crate::backend::nccl::Nccl;
-use crate::record::{self, Dir, How};
+use crate::record::{self};
 use anyhow::{Context, Result};
 use cudarc::nccl::sys;
 use std::ffi::{c_int, c_void};
@@ -39,7 +42,11 @@ fn source(shape: &Shape, rank: usize, i: usize) -> Source {
 /// One group: a send of block j to every rank j and a receive of block i from every rank
 /// i, this rank included. In place, the blocks to send are copied aside first, since the
 /// receives overwrite them.
-fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
+///
+/// # Safety
+///
+/// As [`Collective::nccl`] says.
+unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     let bytes = c.count * c.elem;
     let send = match c.send == c.recv.cast_const() {
         true => n.copy_aside(c.send, bytes * n.world())?,
@@ -62,8 +69,11 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
             "sendbuff",
             block(send),
         );
-        let sent = n.call(what, |comm, stream| unsafe {
-            sys::ncclSend(block(send), c.count, c.datatype, peer as c_int, comm, stream)
+        let sent = n.call(what, |comm, stream| {
+            // SAFETY: block `peer` of the send buffer (or of the copy aside, which this rank
+            // keeps until the stream has used it): `count` elements inside the buffer this
+            // function's contract vouches for; comm and stream are Nccl::call's, live.
+            unsafe { sys::ncclSend(block(send), c.count, c.datatype, peer as c_int, comm, stream) }
         });
         let what = call(
             format!("all-to-all: receive from rank {peer}"),
@@ -72,15 +82,19 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
             block(c.recv),
         );
         let got = sent.and_then(|()| {
-            n.call(what, |comm, stream| unsafe {
-                sys::ncclRecv(
-                    block(c.recv).cast_mut(),
-                    c.count,
-                    c.datatype,
-                    peer as c_int,
-                    comm,
-                    stream,
-                )
+            n.call(what, |comm, stream| {
+                // SAFETY: block `peer` of the receive buffer, `count` elements inside the
+                // buffer this function's contract vouches for; comm and stream as above.
+                unsafe {
+                    sys::ncclRecv(
+                        block(c.recv).cast_mut(),
+                        c.count,
+                        c.datatype,
+                        peer as c_int,
+                        comm,
+                        stream,
+                    )
+                }
             })
         });
         if got.is_err() {
@@ -91,14 +105,13 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     n.group_end()
 }
 
-/// `n - 1` steps: at step s, this rank sends its block for rank r + s and receives the
-/// block rank r - s has for it, so that every step pairs every rank with two others
-/// and every link is busy once. Its own block is a copy. Out of place on one host, when
-/// the tuner says so ([`super::tuner::choose`]), each rank copies its blocks straight
-/// from the others' send buffers instead (a single copy, as in `single_copy.rs`).
+/// All-to-all on the CPU backend: this rank's own block is a copy; the others travel by
+/// the [`pairwise`] exchange, `n - 1` steps, or out of place on one host, when the tuner
+/// says so ([`super::tuner::choose`]), each rank copies its blocks straight from the
+/// others' send buffers instead ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
-    let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
+    let (_n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
     let HostCall { send, buf, .. } = call;
     let mut aside = None;
     let src: &[u8] = match send {
@@ -121,30 +134,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     if cpu.choose(&ALL_TO_ALL, buf.len()) == Algorithm::SingleCopy
         && let Some(theirs) = cpu.share_regions(tag, &[src], &[src.len()]).context("all-to-all")?
     {
-        cpu.ran(&ALL_TO_ALL, buf.len(), Algorithm::SingleCopy);
-        for s in 1..n {
-            let from = (r + n - s) % n;
-            let t = record::clock();
-            keep(&mut buf[blk(from)], &theirs[from][0][blk(r)], streaming);
-            record::op(t, "read", &[(Dir::Recv, from, &buf[blk(from)], How::Copy)]);
-        }
-        return cpu.all_done(tag).context("all-to-all");
+        return single_copy::all_to_all(cpu, buf, block, &theirs, streaming);
     }
-    cpu.ran(&ALL_TO_ALL, buf.len(), Algorithm::Pairwise);
-    for s in 1..n {
-        let (to, from) = ((r + s) % n, (r + n - s) % n);
-        let dst = &mut buf[blk(from)];
-        let t = record::clock();
-        cpu.exchange(tag, (&src[blk(to)], to), (block, from), |link, slice| match streaming {
-            true => link.recv_into_streaming(tag, &mut dst[slice]),
-            false => link.recv_into(tag, &mut dst[slice]),
-        })
-        .with_context(|| format!("all-to-all step {s} of {}: to rank {to}, from rank {from}", n - 1))?;
-        let parts = [
-            (Dir::Send, to, &src[blk(to)], How::Copy),
-            (Dir::Recv, from, &*dst, How::Copy),
-        ];
-        record::op(t, "send/recv", &parts);
-    }
-    Ok(())
+    pairwise::all_to_all(cpu, src, buf, block, streaming)
 }

@@ -1,43 +1,10 @@
-//! Reduce-scatter (`ncclReduceScatter`): every rank contributes `n × count` elements;
-//! rank i receives block i of their element-wise reduction (`count` elements).
+//! The ring reduce-scatter: the first half of the ring all-reduce.
 
-use super::single_copy::reduce_into;
-use super::tuner::Algorithm;
-use super::{Collective, DeviceCall, HostCall, Shape, Source, all_but_own};
+use super::REDUCE_SCATTER;
 use crate::backend::cpu::{Cpu, split_two};
-use crate::backend::nccl::Nccl;
+use crate::collective::tuner::Algorithm;
 use crate::element::Reduction;
 use anyhow::{Context, Result};
-use cudarc::nccl::sys;
-
-/// Reduce-scatter.
-pub const REDUCE_SCATTER: Collective = Collective {
-    name: "reduce_scatter",
-    title: "reduce-scatter",
-    nccl_name: "ncclReduceScatter",
-    tag: 5,
-    rooted: false,
-    reduces: true,
-    counts: |count, ranks| (ranks * count, count),
-    // NCCL's in-place reduce-scatter: recvbuff == sendbuff + rank × count.
-    in_place: |count, _ranks, rank| (0, rank * count),
-    bus_factor: all_but_own,
-    source,
-    cpu,
-    nccl,
-};
-
-fn source(shape: &Shape, rank: usize, i: usize) -> Source {
-    Source::Reduced {
-        index: rank * shape.count + i,
-    }
-}
-
-fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
-    n.call(c.call(&REDUCE_SCATTER, "recvcount"), |comm, stream| unsafe {
-        sys::ncclReduceScatter(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream)
-    })
-}
 
 /// The ring reduce-scatter, the first half of the ring all-reduce: in each of `n - 1`
 /// steps a rank sends a partial result to the right and reduces its own block into the
@@ -47,37 +14,10 @@ fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 ///
 /// The partial results travel through two working buffers of one block, never through
 /// the send buffer: in place, the other blocks of the buffer keep their values, as with
-/// NCCL. On one host, when the tuner says so ([`super::tuner::choose`]), each rank reduces
-/// its block straight from the others' buffers instead ([`single_copy`]).
-fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
-    let block = call.count * call.elem();
+/// NCCL.
+pub fn reduce_scatter(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], block: usize, red: Reduction) -> Result<()> {
     let (n, r) = (cpu.world(), cpu.rank());
-    let HostCall {
-        send,
-        buf,
-        reduction: red,
-        ..
-    } = call;
     let blk = |i: usize| i * block..(i + 1) * block;
-    let algo = cpu.choose(&REDUCE_SCATTER, n * block);
-    if n == 1 {
-        cpu.ran(&REDUCE_SCATTER, n * block, algo);
-        if let Some(src) = send {
-            buf.copy_from_slice(&src[blk(0)]);
-        }
-        red.finish(buf, n);
-        return Ok(());
-    }
-    if algo == Algorithm::SingleCopy {
-        let input = send.unwrap_or(&*buf);
-        let tag = REDUCE_SCATTER.tag;
-        if let Some(theirs) = cpu
-            .share_regions(tag, &[input], &[n * block])
-            .context("reduce-scatter")?
-        {
-            return single_copy(cpu, send, buf, block, &theirs, red);
-        }
-    }
     cpu.ran(&REDUCE_SCATTER, n * block, Algorithm::Ring);
     let mut working = cpu.scratch(block);
     let (a, b) = &mut *working;
@@ -114,37 +54,6 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         red.finish(result, n);
     }
     Ok(())
-}
-
-/// A large reduce-scatter on one host, single copy: every rank has told the others where
-/// its send buffer lies (`theirs`, [`Cpu::share_regions`]); rank r reduces block r of
-/// every rank's straight from their memory into its result (in place, its own block r,
-/// which no other rank reads), then all say they are done reading.
-fn single_copy(
-    cpu: &Cpu,
-    send: Option<&[u8]>,
-    buf: &mut [u8],
-    block: usize,
-    theirs: &[Vec<&[u8]>],
-    red: Reduction,
-) -> Result<()> {
-    use crate::record::{self, Dir, How};
-    let (n, r) = (cpu.world(), cpu.rank());
-    let mine = r * block..(r + 1) * block;
-    cpu.ran(&REDUCE_SCATTER, n * block, Algorithm::SingleCopy);
-    let t = record::clock();
-    let result = match send {
-        Some(_) => &mut buf[..],
-        None => &mut buf[mine.clone()],
-    };
-    let own = send.map(|s| &s[mine.clone()]);
-    reduce_into(cpu, result, own, |p| &theirs[p][0][mine.clone()], red);
-    red.finish(result, n);
-    let parts: Vec<_> = (1..n)
-        .map(|k| (Dir::Recv, (r + k) % n, &*result, How::Reduce))
-        .collect();
-    record::op(t, "read", &parts);
-    cpu.all_done(REDUCE_SCATTER.tag).context("reduce-scatter")
 }
 
 /// One ring step: `partial` goes right while the partial result arriving from the left

@@ -1,0 +1,24 @@
+//! The single-copy all-gather, for large buffers on one host: every rank copies the
+//! others' blocks straight from their buffers.
+
+use super::ALL_GATHER;
+use crate::backend::cpu::{Cpu, keep};
+use crate::collective::tuner::Algorithm;
+use anyhow::{Context, Result};
+
+/// A large all-gather on one host, single copy: every rank has told the others where its
+/// block lies (`theirs`, [`Cpu::share_regions`]); each copies every other rank's block
+/// straight from that rank's buffer into its own, one copy per byte where the ring's
+/// slots take two, then all say they are done reading.
+pub fn all_gather(cpu: &Cpu, buf: &mut [u8], block: usize, theirs: &[Vec<&[u8]>], streaming: bool) -> Result<()> {
+    use crate::record::{self, Dir, How};
+    let (n, r) = (cpu.world(), cpu.rank());
+    cpu.ran(&ALL_GATHER, buf.len(), Algorithm::SingleCopy);
+    for p in (1..n).map(|k| (r + k) % n) {
+        let t = record::clock();
+        let dst = &mut buf[p * block..(p + 1) * block];
+        keep(dst, theirs[p][0], streaming);
+        record::op(t, "read", &[(Dir::Recv, p, dst, How::Copy)]);
+    }
+    cpu.all_done(ALL_GATHER.tag).context("all-gather")
+}
