@@ -6,10 +6,9 @@
 use crate::args::RunArgs;
 use crate::device;
 use crate::launch::Identity;
-use crate::rendezvous::{Join, Store, StoreServer};
+use crate::rendezvous::{Store, StoreServer};
 use anyhow::{Context, Result, anyhow};
 use cudarc::driver::CudaContext;
-use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,10 +64,7 @@ impl Meeting {
     /// Waits until every rank is done, so that none leaves while another still needs it.
     fn finish(mut self) -> Result<()> {
         self.store.barrier("end", self.rank, self.world)?;
-        self.store.bye();
-        if let Some(server) = &self.server {
-            server.drain(self.timeout.min(Duration::from_secs(5)));
-        }
+        crate::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
         Ok(())
     }
 }
@@ -120,23 +116,7 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
             );
         }
     }
-    let server = match rank {
-        0 => {
-            let addr = (id.master_addr.as_str(), id.store_port)
-                .to_socket_addrs()
-                .with_context(|| format!("resolving the master address {}", id.master_addr))?
-                .next()
-                .ok_or_else(|| anyhow!("the master address {} resolves to nothing", id.master_addr))?;
-            Some(StoreServer::start(addr, &id.job_id, id.world_size)?)
-        }
-        _ => None,
-    };
-    let join = Join {
-        job_id: id.job_id.clone(),
-        world_size: id.world_size,
-        rank,
-    };
-    let mut store = Store::connect(&id.master_addr, id.store_port, &join, run.timeout)?;
+    let (mut store, server) = crate::rendezvous::meet(&id, run.timeout)?;
     // The device by the same rule as every lesson's, and no GPU shared by two ranks:
     // the check the workbook's NCCL backend makes, before the lesson makes its communicator.
     let place = device::place(&mut store, &id)?;

@@ -39,6 +39,40 @@ const JOIN_WITHIN: Duration = Duration::from_secs(10);
 /// junk can neither exhaust this process's descriptors nor crowd a real rank out.
 const MAX_STRANGERS: usize = 64;
 
+/// Meets the job's other ranks: rank 0 starts the store on the master address (its
+/// server), and every rank, rank 0 too, joins it. The one way the ranks meet, for a
+/// [`crate::Session`] and for a lesson that calls NCCL itself ([`crate::meet`]).
+pub fn meet(id: &crate::launch::Identity, timeout: Duration) -> Result<(Store, Option<StoreServer>)> {
+    use anyhow::Context;
+    let server = match id.rank {
+        0 => {
+            let addr = (id.master_addr.as_str(), id.store_port)
+                .to_socket_addrs()
+                .with_context(|| format!("resolving the master address {}", id.master_addr))?
+                .next()
+                .ok_or_else(|| anyhow!("the master address {} resolves to nothing", id.master_addr))?;
+            Some(StoreServer::start(addr, &id.job_id, id.world_size)?)
+        }
+        _ => None,
+    };
+    let join = Join {
+        job_id: id.job_id.clone(),
+        world_size: id.world_size,
+        rank: id.rank,
+    };
+    let store = Store::connect(&id.master_addr, id.store_port, &join, timeout)?;
+    Ok((store, server))
+}
+
+/// Leaves the store met with [`meet`]: says goodbye, and on rank 0 lets the others say
+/// theirs (at most 5 s, or `timeout`) before the server goes.
+pub fn leave(store: &mut Store, server: Option<&StoreServer>, timeout: Duration) {
+    store.bye();
+    if let Some(server) = server {
+        server.drain(timeout.min(Duration::from_secs(5)));
+    }
+}
+
 /// Who is joining: sent first on every connection to the store.
 #[derive(Clone, Debug)]
 pub struct Join {

@@ -273,15 +273,6 @@ fn chunk_names(chunks: &Chunks, width: usize) -> String {
     out.trim_end().to_string()
 }
 
-/// A number as the tables show it: `42`, not `42.0`.
-fn num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v}")
-    }
-}
-
 /// How a collective combines what comes in with a rank's own elements, in words: a sum
 /// unless the recorder said otherwise (`--op max`).
 struct Combine {
@@ -400,11 +391,11 @@ fn row(values: &[f64], before: Option<&[f64]>, chunks: &Chunks, width: usize) ->
         if i > 0 && chunks.bounds.contains(&i) {
             out.push_str(" |");
         }
-        let text = format!("{:>width$}", num(*v));
+        let text = format!("{:>width$}", crate::table::number(*v));
         let changed = before.is_some_and(|b| b.get(i).is_some_and(|w| w.to_bits() != v.to_bits()));
         out.push_str(&match (changed, colour) {
             (true, true) => format!(" {} ", text.green().bold()),
-            (true, false) => format!("{:>w$}", format!("[{}]", num(*v)), w = width + 2),
+            (true, false) => format!("{:>w$}", format!("[{}]", crate::table::number(*v)), w = width + 2),
             (false, _) => format!(" {text} "),
         });
     }
@@ -468,7 +459,7 @@ fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
         .filter_map(|s| s.start)
         .chain(ops.iter().flatten().filter_map(|e| e.values.as_deref()))
         .flatten()
-        .map(|v| num(*v).len())
+        .map(|v| crate::table::number(*v).len())
         .max()
         .unwrap_or(1);
     let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);

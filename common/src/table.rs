@@ -124,6 +124,15 @@ pub fn with_header(header: &[&str], rows: &[Vec<String>]) -> String {
     b.build().with(Style::ascii()).to_string()
 }
 
+/// A number as the tables show it: `42`, not `42.0` (the buffers' tables and `--steps`).
+pub fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,190 @@
+//! What the harness calls (`common::main`, the benchmark), not a lesson: hidden from the
+//! session's documentation, so that a student's page holds what a lesson calls.
+
+use super::{Session, print_out};
+use crate::args::Format;
+use crate::backend::Backend;
+use crate::device::{self};
+use crate::error::SharedError;
+use crate::transport::Via;
+use crate::units::human_bytes;
+use anyhow::{Context, Result, anyhow};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+impl Session {
+    /// Checks, before anything is allocated, that `bytes` per rank (its buffers at their
+    /// peak) fit in the memory this host has available, every rank of the host taking as
+    /// much; `what` names the flag that asked for them. Without it a too large `--size`
+    /// ends as "killed by signal 9" (the out-of-memory killer). CPU backend only: NCCL's
+    /// buffers live on the GPU.
+    #[doc(hidden)]
+    pub fn ensure_memory(&self, bytes: u64, what: &str) -> Result<()> {
+        if self.backend.name() != "cpu" {
+            return Ok(());
+        }
+        let host = &self.members[self.rank()].host;
+        let local = self.members.iter().filter(|m| &m.host == host).count() as u64;
+        let need = bytes.saturating_mul(local);
+        match device::available_memory() {
+            Some(free) if need > free => Err(crate::error::usage(format!(
+                "rank {}: {what}: {local} rank(s) on this host would hold {} in buffers, and it has {} of memory \
+                 available: ask for less, or start fewer ranks per host",
+                self.rank(),
+                human_bytes(need as usize),
+                human_bytes(free as usize)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every rank's `value`, in rank order, on every rank (`what` names it in errors).
+    #[doc(hidden)]
+    pub fn share_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
+        self.say_p2p()?;
+        let key = self.next_key("gather");
+        let (rank, world) = (self.rank(), self.world_size());
+        let all = self.store.share(&key, rank, world, &value.to_le_bytes(), what)?;
+        all.iter()
+            .enumerate()
+            .map(|(r, b)| {
+                b.as_slice()
+                    .try_into()
+                    .map(f64::from_le_bytes)
+                    .map_err(|_| anyhow!("rank {r} sent a malformed {what}"))
+            })
+            .collect()
+    }
+
+    /// The name of this session's backend: `cpu` or `nccl`.
+    #[doc(hidden)]
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// One line per rank saying where it runs, as nccl-tests' `#  Rank  0 Pid ... on
+    /// host device ...` lines.
+    #[doc(hidden)]
+    pub fn rank_lines(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| {
+                let name = m.device_name.as_deref().map(|n| format!(" [{n}]")).unwrap_or_default();
+                format!(
+                    "#  Rank {:>2} Pid {:>7} on {:>10} device {}{name}",
+                    m.rank, m.pid, m.host, m.device
+                )
+            })
+            .collect()
+    }
+
+    /// How pairs of ranks exchange data on the CPU backend ("0-1": shm), for headers.
+    #[doc(hidden)]
+    pub fn transports(&self) -> &BTreeMap<String, Via> {
+        &self.report.transports
+    }
+
+    /// Whether this rank's large collectives read the other ranks' buffers where they lie
+    /// (CPU backend, one host: [`crate::backend::host_memory`]).
+    #[doc(hidden)]
+    pub fn single_copy(&self) -> bool {
+        matches!(&self.backend, Backend::Cpu(c) if c.reads_peers())
+    }
+
+    /// Which algorithm ran the last collective: the tuner's name on the CPU backend
+    /// ([`crate::collective::tuner`]); on NCCL, NCCL chooses (`NCCL_DEBUG=INFO` shows it).
+    #[doc(hidden)]
+    pub fn algorithm(&self) -> &'static str {
+        match &self.backend {
+            Backend::Cpu(c) => c.last_algorithm().map_or("?", |a| a.name()),
+            Backend::Nccl(_) => "NCCL's choice",
+        }
+    }
+
+    /// Puts the benchmark's sweeps in the JSON report.
+    #[doc(hidden)]
+    pub fn set_perf(&mut self, mut sweeps: Vec<crate::report::Perf>) {
+        match sweeps.len() {
+            1 => self.report.perf = sweeps.pop(),
+            _ => self.report.sweeps = sweeps,
+        }
+    }
+
+    /// Makes the run fail at the end with `message` (after the report is printed), as
+    /// a failed check does; the first such message wins.
+    #[doc(hidden)]
+    pub fn fail_at_end(&mut self, message: String) {
+        self.failed.get_or_insert(message);
+    }
+
+    /// Ends the session: waits until every rank is done (so none exits while another
+    /// still needs it), then rank 0 prints the JSON report.
+    #[doc(hidden)]
+    pub fn finish(mut self) -> Result<()> {
+        let (rank, world) = (self.rank(), self.world_size());
+        self.flush_steps(true)?;
+        let trace = self.gather_trace()?;
+        // The last meeting: every rank's point-to-point accounts, compared.
+        let unreceived = self.settle_p2p()?;
+        self.backend.close()?;
+        crate::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
+        // Written once the others are done: a file that cannot be written fails rank 0 alone.
+        if let (Some(path), Some(all)) = (&self.trace, trace) {
+            let w =
+                crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
+            self.say(&format!(
+                "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's within \
+                 {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",
+                w.events,
+                w.flows,
+                w.error_us,
+                path.display()
+            ));
+        }
+        if rank == 0 && self.format == Format::Json {
+            print_out(&serde_json::to_string_pretty(&self.report)?);
+        }
+        // A message sent and never received: one line each, said by its sender.
+        let mut said = unreceived.into_iter().map(|line| anyhow!(line)).collect::<Vec<_>>();
+        let last = match self.failed {
+            Some(message) => Some(SharedError { message, usage: false }.into()),
+            None => said.pop(),
+        };
+        for line in said {
+            crate::error::say_line(&crate::error::line(Some(rank), &line));
+        }
+        match last {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds to a failure which rank went first, when that is another rank: a rank whose
+    /// neighbour exited because of a third rank's crash then names the crashed one.
+    #[doc(hidden)]
+    pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+        if crate::error::is_shared(&err) {
+            return err;
+        }
+        // A message this rank sent and a peer went on without receiving: the cause.
+        if let Some(line) = self.unreceived_at_failure() {
+            return err.context(line);
+        }
+        if crate::error::is_shared(&err) || crate::error::names_culprit(&err) {
+            return err;
+        }
+        // Give the store a moment to see the connection of a killed rank close; ask it
+        // briefly (a frozen rank 0 must not hold this rank's exit back).
+        std::thread::sleep(Duration::from_millis(50));
+        let asked = self
+            .store
+            .watcher(Duration::from_secs(1))
+            .and_then(|mut s| s.first_lost());
+        match asked {
+            Ok(Some((r, how))) if r != self.rank() => err.context(format!("rank {r} failed first ({how})")),
+            Ok(_) => err,
+            Err(_) if self.rank() != 0 => err.context("rank 0, which hosts the store, is gone too"),
+            Err(_) => err,
+        }
+    }
+}
