@@ -118,7 +118,7 @@ fn the_double_refuses_to_act_unless_asked() {
 
 /// A folder under target/ holding the double under exactly the names given.
 fn folder(name: &str, names: &[&str]) -> std::path::PathBuf {
-    let lib = testkit::nccl_double_dir().join("libnccl.so").canonicalize().unwrap();
+    let lib = testkit::nccl_double_file();
     let dir = testkit::nccl_double_dir().with_file_name(format!("nccl-double-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

@@ -45,7 +45,7 @@ fn all_reduce_on_1_2_and_4_gpus() {
 fn the_same_table_as_on_the_cpu_with_gpu_rows() {
     // --backend auto finds the "driver", its GPUs and NCCL, and says so.
     let r = finish(spawn(nccl_command(BIN, &[], 2)), LIMIT).ok();
-    let double = testkit::nccl_double_dir().join("libnccl.so").canonicalize().unwrap();
+    let double = testkit::nccl_double_file();
     assert_eq!(
         r.stdout.lines().next(),
         Some(format!("backend: nccl, found 2 GPUs and NCCL 2.18.3 ({})", double.display()).as_str()),

@@ -1,7 +1,8 @@
 //! The benchmark as real multi-process jobs: its figures follow nccl-tests' formulas,
 //! every element is checked (#wrong is 0, and a corrupted element is counted and fails
 //! the run), on both transports, under the launcher and with ranks started by hand, and
-//! on the NCCL test double.
+//! on the NCCL test double. The long sweeps (every world, operator and type; buffers past
+//! the caches) are `#[ignore]`d in `cargo test`: `.ci/run` runs them (`-- --ignored`).
 
 use serde_json::Value;
 use testkit::{LIMIT, Run, command, finish, free_port, nccl_command, spawn};
@@ -131,6 +132,7 @@ fn check_every_sweep(r: &Run, world: usize, asked: &[u64]) {
 }
 
 #[test]
+#[ignore = "long sweep: run by .ci/run"]
 fn every_collective_operator_and_type_is_exact_on_every_world_from_1_to_5() {
     // Counts of 1 element, smaller than the world, odd, and spanning many pieces; out of
     // place and in place; NCCL's in-place layouts; every operator and type.
@@ -217,6 +219,7 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
 }
 
 #[test]
+#[ignore = "long sweep: run by .ci/run"]
 fn every_world_from_2_to_5_is_right_on_shared_memory() {
     // On one host a large all-reduce, broadcast, all-gather, reduce-scatter or all-to-all
     // (out of place) reads the other ranks' buffers where they lie (single copy); with
@@ -411,6 +414,7 @@ fn on_the_nccl_double_with_double_precision() {
 }
 
 #[test]
+#[ignore = "long sweep: run by .ci/run"]
 fn buffers_larger_than_the_caches_are_right_too() {
     // When the ranks' buffers outgrow the last-level cache (said to be 16 MiB here, so
     // that any machine streams), the results are written around the cache (non-temporal

@@ -85,13 +85,37 @@ impl Drop for Range {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::CString;
+
+    /// Whether NVTX's library can be opened, asked of the loader apart from `load`.
+    fn loader_finds_nvtx() -> bool {
+        ["libnvToolsExt.so.1", "libnvToolsExt.so"].iter().any(|name| {
+            let name = CString::new(*name).unwrap();
+            // SAFETY: a NUL-terminated name; a handle found is closed again at once (the
+            // library stays loaded while `load`'s handle holds it).
+            unsafe {
+                let h = libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+                !h.is_null() && libc::dlclose(h) == 0
+            }
+        })
+    }
+
     #[test]
-    fn ranges_do_nothing_harmful_with_or_without_the_library() {
-        let _ = super::available();
+    fn a_range_is_opened_exactly_when_nvtx_is_there_whatever_its_name() {
+        // Where the library is, every range is pushed (a name with a NUL in it too: cut,
+        // not dropped) and popped when dropped; where it is not, no range is open and no
+        // call is made.
+        let there = super::available();
+        assert_eq!(there, loader_finds_nvtx(), "available() disagrees with the loader");
         let outer = super::range("outer");
+        assert_eq!(outer.open, there);
         {
-            let _inner = super::range("in\0ner");
+            let inner = super::range("in\0ner");
+            assert_eq!(inner.open, there);
+            let empty = super::range("");
+            assert_eq!(empty.open, there);
         }
         drop(outer);
+        assert_eq!(super::FNS.get().map(Option::is_some), Some(there));
     }
 }

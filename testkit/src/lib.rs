@@ -242,6 +242,15 @@ pub fn nccl_double_dir() -> &'static Path {
     })
 }
 
+/// The NCCL test double's one library file, as the loader sees it (links resolved): the
+/// file a program on the double names as the NCCL it loaded.
+pub fn nccl_double_file() -> PathBuf {
+    nccl_double_dir()
+        .join("libnccl.so")
+        .canonicalize()
+        .expect("the NCCL test double's library")
+}
+
 /// A command for `bin` that runs on the NCCL test double with `gpus` devices: the double
 /// first on `LD_LIBRARY_PATH` (read when the process starts, so it is set here, for the
 /// child), and `NCCL_DOUBLE=1`, without which the double refuses to act.
@@ -266,4 +275,45 @@ impl Xorshift {
         self.0 ^= self.0 << 17;
         self.0 % n
     }
+}
+
+/// The calls rank `rank` showed with `--show-calls`, in order: what follows `rank R │ ` on
+/// each of its lines of `out`.
+pub fn calls(out: &str, rank: usize) -> Vec<String> {
+    let prefix = format!("rank {rank} │ ");
+    out.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Sends signal `sig` (9: SIGKILL, 19: SIGSTOP) to process `pid`, as a dead or frozen node
+/// would be played; whether it was sent.
+pub fn signal(pid: u32, sig: i32) -> bool {
+    // SAFETY: kill(2) takes any pid and signal number and touches no memory of ours.
+    unsafe { libc_kill(pid as i32, sig) == 0 }
+}
+
+/// The child processes of `pid` now (a launcher's: its ranks, in the order it started
+/// them), from `/proc`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    kids.split_whitespace().filter_map(|k| k.parse().ok()).collect()
+}
+
+/// Process `pid`'s state letter from `/proc/PID/stat` (`R`, `S`, `T`, `Z`...), or `None`
+/// when there is no such process.
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().next()?.chars().next()
+}
+
+/// Whether process `pid` is over: gone, or a zombie waiting to be reaped (never still running).
+pub fn ended(pid: u32) -> bool {
+    matches!(process_state(pid), None | Some('Z'))
 }

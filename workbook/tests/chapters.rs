@@ -29,13 +29,32 @@ fn chapter_1_device_is_rank_mod_device_count_with_one_row_per_process() {
             "{r}"
         );
         assert_eq!(field(&j, "local_rank"), field(&j, "rank"), "{r}");
+        // On the CPU backend a node has one device per rank of its own: all n here.
         assert_eq!(
             field(&j, "device"),
-            (0..n).map(|r| format!("cpu:{}", r % n)).collect::<Vec<_>>(),
+            (0..n).map(|r| format!("cpu:{r}")).collect::<Vec<_>>(),
             "{r}"
         );
         let pids: std::collections::HashSet<_> = field(&j, "pid").into_iter().collect();
         assert_eq!(pids.len(), n, "one process per rank: {r}");
+    }
+    // device_count is the node's, not the world's: two launchers of `per_node` ranks each
+    // (two nodes on this host, ranks placed by blocks) give rank r device r % per_node,
+    // where the world's size would give r.
+    for per_node in [1usize, 3] {
+        let p = per_node.to_string();
+        let [a, b] =
+            testkit::two_nodes(|_, args| command(hello.to_str().unwrap(), &[args, &["--nproc-per-node", &p]].concat()));
+        let (a, b) = (a.ok(), b.ok());
+        let j = a.json();
+        assert_eq!(j["world_size"], 2 * per_node, "{a}\n{b}");
+        assert_eq!(
+            field(&j, "device"),
+            (0..2 * per_node)
+                .map(|r| format!("cpu:{}", r % per_node))
+                .collect::<Vec<_>>(),
+            "{a}\n{b}"
+        );
     }
     // One rank is "1 rank", not "1 ranks".
     let r = run(hello.to_str().unwrap(), &["--nproc-per-node", "1"]).ok();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 use testkit::{command, finish, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn run(bind: Option<&str>) -> String {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use testkit::{LIMIT, Run, command, finish, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 /// Runs the all-reduce on the CPU backend with `args`, `env` set, tracing into a fresh
 /// folder: the run (checked OK) and the trace's document.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use testkit::{LIMIT, command, finish, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 /// The channel files in /dev/shm now, by name.
 fn channel_files() -> BTreeSet<String> {

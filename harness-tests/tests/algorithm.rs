@@ -4,11 +4,11 @@
 
 use testkit::{LIMIT, Run, command, finish, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
-/// The lesson on `ranks` ranks with `count` floats, with `env` set (a host of 8 cores,
+/// The probe (an all-reduce) on `ranks` ranks with `count` floats, with `env` set (a host of 8 cores,
 /// so that the choice does not depend on this machine's).
-fn lesson(ranks: usize, count: usize, json: bool, env: &[(&str, &str)]) -> Run {
+fn all_reduce(ranks: usize, count: usize, json: bool, env: &[(&str, &str)]) -> Run {
     let (n, c) = (ranks.to_string(), count.to_string());
     let mut args = vec!["--nproc-per-node", &n, "--count", &c, "--iters", "2"];
     if json {
@@ -30,11 +30,11 @@ fn the_time_line_and_the_report_name_the_algorithm_for_a_small_and_a_large_buffe
         (1 << 20, &[("NCCL_ALGO", "Ring")], "ring-pipelined"),
         (1 << 20, &[("NCCL_ALGO", "allreduce:^single-copy")], "ring-pipelined"),
     ] {
-        let r = lesson(3, count, true, env).ok();
+        let r = all_reduce(3, count, true, env).ok();
         let j = r.json();
         assert_eq!(j["algo"], algo, "{count} floats, {env:?}: {r}");
         assert_eq!(j["check"]["ok"], true, "{r}");
-        let r = lesson(3, count, false, env).ok();
+        let r = all_reduce(3, count, false, env).ok();
         let time = r.stdout.lines().find(|l| l.starts_with("Time: ")).expect("a Time line");
         assert!(time.contains(&format!(" via {algo} (")), "{time}\n{r}");
     }
@@ -60,30 +60,30 @@ fn the_time_line_and_the_report_name_the_algorithm_for_a_small_and_a_large_buffe
 
 #[test]
 fn nccl_debug_info_prints_each_choice_once_as_nccls_tuning_line() {
-    let r = lesson(2, 256, false, &[("NCCL_DEBUG", "INFO")]).ok();
+    let r = all_reduce(2, 256, false, &[("NCCL_DEBUG", "INFO")]).ok();
     let line = "cpu INFO AllReduce: 1024 Bytes -> Algo direct proto simple";
     assert_eq!(r.stdout.lines().filter(|l| *l == line).count(), 1, "{r}");
-    let r = lesson(2, 256, false, &[]).ok();
+    let r = all_reduce(2, 256, false, &[]).ok();
     assert!(!r.stdout.contains("-> Algo"), "{r}");
 }
 
 #[test]
 fn nccl_algo_naming_what_the_cpu_backend_lacks_is_refused_in_one_line() {
     for algo in ["Tree", "ring,NVLS", "allreduce:CollNetDirect", "ring;tree", "rings"] {
-        let r = lesson(2, 4, false, &[("NCCL_ALGO", algo)]);
+        let r = all_reduce(2, 4, false, &[("NCCL_ALGO", algo)]);
         assert_eq!(r.code, Some(2), "NCCL_ALGO={algo}: {r}");
         let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(errors.len(), 1, "NCCL_ALGO={algo}: one line: {r}");
         assert!(errors[0].contains(&format!("NCCL_ALGO={algo}: ")), "{r}");
         assert!(!r.stderr.contains("panicked"), "{r}");
     }
-    let r = lesson(2, 4, false, &[("NCCL_ALGO", "Tree")]);
+    let r = all_reduce(2, 4, false, &[("NCCL_ALGO", "Tree")]);
     assert!(
         r.stderr
             .contains("the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy"),
         "{r}"
     );
     // Excluding what it lacks is no error.
-    let r = lesson(2, 4, true, &[("NCCL_ALGO", "^tree")]).ok();
+    let r = all_reduce(2, 4, true, &[("NCCL_ALGO", "^tree")]).ok();
     assert_eq!(r.json()["algo"], "direct", "{r}");
 }

@@ -3,7 +3,7 @@
 
 use testkit::run;
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 /// The ranks whose call lines (`rank R │ …`) `out` holds, in order of first appearance.
 fn ranks_shown(out: &str) -> Vec<usize> {

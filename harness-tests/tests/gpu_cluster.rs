@@ -13,12 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 use testkit::{LIMIT, Run, finish, free_port, nccl_command, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
-
-/// The double's one file, as the loader sees it (links resolved).
-fn double_file() -> PathBuf {
-    testkit::nccl_double_dir().join("libnccl.so").canonicalize().unwrap()
-}
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 /// The backend line a run on the double prints first, with `gpus` GPUs.
 fn backend_line(gpus: usize) -> String {
@@ -29,7 +24,7 @@ fn backend_line(gpus: usize) -> String {
     };
     format!(
         "backend: nccl, found {gpus} and NCCL 2.18.3 ({})",
-        double_file().display()
+        testkit::nccl_double_file().display()
     )
 }
 
@@ -249,11 +244,9 @@ fn peer_lost_during_a_large_all_reduce(signal: i32, victim: usize) {
         })
         .collect();
     // Whatever happens below, no rank of this job outlives the test.
-    let _reaper = Reaper(ranks.iter().map(|c| c.id() as i32).collect());
+    let _reaper = Reaper(ranks.iter().map(|c| c.id()).collect());
     sleep(Duration::from_millis(2500)); // well into the timed all-reduces
-    let pid = ranks[victim].id() as i32;
-    // SAFETY: sends a signal to a child of this test.
-    assert_eq!(unsafe { kill(pid, signal) }, 0);
+    assert!(testkit::signal(ranks[victim].id(), signal));
     let hit = Instant::now();
     let victim_child = ranks.remove(victim);
     for (i, child) in ranks.into_iter().enumerate() {
@@ -290,13 +283,9 @@ fn peer_lost_during_a_large_all_reduce(signal: i32, victim: usize) {
     let _ = std::fs::remove_dir_all(&rooms);
 }
 
-unsafe extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-
 /// Kills these processes if the test fails on the way (a failed assertion must not leave
 /// ranks running): those that are still this test's children, not yet reaped.
-struct Reaper(Vec<i32>);
+struct Reaper(Vec<u32>);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -310,8 +299,7 @@ impl Drop for Reaper {
                 .rsplit_once(')')
                 .and_then(|(_, rest)| rest.split_whitespace().nth(1));
             if parent == Some(me.as_str()) {
-                // SAFETY: a signal to a child of this test that is still there.
-                unsafe { kill(*pid, 9) };
+                testkit::signal(*pid, 9);
             }
         }
     }
@@ -350,10 +338,10 @@ fn folder(name: &str, names: &[&str], copies: &[&str]) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for n in names {
-        std::os::unix::fs::symlink(double_file(), dir.join(n)).unwrap();
+        std::os::unix::fs::symlink(testkit::nccl_double_file(), dir.join(n)).unwrap();
     }
     for n in copies {
-        std::fs::copy(double_file(), dir.join(n)).unwrap();
+        std::fs::copy(testkit::nccl_double_file(), dir.join(n)).unwrap();
     }
     dir
 }
@@ -424,7 +412,7 @@ fn condas_nccl_in_conda_prefix_lib_is_found() {
     let prefix = folder("conda", &[], &[]);
     let lib = prefix.join("lib");
     std::fs::create_dir_all(&lib).unwrap();
-    std::os::unix::fs::symlink(double_file(), lib.join("libnccl.so.2")).unwrap();
+    std::os::unix::fs::symlink(testkit::nccl_double_file(), lib.join("libnccl.so.2")).unwrap();
     let (mut cmd, _) = without_nccl_on_the_path("cuda-only-conda", &["--backend", "nccl"]);
     cmd.env("CONDA_PREFIX", &prefix);
     let run = finish(spawn(cmd), LIMIT).ok();
@@ -490,7 +478,7 @@ fn an_nccl_older_than_the_bindings_support_is_refused_naming_both_versions() {
     assert!(
         run.stderr.contains(&format!(
             "NCCL 2.17.5 ({}) is older than NCCL 2.18.0, the oldest this workbook supports",
-            double_file().display()
+            testkit::nccl_double_file().display()
         )),
         "{run}"
     );
@@ -513,7 +501,7 @@ fn ranks_that_load_different_nccl_versions_are_refused_naming_both() {
             .env("NCCL_DOUBLE_VERSION", ["21803", "22105"][n]);
         cmd
     });
-    let file = double_file();
+    let file = testkit::nccl_double_file();
     let expect = format!(
         "rank 0 loads NCCL 2.18.3 ({0}) but rank 2 loads NCCL 2.21.5 ({0}): every rank must use the same NCCL version",
         file.display()
@@ -583,18 +571,16 @@ fn the_launcher_names_the_frozen_rank_and_leaves_nothing_running() {
     let launcher = spawn(cmd);
     let pid = launcher.id();
     // The launcher's children, in rank order, once all three are there.
-    let kids: Vec<i32> = (0..500)
+    let kids: Vec<u32> = (0..500)
         .find_map(|_| {
-            let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-            let kids: Vec<i32> = kids.split_whitespace().filter_map(|k| k.parse().ok()).collect();
+            let kids = testkit::children(pid);
             sleep(Duration::from_millis(20));
             (kids.len() == 3).then_some(kids)
         })
         .expect("the launcher's three ranks");
     let _reaper = Reaper(kids.clone());
     sleep(Duration::from_millis(2500));
-    // SAFETY: a signal to a rank this test's launcher started.
-    assert_eq!(unsafe { kill(kids[1], 19) }, 0); // SIGSTOP
+    assert!(testkit::signal(kids[1], 19)); // SIGSTOP
     let hit = Instant::now();
     let run = finish(launcher, LIMIT);
     assert!(hit.elapsed() < Duration::from_secs(6 + 5), "{run}");
@@ -608,10 +594,10 @@ fn the_launcher_names_the_frozen_rank_and_leaves_nothing_running() {
     // The frozen rank was killed with the others: nothing of the job is left.
     sleep(Duration::from_millis(200));
     for k in kids {
-        let state = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
         assert!(
-            state.is_empty() || state.contains(") Z"),
-            "rank pid {k} is still there: {state}"
+            testkit::ended(k),
+            "rank pid {k} is still there: state {:?}",
+            testkit::process_state(k)
         );
     }
     let _ = std::fs::remove_dir_all(&rooms);

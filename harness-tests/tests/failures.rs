@@ -8,7 +8,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 use testkit::{LIMIT, Run, command, finish, free_port, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 /// The --timeout the ranks get here: every survivor must be out well within it.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -207,8 +207,7 @@ fn ranks_of(launcher: &Child) -> Vec<u32> {
     let pid = launcher.id();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        let kids: Vec<u32> = kids.split_whitespace().filter_map(|k| k.parse().ok()).collect();
+        let kids = testkit::children(pid);
         if kids.len() == 3 || Instant::now() > deadline {
             return kids;
         }
@@ -238,11 +237,11 @@ fn a_frozen_rank_even_the_stores_host_ends_the_job_within_the_timeout_and_is_nam
         ));
         let kids = ranks_of(&launcher);
         sleep(Duration::from_millis(1500));
-        unsafe { libc_kill(kids[victim] as i32, 19) }; // SIGSTOP
+        testkit::signal(kids[victim], 19); // SIGSTOP
         let hit = Instant::now();
         let run = finish(launcher, LIMIT);
         let took = hit.elapsed();
-        unsafe { libc_kill(kids[victim] as i32, 9) }; // if it were still there
+        testkit::signal(kids[victim], 9); // if it were still there
         assert_eq!(run.code, Some(1), "{run}");
         assert!(
             run.stderr.contains(&format!(
@@ -267,7 +266,7 @@ fn the_launcher_names_the_rank_that_failed_and_how() {
     ));
     let kids = ranks_of(&launcher);
     sleep(Duration::from_millis(1500));
-    unsafe { libc_kill(kids[1] as i32, 9) };
+    testkit::signal(kids[1], 9);
     let run = finish(launcher, LIMIT);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(
@@ -290,17 +289,10 @@ fn killing_the_launcher_kills_its_ranks() {
     sleep(Duration::from_millis(500));
     for k in kids {
         // Gone, or a zombie waiting for init to reap it: never still running.
-        let state = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
-        let state = state
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .next()
-            .unwrap_or("gone");
         assert!(
-            state == "gone" || state == "Z",
-            "rank process {k} outlived its launcher (state {state})"
+            testkit::ended(k),
+            "rank process {k} outlived its launcher (state {:?})",
+            testkit::process_state(k)
         );
     }
 }
@@ -337,8 +329,6 @@ fn stray_bytes_sent_to_a_running_jobs_store_change_nothing() {
 }
 
 unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
     fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
 }
 
@@ -350,7 +340,7 @@ fn a_frozen_store_is_called_stuck_not_a_stranger() {
     let p = port.to_string();
     let rank0 = spawn(command(BIN, &["--world-size", "2", "--rank", "0", "--master-port", &p]));
     sleep(Duration::from_millis(700));
-    unsafe { libc_kill(rank0.id() as i32, 19) }; // SIGSTOP
+    testkit::signal(rank0.id(), 19); // SIGSTOP
     let args = [
         "--world-size",
         "2",
@@ -362,7 +352,7 @@ fn a_frozen_store_is_called_stuck_not_a_stranger() {
         "3",
     ];
     let run = finish(spawn(command(BIN, &args)), LIMIT);
-    unsafe { libc_kill(rank0.id() as i32, 9) };
+    testkit::signal(rank0.id(), 9);
     let _ = finish(rank0, LIMIT);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(

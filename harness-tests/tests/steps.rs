@@ -5,7 +5,7 @@
 use serde_json::Value;
 use testkit::{LIMIT, Run, command, finish, run, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 /// The numbers of a printed row: `| 1  1  |[4][4] |` → [1, 1, 4, 4], and which changed.
 fn cells(row: &str) -> Vec<(f64, bool)> {

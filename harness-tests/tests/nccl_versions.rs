@@ -5,9 +5,9 @@
 use std::process::Command;
 use testkit::{LIMIT, Run, finish, nccl_command, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
-/// `world` ranks of lesson 02 on the double, playing NCCL `version` (a version code).
+/// `world` ranks of the probe (an all-reduce) on the double, playing NCCL `version` (a version code).
 fn job(version: &str, world: usize, args: &[&str]) -> Command {
     let w = world.to_string();
     let mut all = vec!["--backend", "nccl", "--nproc-per-node", &w];

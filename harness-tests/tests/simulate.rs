@@ -1,22 +1,13 @@
 //! `--simulate-gpus` and `--show-calls`: the NCCL backend on simulated GPUs, one flag away,
 //! and the NCCL and CUDA calls each rank makes, as it makes them. Real processes.
 
-use testkit::{LIMIT, command, finish, run, spawn, stage};
+use testkit::{LIMIT, calls, command, finish, run, spawn, stage};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 /// The temporary folder `--simulate-gpus` makes for the launcher of pid `pid`.
 fn simulator_folder(pid: u32) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("nccl-workbook-sim-{pid}"))
-}
-
-/// The calls rank `rank` showed, in order: the lines "rank R │ call".
-fn calls(out: &str, rank: usize) -> Vec<String> {
-    let prefix = format!("rank {rank} │ ");
-    out.lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .map(str::to_string)
-        .collect()
 }
 
 /// The position of the first call starting with `function(` at or after `from`.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 use testkit::{LIMIT, children_cpu, command, finish, spawn};
 
-const BIN: &str = env!("CARGO_BIN_EXE_02-nccl-allreduce");
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
 #[test]
 fn a_rank_kept_waiting_three_seconds_spends_well_under_a_second_of_cpu() {
