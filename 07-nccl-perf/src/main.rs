@@ -31,14 +31,14 @@ struct Args {
     #[command(flatten)]
     run: common::RunArgs,
     #[command(flatten)]
-    perf: common::perf::PerfArgs,
+    perf: workbook_perf::PerfArgs,
 }
 
 fn main() -> std::process::ExitCode {
     let args: Args = common::parse_args();
     if args.perf.plot.no_run {
         // Only a picture of results saved before: no rank starts.
-        return common::plot::draw_saved(&args.perf.plot);
+        return workbook_perf::plot::draw_saved(&args.perf.plot);
     }
-    common::main(&args.run, |session| common::perf::run(session, &args.perf))
+    common::main(&args.run, |session| workbook_perf::run(session, &args.perf))
 }

@@ -3,10 +3,10 @@
 //! and its legend as text, saved runs overlay, and bad requests end in one line, exit 2,
 //! before any rank starts. No test looks at a time.
 
-use common::plot::{PALETTE, SIZE};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use testkit::{Run, run};
+use workbook_perf::plot::{PALETTE, SIZE};
 
 const BIN: &str = env!("CARGO_BIN_EXE_07-nccl-perf");
 

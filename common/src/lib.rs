@@ -18,8 +18,6 @@ pub mod launcher;
 pub mod meeting;
 pub mod nccl_library;
 pub mod nvtx;
-pub mod perf;
-pub mod plot;
 pub mod rank;
 pub mod record;
 pub mod rendezvous;

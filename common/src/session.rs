@@ -21,7 +21,9 @@ mod show;
 mod single_calls;
 mod time;
 
-pub(crate) use check::corrupt_for_tests;
+// Public for the benchmark's crate (workbook-perf) alone: no lesson calls it.
+#[doc(hidden)]
+pub use check::corrupt_for_tests;
 use show::print_out;
 pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 pub use time::Runs;

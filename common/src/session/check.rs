@@ -10,8 +10,10 @@ use anyhow::Result;
 /// Test hook: `NCCL_WORKBOOK_FAULT=corrupt:RANK:INDEX` doubles one element of one
 /// rank's result before the check (tests corrupt non-zero results), so that tests can
 /// prove a wrong result is caught, reported and fails the run. Every check calls it on
-/// what it read back (the session's, and the benchmark's).
-pub(crate) fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
+/// what it read back (the session's, and the benchmark's). Public for the benchmark's
+/// crate (`workbook-perf`) alone; hidden from the docs, no lesson calls it.
+#[doc(hidden)]
+pub fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
     if let Some(at) = crate::fault::asked("corrupt", Some(rank))
         && let Some(v) = at
             .first()

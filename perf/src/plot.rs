@@ -7,13 +7,13 @@
 //! buffers, nccl-tests' first columns) as a solid line with filled marks, in place (one
 //! buffer) as a dashed line with open marks; a saved result with one placement only has
 //! that one (its label says which). One legend for the whole picture, below both panels.
-//! Text is drawn with a font the workspace bundles (DejaVu Sans, `common/fonts/`), so that
+//! Text is drawn with a font the workspace bundles (DejaVu Sans, `perf/fonts/`), so that
 //! a machine with no fonts installed draws the same picture.
 
 mod glyphs;
 
-use crate::error;
 use clap::Args;
+use common::error;
 use plotters::coord::Shift;
 use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
@@ -124,9 +124,9 @@ impl Sweep {
     }
 }
 
-impl From<&crate::report::Perf> for Sweep {
+impl From<&common::report::Perf> for Sweep {
     /// This run's sweep, as its `--format json` would be read back.
-    fn from(p: &crate::report::Perf) -> Sweep {
+    fn from(p: &common::report::Perf) -> Sweep {
         Sweep {
             op: p.op.clone(),
             datatype: p.datatype.clone(),
@@ -335,9 +335,9 @@ pub fn draw_saved(args: &PlotArgs) -> ExitCode {
     };
     match draw(target, &args.plot_with) {
         Ok(n) => {
-            crate::error::print_line(
+            common::error::print_line(
                 &format!("# Plot: {} ({})", target.path.display(), lines(n)),
-                crate::error::OnClosed::Drop,
+                common::error::OnClosed::Drop,
             );
             ExitCode::SUCCESS
         }

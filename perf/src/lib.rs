@@ -6,16 +6,21 @@
 //! time combined over ranks, then checked runs whose every element is compared with
 //! what it must be. The columns, formulas and footer are nccl-tests' (see its
 //! `doc/PERFORMANCE.md`), so numbers from a GPU cluster and from a laptop read alike.
+//!
+//! A crate of its own, beside `common` (which it uses, and which knows nothing of it), so
+//! that only the benchmark builds [`plot`]'s plotters and font code, not every lesson.
 
-use crate::collective::{self, Collective, Shape, Source};
-use crate::element::{DataType, Element, ReduceOp};
-use crate::error::SharedError;
-use crate::report::{Perf, PerfRow, Placement, Timing};
-use crate::session::Session;
-use crate::transport::Via;
-use crate::units::{self, parse_size};
+pub mod plot;
+
 use anyhow::Result;
 use clap::Args;
+use common::collective::{self, Collective, Shape, Source};
+use common::element::{DataType, Element, ReduceOp};
+use common::error::SharedError;
+use common::report::{Perf, PerfRow, Placement, Timing};
+use common::session::Session;
+use common::transport::Via;
+use common::units::{self, parse_size};
 use std::time::Instant;
 
 /// The sweep, with nccl-tests' flags (`-b 4 -e 100M -f 2`) and their long names.
@@ -72,7 +77,7 @@ pub struct PerfArgs {
     pub cputime: u8,
     /// The picture: `--plot`, `--plot-with`, `--no-run`.
     #[command(flatten)]
-    pub plot: crate::plot::PlotArgs,
+    pub plot: plot::PlotArgs,
 }
 
 /// One value of a flag, or every one (`all`): what a sweep goes through, in order.
@@ -288,27 +293,23 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
 
 /// Rank 0 draws this run's sweeps, and the results saved before, after the table; a
 /// picture that cannot be written fails the run at the end, as a wrong element does.
-fn plot(session: &mut Session, target: &crate::plot::Target, saved: &[crate::plot::Run], sweeps: &[Perf]) {
+fn plot(session: &mut Session, target: &plot::Target, saved: &[plot::Run], sweeps: &[Perf]) {
     let vias: std::collections::BTreeSet<&str> = session
         .transports()
         .values()
         .map(|v| if *v == Via::Shm { "shm" } else { "tcp" })
         .collect();
-    let this = crate::plot::Run {
+    let this = plot::Run {
         name: "this run".into(),
         ranks: session.world_size(),
         transport: vias.into_iter().collect::<Vec<_>>().join("+"),
-        backend: crate::plot::backend_label(session.backend_name(), crate::simulate::gpus()),
-        host: crate::launch::hostname(),
+        backend: plot::backend_label(session.backend_name(), common::simulate::gpus()),
+        host: common::launch::hostname(),
         sweeps: sweeps.iter().map(Into::into).collect(),
     };
-    let runs: Vec<crate::plot::Run> = std::iter::once(this).chain(saved.iter().cloned()).collect();
-    match crate::plot::draw(target, &runs) {
-        Ok(n) => session.say(&format!(
-            "# Plot: {} ({})",
-            target.path.display(),
-            crate::plot::lines(n)
-        )),
+    let runs: Vec<plot::Run> = std::iter::once(this).chain(saved.iter().cloned()).collect();
+    match plot::draw(target, &runs) {
+        Ok(n) => session.say(&format!("# Plot: {} ({})", target.path.display(), plot::lines(n))),
         Err(e) => session.fail_at_end(e),
     }
 }
@@ -402,7 +403,7 @@ impl Sweep {
         };
         let mut recv = s.from_host(initial.clone())?;
         let (coll, root, op) = (self.coll, self.root, self.op);
-        let once = |s: &mut Session, recv: &mut crate::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
+        let once = |s: &mut Session, recv: &mut common::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
         let runs = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
         let mut times = runs.means;
@@ -424,7 +425,7 @@ impl Sweep {
                 let mut fresh = s.from_host(initial.clone())?;
                 once(s, &mut fresh)?;
                 let mut got = s.to_host(&fresh)?;
-                crate::session::corrupt_for_tests(rank, &mut got);
+                common::session::corrupt_for_tests(rank, &mut got);
                 wrong += got
                     .iter()
                     .enumerate()
@@ -553,7 +554,7 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
     let mut lines = vec![
         format!(
             "# nccl-workbook {}: {} on {} ranks, {} backend",
-            crate::example_name(),
+            common::example_name(),
             names.join(", "),
             session.world_size(),
             session.backend_name()
@@ -581,11 +582,11 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
         ));
     }
     if session.backend_name() == "nccl"
-        && let Some(n) = crate::simulate::gpus()
+        && let Some(n) = common::simulate::gpus()
     {
         lines.push(format!(
             "# {} (--simulate-gpus {n}): every time and bandwidth below is the host's",
-            crate::simulate::NOTE
+            common::simulate::NOTE
         ));
     }
     lines.push("#".into());
@@ -663,7 +664,7 @@ fn single_calls_row(row: &PerfRow, iters: u32) -> Option<String> {
             )
         ))
     };
-    let calls = (iters as usize).min(crate::session::SINGLE_CALLS_MAX);
+    let calls = (iters as usize).min(common::session::SINGLE_CALLS_MAX);
     Some(format!(
         "#{:>51}  {}  {}",
         format!("{calls} single calls:"),
