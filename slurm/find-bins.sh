@@ -1,8 +1,34 @@
 # shellcheck shell=bash
 # Where cargo put the workbook's release binaries. Sourced by slurm/run.sh (on the compute
 # node), .ci/slurm/check.sh and bench/gpu-check.sh; run it to print the folder:
-#   bash slurm/find-bins.sh [NAME...]          # from the workbook's folder
+#   bash slurm/find-bins.sh [NAME...]          # from the workbook's folder; no NAME: every lesson
 #
+# workbook_lessons prints the lessons, one a line, in order: the folders NN-name (two
+# digits, a dash) of the workbook whose Cargo.toml has a [[bin]] named as the folder (the
+# binary keeps the folder's name). A lesson is its folder and its batch script,
+# slurm/NN-name.sbatch: nothing else lists the lessons (workbook/tests/lessons.rs checks
+# that every lesson has its script, and every script its lesson). A folder NN-name that is
+# not such a crate is left out, with a warning on stderr.
+workbook_lessons() {
+  local root dir name
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || return 1
+  for dir in "$root"/[0-9][0-9]-*/; do
+    [ -d "$dir" ] || continue
+    name=$(basename "$dir")
+    # The name = "..." line of a [[bin]] section (the package's own name cannot start with
+    # a digit, so a lesson's binary is always declared).
+    if awk -v want="name = \"$name\"" '
+        /^[[:space:]]*\[/ { in_bin = ($0 ~ /^[[:space:]]*\[\[bin\]\]/) }
+        in_bin { line = $0; gsub(/[[:space:]]+/, " ", line); sub(/^ /, "", line); sub(/ $/, "", line)
+                 if (line == want) found = 1 }
+        END { exit !found }' "$dir/Cargo.toml" 2>/dev/null; then
+      echo "$name"
+    else
+      echo "warning: $name/ is not a lesson: no Cargo.toml with a [[bin]] named \"$name\" in it" >&2
+    fi
+  done
+}
+
 # find_workbook_bins NAME... sets WORKBOOK_BIN_DIR to the folder cargo builds into, and
 # WORKBOOK_BIN_FROM to how that was found; the first of these that says wins:
 #   1. $NCCL_WORKBOOK_BIN_DIR: binaries you point at (built elsewhere, copied, prebuilt);
@@ -101,8 +127,7 @@ find_workbook_bins() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
-  if [ $# = 0 ]; then set -- 00-nccl-hello-world 01-nccl-broadcast 02-nccl-allreduce 03-nccl-reduce 04-nccl-allgather \
-    05-nccl-reducescatter 06-nccl-alltoall 07-nccl-perf; fi
+  if [ $# = 0 ]; then mapfile -t lessons < <(workbook_lessons) && set -- ${lessons[@]+"${lessons[@]}"}; fi
   find_workbook_bins "$@"
   echo "$WORKBOOK_BIN_DIR"
 fi
