@@ -276,22 +276,22 @@ impl Comm {
     /// call, the communicator in progress until that thread has queued it. Refused if the
     /// communicator failed meanwhile (the unit is dropped).
     pub fn enqueue(&self, unit: Unit) -> NcclResult {
-        self.shared.launches.fetch_add(1, Ordering::Relaxed);
         if self.blocking() || !helper_per_call() {
-            return match self.shared.push(unit) {
-                Ok(()) if self.blocking() => SUCCESS,
-                Ok(()) => IN_PROGRESS,
-                Err(why) => fail(INVALID_USAGE, Some(self.rank()), &why),
+            return match self.launch_now(unit) {
+                SUCCESS if !self.blocking() => IN_PROGRESS,
+                other => other,
             };
         }
+        self.shared.launches.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::clone(&self.shared);
         self.shared.in_background("enqueue", move || {
             shared.push(unit).map_err(|why| Failure::new(INVALID_USAGE, why))
         })
     }
 
-    /// Queues `unit` for the worker now, with no helper thread and no group: NCCL's
-    /// launch of a one-rank collective (`ncclLaunchOneRank`), which says `ncclSuccess`.
+    /// Queues `unit` for the worker now, with no helper thread and no group, and says
+    /// `ncclSuccess`: a blocking launch, and NCCL's launch of a one-rank collective
+    /// (`ncclLaunchOneRank`), non-blocking or not. Refused if the communicator failed.
     pub fn launch_now(&self, unit: Unit) -> NcclResult {
         self.shared.launches.fetch_add(1, Ordering::Relaxed);
         match self.shared.push(unit) {
