@@ -1,7 +1,8 @@
 //! The command line every example shares: how to launch, which backend, how to print
 //! ([`RunArgs`]), and what data to move ([`DataArgs`]).
 
-pub use crate::device::DeviceRule;
+pub use crate::device::{BackendChoice, DeviceRule};
+use crate::launch;
 pub use crate::transport::TransportChoice;
 use crate::units::{parse_duration, parse_size};
 use clap::{Args, ValueEnum};
@@ -96,6 +97,22 @@ pub struct RunArgs {
     /// https://ui.perfetto.dev or chrome://tracing): one track per rank.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
+}
+
+impl RunArgs {
+    /// The launch flags, as the runtime's [`launch::resolve`] reads them.
+    pub fn launch(&self) -> launch::Flags {
+        launch::Flags {
+            nproc_per_node: self.nproc_per_node,
+            nnodes: self.nnodes,
+            node_rank: self.node_rank,
+            world_size: self.world_size,
+            rank: self.rank,
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            job_id: self.job_id.clone(),
+        }
+    }
 }
 
 /// Whose calls `--show-calls` prints.
@@ -194,17 +211,6 @@ impl DataArgs {
             None => self.count as usize,
         }
     }
-}
-
-/// Which backend to use.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// NCCL when it can run here, else the CPU backend (and say why).
-    Auto,
-    /// Ring algorithms between processes (shared memory, TCP): runs anywhere.
-    Cpu,
-    /// NVIDIA's NCCL on GPUs, through cudarc.
-    Nccl,
 }
 
 /// How buffers start.

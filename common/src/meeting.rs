@@ -141,7 +141,7 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
         timeout: run.timeout,
     };
     // cudarc's calls block, and NCCL waits for a lost peer for ever: the whole lesson
-    // gets one deadline (the workbook's own backend polls instead: backend/nccl.rs).
+    // gets one deadline (the workbook's own backend polls instead: backend-nccl/src/nccl.rs).
     // When it passes, the deadline's watcher ends the process at once, without
     // destructors: the CUDA runtime's would wait for the lesson's thread, stuck in NCCL.
     let limit = run.timeout;
@@ -167,7 +167,7 @@ pub(crate) fn show_nccl_calls(run: &RunArgs) {
     let Some(shown) = run.show_calls else {
         return;
     };
-    let role = crate::launch::resolve(run, &|name| std::env::var(name).ok());
+    let role = crate::launch::resolve(&run.launch(), &|name| std::env::var(name).ok());
     let Ok(crate::launch::Role::Rank(id)) = role else {
         return;
     };

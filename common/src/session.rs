@@ -29,7 +29,7 @@ pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 pub use time::Runs;
 
 use crate::args::Format;
-use crate::backend::{Backend, Buffer, host, host_mut};
+use crate::backend::{Backend, Buffer, device, device_mut, host, host_mut};
 use crate::collective::{Collective, DeviceCall, HostCall};
 use crate::device;
 use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
@@ -200,7 +200,7 @@ impl Session {
             }
             Backend::Nccl(nccl) => {
                 let layout = (coll.in_place)(count, world, rank);
-                nccl.with_pointers(send, recv, layout, |send, recv| {
+                nccl.with_pointers(send.map(device), device_mut(recv), layout, |send, recv| {
                     let call = DeviceCall {
                         send,
                         recv,

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+pub use workbook_runtime::clock::{boot_id, monotonic_ns};
 
 /// Round trips to the store per measurement: the quickest one is kept.
 const ROUNDS: usize = 16;
@@ -145,23 +146,6 @@ impl Clock {
             at_us: mid2 as f64 / 2e3,
         })
     }
-}
-
-/// The kernel's monotonic clock (CLOCK_MONOTONIC, which `std::time::Instant` reads on
-/// Linux), in nanoseconds: one clock for every process under one kernel.
-pub fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-/// This kernel's boot id (Linux): processes that share it share [`monotonic_ns`]'s
-/// clock. Empty where there is none.
-pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// Test hook `NCCL_WORKBOOK_FAULT=clock:RANK:US`: rank RANK's clock reads US µs ahead

@@ -3,19 +3,16 @@
 //!
 //! - [`cpu`]: ring algorithms between processes (shared memory within a host, TCP
 //!   between hosts), the Gloo of this workbook; its large buffers live where the other
-//!   ranks of the host can read them ([`host_memory`]);
-//! - [`nccl`]: NVIDIA's NCCL on GPUs, through cudarc.
+//!   ranks of the host can read them ([`host_memory`]); the crate `workbook-cpu`;
+//! - [`nccl`]: NVIDIA's NCCL on GPUs, through cudarc; the crate `workbook-nccl`.
 //!
 //! The interface is shaped by the GPU case: buffers live on the device, operations may
 //! only be queued when the call returns, and a result is read back (which waits for the
 //! queue) before anything is printed.
 
-pub mod calls;
 pub mod cpu;
-pub mod host_memory;
-pub mod nccl;
-pub mod progress;
-pub mod watchdog;
+pub use workbook_cpu::host_memory;
+pub use workbook_nccl::{calls, nccl, progress, watchdog};
 
 use crate::element::{Element, as_bytes};
 use anyhow::Result;
@@ -69,7 +66,9 @@ impl Backend {
             Backend::Cpu(_) => Ok(Buffer {
                 storage: Storage::Host(host_memory::HostMem::new(host)),
             }),
-            Backend::Nccl(n) => n.upload(host),
+            Backend::Nccl(n) => n.upload(host).map(|slice| Buffer {
+                storage: Storage::Device(slice),
+            }),
         }
     }
 
@@ -83,7 +82,7 @@ impl Backend {
         let range = range.start.min(buf.len())..range.end.min(buf.len());
         match (&buf.storage, self) {
             (Storage::Host(v), _) => Ok(v[range].to_vec()),
-            (Storage::Device(_), Backend::Nccl(nc)) => nc.download(buf, range),
+            (Storage::Device(s), Backend::Nccl(nc)) => nc.download(s, range),
             (Storage::Device(_), Backend::Cpu(_)) => unreachable!("device buffers only come from NCCL"),
         }
     }
@@ -98,7 +97,7 @@ impl Backend {
                 c.send(v, peer)
                     .map(|()| record::op(t, "send", &[(Dir::Send, peer, as_bytes(v), How::Copy)]))
             }
-            (Backend::Nccl(n), _) => n.send(buf, peer),
+            (Backend::Nccl(n), _) => n.send(device(buf), peer),
             (Backend::Cpu(_), Storage::Device(_)) => unreachable!("device buffers only come from NCCL"),
         }
     }
@@ -114,7 +113,7 @@ impl Backend {
                 c.recv(v, peer)
                     .map(|()| record::op(t, "recv", &[(Dir::Recv, peer, as_bytes(v), How::Copy)]))
             }
-            Backend::Nccl(n) => n.recv(buf, peer),
+            Backend::Nccl(n) => n.recv(device_mut(buf), peer),
         }
     }
 
@@ -185,5 +184,21 @@ pub(crate) fn host_mut<T: Element>(buf: &mut Buffer<T>) -> &mut [T] {
     match &mut buf.storage {
         Storage::Host(v) => v,
         Storage::Device(_) => unreachable!("device buffers only come from NCCL"),
+    }
+}
+
+/// A device buffer's memory (NCCL's buffers).
+pub(crate) fn device<T: Element>(buf: &Buffer<T>) -> &cudarc::driver::CudaSlice<T> {
+    match &buf.storage {
+        Storage::Device(s) => s,
+        Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
+    }
+}
+
+/// A device buffer's memory, writable.
+pub(crate) fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut cudarc::driver::CudaSlice<T> {
+    match &mut buf.storage {
+        Storage::Device(s) => s,
+        Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
     }
 }

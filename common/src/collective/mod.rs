@@ -48,7 +48,7 @@ pub const ALL: [&Collective; 6] = [
 ];
 
 /// The tag of point-to-point messages (`send`/`recv`), which belong to no collective.
-pub const SEND_RECV_TAG: u8 = 100;
+pub use workbook_cpu::SEND_RECV_TAG;
 
 /// One collective: what nccl-tests' `testColl` holds, and how it runs here.
 #[derive(Debug)]

@@ -33,6 +33,8 @@ pub const NOTE: &str = "simulated GPUs: host memory, not a GPU's speed";
 /// Sets up `n` simulated GPUs and restarts this process on them, once. Returns normally
 /// in the restarted process (and in the ranks it starts, which inherit the setup).
 pub fn start(n: u32) -> Result<()> {
+    // Also in the restarted process, which owns the folder: a deadline's exit removes it.
+    crate::error::clean_up_at_exit(clean_up);
     if std::env::var_os(ENV_GPUS).is_some() {
         return Ok(());
     }

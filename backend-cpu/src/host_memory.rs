@@ -20,7 +20,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, OnceLock};
 
 /// Buffers from this size go in the arena. Smaller ones would gain nothing (they go
-/// direct, [`crate::backend::cpu::SMALL`]) and would cost a page each.
+/// direct, [`crate::SMALL`]) and would cost a page each.
 pub const ARENA_MIN: usize = 16 << 10;
 const PAGE: usize = 4096;
 /// A freed block smaller than this keeps its pages (see `Arena::release`): glibc's malloc

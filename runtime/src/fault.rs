@@ -24,7 +24,7 @@ pub fn asked(name: &str, rank: Option<usize>) -> Option<Vec<String>> {
 /// milliseconds late, so that the others wait for it inside the collective (how long a
 /// waiting rank spins, and that it then sleeps, can be measured: `bench/compare-mpi.sh`
 /// and the tests read the job's CPU time).
-pub(crate) fn late(rank: usize) {
+pub fn late(rank: usize) {
     // Read once: this runs before every collective, and reading the environment costs
     // more than a small collective.
     static MS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();

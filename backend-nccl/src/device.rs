@@ -18,12 +18,22 @@
 
 pub mod gpu;
 
-use crate::args::BackendChoice;
 use crate::error::usage;
 use crate::launch::Identity;
 use crate::nccl_library::{Loaded, OLDEST};
 use crate::rendezvous::Store;
 use anyhow::{Result, bail};
+
+/// Which backend to use (`--backend`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// NCCL when it can run here, else the CPU backend (and say why).
+    Auto,
+    /// Ring algorithms between processes (shared memory, TCP): runs anywhere.
+    Cpu,
+    /// NVIDIA's NCCL on GPUs, through cudarc.
+    Nccl,
+}
 
 /// Which number picks a rank's device among its node's (`--device-rule`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]

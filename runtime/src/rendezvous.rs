@@ -41,7 +41,7 @@ const MAX_STRANGERS: usize = 64;
 
 /// Meets the job's other ranks: rank 0 starts the store on the master address (its
 /// server), and every rank, rank 0 too, joins it. The one way the ranks meet, for a
-/// [`crate::Session`] and for a lesson that calls NCCL itself ([`crate::meet`]).
+/// `common::Session` and for a lesson that calls NCCL itself (`common::meet`).
 pub fn meet(id: &crate::launch::Identity, timeout: Duration) -> Result<(Store, Option<StoreServer>)> {
     use anyhow::Context;
     let server = match id.rank {
@@ -93,7 +93,7 @@ pub struct StoreServer {
 struct Shared {
     job_id: String,
     world_size: usize,
-    /// The kernel this store runs under ([`crate::trace::boot_id`]), for [`Store::clock`].
+    /// The kernel this store runs under ([`crate::clock::boot_id`]), for [`Store::clock`].
     boot: String,
     state: Mutex<State>,
     changed: Condvar,
@@ -135,7 +135,7 @@ impl StoreServer {
         let shared = Arc::new(Shared {
             job_id: job_id.to_string(),
             world_size,
-            boot: crate::trace::boot_id(),
+            boot: crate::clock::boot_id(),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         });
@@ -393,7 +393,7 @@ impl Shared {
                 }
                 Ok(e.0)
             }
-            CLOCK => Ok(Encoder::default().u64(crate::trace::monotonic_ns()).str(&self.boot).0),
+            CLOCK => Ok(Encoder::default().u64(crate::clock::monotonic_ns()).str(&self.boot).0),
             other => Err(format!("unknown request kind {other}")),
         }
     }
@@ -633,8 +633,8 @@ impl Store {
     }
 
     /// The store's clock, read once: its monotonic clock in nanoseconds (rank 0's, which
-    /// hosts it) and the boot id of its kernel ([`crate::trace::boot_id`]). One round trip;
-    /// [`crate::trace::Clock::measure`] makes several and keeps the quickest.
+    /// hosts it) and the boot id of its kernel ([`crate::clock::boot_id`]). One round trip;
+    /// `common::trace::Clock::measure` makes several and keeps the quickest.
     pub fn clock(&mut self) -> Result<(u64, String)> {
         let reply = self.call(CLOCK, &[], "the store's clock")?;
         let mut d = Decoder(&reply);

@@ -135,9 +135,22 @@ pub fn line(rank: Option<usize>, e: &anyhow::Error) -> String {
     format!("error: {who}{}", parts.join(": "))
 }
 
+/// Removes, when this process ends at once ([`exit_now`]), the files it made itself: the
+/// NCCL backend registers the private folders of its library links and simulated GPUs.
+/// A function registered twice runs once.
+pub fn clean_up_at_exit(clean_up: fn()) {
+    let mut all = AT_EXIT.lock().unwrap_or_else(|p| p.into_inner());
+    if !all.contains(&clean_up) {
+        all.push(clean_up);
+    }
+}
+
+/// What [`clean_up_at_exit`] registered.
+static AT_EXIT: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
+
 /// Ends this process at once: says `line` on stderr (one line, as [`say_line`]), removes
-/// the files this process made itself (the private folders of [`crate::nccl_library`] and
-/// [`crate::simulate`]), then `_exit(code)`. No destructor and no `atexit` handler runs:
+/// the files this process made itself (what [`clean_up_at_exit`] registered), then
+/// `_exit(code)`. No destructor and no `atexit` handler runs:
 /// for a deadline that fires while another thread of the process may be inside CUDA or
 /// NCCL, where `exit` would run the CUDA runtime's static destructors (linked into
 /// libnccl) concurrently with that thread, and they can wait for it for ever.
@@ -145,8 +158,10 @@ pub fn exit_now(line: &str, code: u8) -> ! {
     use std::io::Write;
     say_line(line);
     let _ = std::io::stderr().flush();
-    crate::nccl_library::clean_up();
-    crate::simulate::clean_up();
+    // try_lock: the thread that holds it may be the one stuck; then nothing is removed.
+    if let Ok(all) = AT_EXIT.try_lock() {
+        all.iter().for_each(|f| f());
+    }
     // SAFETY: _exit ends the process without running any code of its own; nothing after
     // this line is needed (the output is written, our files are removed).
     unsafe { libc::_exit(i32::from(code)) }

@@ -21,8 +21,11 @@ use std::time::{Duration, Instant};
 const GRACE: Duration = Duration::from_secs(3);
 
 /// Starts this node's ranks and waits for them; returns the launcher's exit status.
-/// `extra_env` is added to every rank's environment (the backend's needs).
-pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)]) -> Result<u8> {
+/// `extra_env` is added to every rank's environment (the backend's needs). `left_by`
+/// removes, once the ranks have ended, the files the ranks of these process ids made and
+/// may have left (a rank killed before its peers opened its shared-memory channels left
+/// their names): the backends know their files, the launcher only the ranks.
+pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &dyn Fn(&[u32])) -> Result<u8> {
     let world = nproc * plan.nnodes;
     let port = match plan.master_port {
         Some(p) => p,
@@ -63,8 +66,7 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)]) -> Result<
     }
     let pids: Vec<u32> = ranks.iter().map(|(_, c)| c.id()).collect();
     let code = watch(ranks);
-    // A rank killed before its peers opened its shared-memory channels left their names.
-    crate::transport::shm::remove_files_of(&pids);
+    left_by(&pids);
     Ok(code)
 }
 

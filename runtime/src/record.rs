@@ -1,6 +1,6 @@
 //! The recorder: what this rank's collectives and point-to-point calls did, noted once
-//! and read by two views: `--steps` ([`crate::steps`]: every step of a small collective,
-//! per rank, as text) and `--trace FILE` ([`crate::trace`]: a Chrome trace timeline).
+//! and read by two views: `--steps` (`common::steps`: every step of a small collective,
+//! per rank, as text) and `--trace FILE` (`common::trace`: a Chrome trace timeline).
 //!
 //! Each rank is a process of its own, so the log is one per process. The CPU backend's
 //! algorithms note each *operation* (a send, a receive, or both at once: one step of a
@@ -10,13 +10,13 @@
 //!
 //! The NCCL backend cannot be seen inside. The session already times each collective
 //! (on both backends) and names it with an NVTX range; each NCCL call can be timed too,
-//! with [`span`], and named for Nsight with [`crate::nvtx::range`], as `Nccl::call` may
+//! with [`span`], and named for Nsight with `workbook_nccl::nvtx::range`, as `Nccl::call` may
 //! do around the call itself:
 //!
 //! ```ignore
 //! let what = call.what(); // "all-reduce (ncclAllReduce)"
 //! let _span = crate::record::span(&what, bytes); // a `call` span on --trace, noted when dropped
-//! let _range = crate::nvtx::range(&what); // an NVTX range, popped when dropped
+//! let _range = workbook_nccl::nvtx::range(&what); // an NVTX range, popped when dropped
 //! let r = f(comm, stream);
 //! ```
 //!
@@ -168,9 +168,9 @@ pub fn start(steps: bool, trace: bool) {
     *log() = (steps || trace).then(|| {
         // The origin read between two readings of the kernel's clock: the same clock (on
         // Linux `Instant` is CLOCK_MONOTONIC), to within half their gap.
-        let before = crate::trace::monotonic_ns();
+        let before = crate::clock::monotonic_ns();
         let origin = Instant::now();
-        let after = crate::trace::monotonic_ns();
+        let after = crate::clock::monotonic_ns();
         let origin_clock = ((before + after) as f64 / 2e3, (after - before) as f64 / 2e3);
         Log {
             origin,
@@ -271,7 +271,7 @@ fn span_of(s: &[u8]) -> (usize, usize) {
 /// The buffer of what follows (a collective's receive buffer, or the buffer of a
 /// point-to-point call), and its send buffer if any. A buffer other than the one
 /// watched (or `fresh`: a new collective) is noted with its values as they are now.
-pub(crate) fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fresh: bool) {
+pub fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fresh: bool) {
     if !on() {
         return;
     }
@@ -313,7 +313,7 @@ pub(crate) fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fres
 
 /// Says how the collective just watched combines its buffers (`op`: "sum", "max"), for
 /// `--steps` to word its steps ("added", "kept the larger").
-pub(crate) fn combining(op: &'static str) {
+pub fn combining(op: &'static str) {
     if on()
         && let Some(l) = log().as_mut()
         && let Some(e) = l.events.last_mut().filter(|e| e.cat == Cat::Watch)
@@ -323,7 +323,7 @@ pub(crate) fn combining(op: &'static str) {
 }
 
 /// Names the phase of the algorithm the next operations belong to ("reduce-scatter").
-pub(crate) fn phase(name: &'static str) {
+pub fn phase(name: &'static str) {
     if on()
         && let Some(l) = log().as_mut()
     {
@@ -332,7 +332,7 @@ pub(crate) fn phase(name: &'static str) {
 }
 
 /// Names how the CPU backend runs the current collective ("ring, step by step").
-pub(crate) fn algorithm(name: &'static str) {
+pub fn algorithm(name: &'static str) {
     if on()
         && let Some(l) = log().as_mut()
     {
@@ -357,7 +357,7 @@ fn place(w: &Watched, s: &[u8]) -> Option<((usize, usize), bool)> {
 /// moved, each a direction, a peer, the slice it moved (or, for a partial result, the
 /// slice of the buffer it is the result for) and what became of it. The slices of
 /// received parts that land in the buffer are read for `--steps`.
-pub(crate) fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
+pub fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
     let Some(t) = t else { return };
     let mut g = log();
     let Some(l) = g.as_mut() else { return };
@@ -393,7 +393,7 @@ pub(crate) fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], Ho
 
 /// Notes a change the algorithm made to the buffer by itself (a finished average, the
 /// root's own copy): `--steps` shows it with the next operation.
-pub(crate) fn wrote(slice: &[u8]) {
+pub fn wrote(slice: &[u8]) {
     if on()
         && let Some(l) = log().as_mut()
     {
@@ -459,7 +459,7 @@ pub fn span(name: &str, bytes: u64) -> Span {
 }
 
 /// Times a collective of `bytes` (the session, around each collective).
-pub(crate) fn collective(name: &str, bytes: u64) -> Span {
+pub fn collective(name: &str, bytes: u64) -> Span {
     if on()
         && let Some(l) = log().as_mut()
     {
@@ -470,13 +470,13 @@ pub(crate) fn collective(name: &str, bytes: u64) -> Span {
 }
 
 /// Times a wait for the other ranks.
-pub(crate) fn wait(name: &str) -> Span {
+pub fn wait(name: &str) -> Span {
     open(Cat::Wait, name, 0)
 }
 
 /// The events `--steps` has not shown yet (they are kept for `--trace`, else dropped),
 /// and the size of a buffer too large to show, if one was met.
-pub(crate) fn take_steps() -> (Vec<Event>, Option<usize>) {
+pub fn take_steps() -> (Vec<Event>, Option<usize>) {
     let mut g = log();
     let Some(l) = g.as_mut() else { return (vec![], None) };
     let new = l.events[l.shown.min(l.events.len())..].to_vec();
@@ -491,8 +491,8 @@ pub(crate) fn take_steps() -> (Vec<Event>, Option<usize>) {
 
 /// Every event kept for `--trace`, how many were not kept, and where the events' times
 /// count from: the kernel's monotonic clock at the origin, in µs, and how far off that
-/// may be ([`crate::trace::Clock`] aligns the ranks' clocks from it).
-pub(crate) fn take_all() -> (Vec<Event>, usize, (f64, f64)) {
+/// may be (`common::trace::Clock` aligns the ranks' clocks from it).
+pub fn take_all() -> (Vec<Event>, usize, (f64, f64)) {
     let mut g = log();
     match g.as_mut() {
         Some(l) => (

@@ -372,6 +372,8 @@ fn wheel_dirs(lib: &Path) -> Vec<PathBuf> {
 /// what is missing); fails, as bad input, when `NCCL_LIBRARY` names no NCCL or disagrees
 /// with the NCCL already loaded.
 pub fn make_loadable() -> Result<()> {
+    // Also in the restarted process, which owns the folder: a deadline's exit removes it.
+    crate::error::clean_up_at_exit(clean_up);
     if std::env::var_os(ENV_DONE).is_some() {
         return Ok(());
     }

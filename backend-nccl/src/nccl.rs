@@ -19,13 +19,12 @@
 //! did the [`Watchdog`] hear of a lost rank, or pass the deadline? On a failure the
 //! communicator is aborted, which stops the kernels, and the error names who failed.
 
-use super::calls::{Call, Label, Shown};
-use super::progress::Progress;
-use super::watchdog::Watchdog;
-use super::{Buffer, Storage};
+use crate::calls::{Call, Label, Shown};
 use crate::device::gpu::{Gpu, identify};
 use crate::element::Element;
+use crate::progress::Progress;
 use crate::rendezvous::Store;
+use crate::watchdog::Watchdog;
 use anyhow::{Context, Result, anyhow};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::sys::{self, ncclResult_t};
@@ -204,7 +203,8 @@ impl Nccl {
         self.gpu.name.clone()
     }
 
-    pub(super) fn upload<T: Element>(&self, host: Vec<T>) -> Result<Buffer<T>> {
+    /// A copy of `host` in this GPU's memory, queued on the stream.
+    pub fn upload<T: Element>(&self, host: Vec<T>) -> Result<CudaSlice<T>> {
         self.synchronize()?;
         let slice = self
             .stream
@@ -222,19 +222,18 @@ impl Nccl {
             "...and the host's values copied into it, queued on the stream",
         );
         drop(_written);
-        Ok(Buffer {
-            storage: Storage::Device(slice),
-        })
+        Ok(slice)
     }
 
-    pub(super) fn download<T: Element>(&self, buf: &Buffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
+    /// Elements `range` of `buf`, read back after every queued operation is done.
+    pub fn download<T: Element>(&self, buf: &CudaSlice<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
         // The copy would wait for the queued collectives without a deadline: wait here first.
         self.synchronize()?;
         let n = range.len();
         if n == 0 {
             return Ok(vec![]);
         }
-        let view = device(buf).slice(range);
+        let view = buf.slice(range);
         let host = self
             .stream
             .clone_dtoh(&view)
@@ -260,20 +259,20 @@ impl Nccl {
     /// `recv`'s, or in place (`send` is `None`) both into `recv`, at the element offsets
     /// `in_place` gives (NCCL's in-place layouts). The buffers are recorded as used by the
     /// stream.
-    pub(crate) fn with_pointers<T: Element, R>(
+    pub fn with_pointers<T: Element, R>(
         &self,
-        send: Option<&Buffer<T>>,
-        recv: &mut Buffer<T>,
+        send: Option<&CudaSlice<T>>,
+        recv: &mut CudaSlice<T>,
         in_place: (usize, usize),
         f: impl FnOnce(*const c_void, *mut c_void) -> R,
     ) -> R {
         let stream = self.stream.as_ref();
         let elem = size_of::<T>();
         // The guards record, when dropped after the call, that the stream used the buffers.
-        let (dst, _written) = device_mut(recv).device_ptr_mut(stream);
+        let (dst, _written) = recv.device_ptr_mut(stream);
         let (src, _read) = match send {
             Some(s) => {
-                let (p, guard) = device(s).device_ptr(stream);
+                let (p, guard) = s.device_ptr(stream);
                 (p, Some(guard))
             }
             None => (dst + (in_place.0 * elem) as u64, None),
@@ -287,7 +286,7 @@ impl Nccl {
 
     /// A copy of `bytes` at `src`, queued on the stream into working memory this rank
     /// keeps: for a collective whose input its own output would overwrite.
-    pub(crate) fn copy_aside(&self, src: *const c_void, bytes: usize) -> Result<*const c_void> {
+    pub fn copy_aside(&self, src: *const c_void, bytes: usize) -> Result<*const c_void> {
         let mut aside = self.aside.borrow_mut();
         if aside.as_ref().is_none_or(|a| a.len() < bytes) {
             let made = self
@@ -326,8 +325,8 @@ impl Nccl {
     }
 
     /// Sends the whole buffer to `peer` (`ncclSend`).
-    pub(super) fn send<T: Element>(&self, buf: &Buffer<T>, peer: usize) -> Result<()> {
-        let (src, _read) = device(buf).device_ptr(self.stream.as_ref());
+    pub fn send<T: Element>(&self, buf: &CudaSlice<T>, peer: usize) -> Result<()> {
+        let (src, _read) = buf.device_ptr(self.stream.as_ref());
         let call = Call::new(format!("send to rank {peer}"), "ncclSend")
             .ptr("sendbuff", src as *const c_void)
             .arg("count", buf.len())
@@ -343,9 +342,9 @@ impl Nccl {
     }
 
     /// Receives the whole buffer from `peer` (`ncclRecv`).
-    pub(super) fn recv<T: Element>(&self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
+    pub fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, peer: usize) -> Result<()> {
         let count = buf.len();
-        let (dst, _written) = device_mut(buf).device_ptr_mut(self.stream.as_ref());
+        let (dst, _written) = buf.device_ptr_mut(self.stream.as_ref());
         let call = Call::new(format!("receive from rank {peer}"), "ncclRecv")
             .ptr("recvbuff", dst as *const c_void)
             .arg("count", count)
@@ -387,7 +386,7 @@ impl Nccl {
 
     /// Leaves the communicator as NCCL documents it: once every queued operation has
     /// finished, `ncclCommFinalize`, then `ncclCommDestroy`.
-    pub(super) fn close(&mut self) -> Result<()> {
+    pub fn close(&mut self) -> Result<()> {
         self.synchronize()?;
         self.progress.get_mut().release();
         self.close_timed()?;
@@ -425,7 +424,7 @@ impl Nccl {
     /// sharing child has bugs of its own (NVIDIA/nccl issue 2430). Its calls cannot be
     /// polled: each gets a deadline of its own (`--timeout`, [`crate::deadline`]) in case
     /// NCCL blocks inside it.
-    pub(super) fn timing(&self, on: bool) -> Result<()> {
+    pub fn timing(&self, on: bool) -> Result<()> {
         if on && self.timed.get().is_null() {
             self.split_timed()?;
         }
@@ -525,7 +524,7 @@ impl Nccl {
     }
 
     /// Waits until every operation queued on this rank's stream has finished.
-    pub(super) fn synchronize(&self) -> Result<()> {
+    pub fn synchronize(&self) -> Result<()> {
         let since = Instant::now();
         let done = self.wait_idle();
         self.waited.set(self.waited.get() + since.elapsed());
@@ -533,7 +532,7 @@ impl Nccl {
     }
 
     /// The time this rank spent waiting for its GPU so far ([`Nccl::synchronize`]).
-    pub(super) fn waited(&self) -> Duration {
+    pub fn waited(&self) -> Duration {
         self.waited.get()
     }
 
@@ -884,20 +883,6 @@ const CUDA_SUCCESS: cudarc::driver::sys::cudaError_enum = cudarc::driver::sys::c
 fn id_bytes(bytes: &[u8]) -> String {
     let first: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
     format!("{{{} bytes: {} …}}", bytes.len(), first.join(" "))
-}
-
-fn device<T: Element>(buf: &Buffer<T>) -> &CudaSlice<T> {
-    match &buf.storage {
-        Storage::Device(s) => s,
-        Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
-    }
-}
-
-fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut CudaSlice<T> {
-    match &mut buf.storage {
-        Storage::Device(s) => s,
-        Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
-    }
 }
 
 /// NCCL's own text for the last error (`ncclGetLastError`).

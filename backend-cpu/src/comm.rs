@@ -1,0 +1,618 @@
+//! The CPU backend's communicator: links to every other rank and the steps the CPU
+//! algorithms are made of (the algorithms themselves, and the choice between them, live
+//! with their collective, in `common::collective`).
+//!
+//! The ranks sit in a ring, each sending to its right neighbour and receiving from its
+//! left. Every link carries the same amount at the same time, so no rank is a
+//! bottleneck, whatever the number of ranks.
+
+use crate::element::{Element, as_bytes, as_bytes_mut};
+use crate::error::SharedError;
+use crate::host_memory::{self, PeerArena};
+use crate::launch::Identity;
+use crate::rendezvous::Store;
+use crate::transport::shm::copy_around_cache;
+use crate::transport::{self, TransportChoice, Via, shm, tcp};
+use crate::transport::{Link, Mismatch};
+use crate::units;
+use anyhow::{Context, Result, anyhow};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+/// The last-level cache assumed where the machine does not say (`/sys`): 32 MiB.
+const LLC_DEFAULT: usize = 32 << 20;
+/// A link that buffers at least this much gets ring steps in slices, in one thread.
+const MIN_SLICE: usize = 256 << 10;
+/// Messages up to this size may go straight from every rank to every rank that needs
+/// them (one message time, the tuner's `Direct`), not round the ring (2(n - 1) message
+/// times for an all-reduce): for them the time per message, α, is all there is, and the
+/// ring multiplies it. Every such message fits a link's buffer (a shared-memory slot, a
+/// socket's buffer), so the sends may all go before the receives.
+pub const SMALL: usize = 16 << 10;
+/// The tag of point-to-point messages (`send`/`recv`), which belong to no collective.
+pub const SEND_RECV_TAG: u8 = 100;
+
+/// A rank's communicator on the CPU backend: its place in the world, and a link to every
+/// other rank (as NCCL's `ncclComm_t` holds its connections to its peers).
+pub struct Comm {
+    rank: usize,
+    world: usize,
+    links: Vec<Option<Box<dyn Link>>>,
+    pipelined: bool,
+    /// Some host of the job runs more ranks than it has cores.
+    oversubscribed: bool,
+    /// Buffers from this size are written around the cache: see [`Comm::streams`].
+    stream_above: usize,
+    /// The name of the collective whose messages carry a tag, for mismatch errors (the
+    /// links know tags only; the collectives know their names).
+    names: fn(u8) -> &'static str,
+    /// Working memory the algorithms reuse from call to call (no page faults per call).
+    scratch: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// Every other rank's arena, mapped here, when all ranks share one host and every
+    /// rank mapped every other one's: the single-copy algorithms read peers' buffers.
+    peer_arenas: Option<Vec<Option<PeerArena>>>,
+}
+
+impl Comm {
+    /// A CPU backend for `rank` of `world` over `links` (`links[rank]` is `None`).
+    /// `pipelined`: every link of the ring (rank i to i + 1) buffers several pieces (they
+    /// all share memory), so the all-reduce may run piece by piece round the whole ring;
+    /// every rank must be told the same. `names` names a collective by its tag. Results
+    /// of buffers from `stream_above` bytes are written around the cache ([`Comm::streams`]).
+    pub fn new(
+        rank: usize,
+        world: usize,
+        links: Vec<Option<Box<dyn Link>>>,
+        pipelined: bool,
+        names: fn(u8) -> &'static str,
+        stream_above: usize,
+    ) -> Comm {
+        Comm {
+            rank,
+            world,
+            links,
+            pipelined,
+            oversubscribed: false,
+            stream_above,
+            names,
+            scratch: Mutex::new((vec![], vec![])),
+            peer_arenas: None,
+        }
+    }
+
+    /// The same rank, reading its peers' buffers through `arenas` (the single-copy algorithms).
+    pub fn with_peer_arenas(self, arenas: Option<Vec<Option<PeerArena>>>) -> Comm {
+        Comm {
+            peer_arenas: arenas,
+            ..self
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The left neighbour in the ring (rank - 1) and the right one (rank + 1).
+    pub fn neighbours(&self) -> (usize, usize) {
+        ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world)
+    }
+
+    /// The same rank, on a job some of whose hosts have more ranks than cores.
+    pub fn oversubscribed_by(self, oversubscribed: bool) -> Comm {
+        Comm { oversubscribed, ..self }
+    }
+
+    /// Whether every link of the ring (rank i to i + 1) shares memory, so that a ring may
+    /// run piece by piece round the whole ring (the same on every rank).
+    pub fn ring_in_memory(&self) -> bool {
+        self.pipelined
+    }
+
+    /// Whether some host of the job runs more ranks than it has cores (the same on every rank).
+    pub fn oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
+    /// Whether results of a `len`-byte buffer are written around the cache
+    /// (non-temporal stores): when the buffers of every rank on this host together
+    /// outgrow its last-level cache, nothing would be read back from the cache anyway,
+    /// and a plain store would first read each line from memory. Below that, plain stores
+    /// keep the result in the cache for the next step (or the next call). A choice each
+    /// rank makes for its own stores: the messages do not depend on it.
+    pub fn streams(&self, len: usize) -> bool {
+        len >= self.stream_above
+    }
+
+    /// Whether this rank maps every other rank's arena (the single-copy algorithms).
+    pub fn reads_peers(&self) -> bool {
+        self.peer_arenas.is_some()
+    }
+
+    /// Tells every other rank where this rank's `regions` lie in its arena, so that they
+    /// can read them; returns whether all of them are there (a buffer made elsewhere is
+    /// not, and is then announced as such). Sent once this rank's buffers hold what the
+    /// collective reads: a peer reads a region only after this message.
+    pub fn announce(&self, tag: u8, regions: &[&[u8]], to: impl Iterator<Item = usize>) -> Result<bool> {
+        let offsets: Vec<Option<usize>> = regions.iter().map(|r| host_memory::offset_of(r)).collect();
+        let words: Vec<u8> = offsets
+            .iter()
+            .flat_map(|o| o.map_or(u64::MAX, |o| o as u64).to_le_bytes())
+            .collect();
+        for peer in to {
+            self.send_tagged(tag, &words, peer)
+                .with_context(|| format!("telling rank {peer} where this rank's buffer is"))?;
+        }
+        Ok(offsets.iter().all(Option::is_some))
+    }
+
+    /// What `peer` announced ([`Comm::announce`]): its regions, of `lens` bytes, as this
+    /// rank sees them in its arena, or `None` if any is not in it.
+    pub fn regions_of(&self, tag: u8, peer: usize, lens: &[usize]) -> Result<Option<Vec<&[u8]>>> {
+        let mut words = vec![0u8; 8 * lens.len()];
+        self.link(peer)
+            .recv_into(tag, &mut words)
+            .map_err(|e| self.lost(e, peer))
+            .with_context(|| format!("learning where rank {peer}'s buffer is"))?;
+        let arena = self.peer_arenas.as_ref().and_then(|a| a[peer].as_ref());
+        Ok(words
+            .chunks_exact(8)
+            .zip(lens)
+            .map(|(w, &len)| {
+                let at = u64::from_le_bytes(w.try_into().ok()?);
+                arena?.region(usize::try_from(at).ok()?, len)
+            })
+            .collect())
+    }
+
+    /// Every rank tells every other where its `mine` regions lie ([`Comm::announce`]) and
+    /// learns theirs, of `lens` bytes each: `Some(theirs)`, `theirs[p]` being rank p's
+    /// regions as this rank sees them (empty for this rank), when every rank's regions are
+    /// in its arena; `None` when any is not: every rank sees that alike, and all then take
+    /// the algorithm without the single copy.
+    pub fn share_regions(&self, tag: u8, mine: &[&[u8]], lens: &[usize]) -> Result<Option<Vec<Vec<&[u8]>>>> {
+        let (n, r) = (self.world, self.rank);
+        let others = || (1..n).map(move |k| (r + k) % n);
+        let mut all = self.announce(tag, mine, others())?;
+        let mut theirs = vec![vec![]; n];
+        for p in others() {
+            match self.regions_of(tag, p, lens)? {
+                Some(regions) => theirs[p] = regions,
+                None => all = false,
+            }
+        }
+        Ok(all.then_some(theirs))
+    }
+
+    /// The end of a single-copy algorithm in which every rank read every other's
+    /// buffers: each tells every other it is done reading, and leaves once all have said
+    /// so (after which a rank's buffers are its caller's again).
+    pub fn all_done(&self, tag: u8) -> Result<()> {
+        let (n, r) = (self.world, self.rank);
+        let others = || (1..n).map(move |k| (r + k) % n);
+        others().try_for_each(|p| self.signal(tag, p, Signal::Done))?;
+        others().try_for_each(|p| self.wait_signal(tag, p, Signal::Done))
+    }
+
+    /// Tells `peer` that this rank reached `what` (a step of a single-copy algorithm).
+    pub fn signal(&self, tag: u8, peer: usize, what: Signal) -> Result<()> {
+        self.send_tagged(tag, &[what as u8], peer)
+            .with_context(|| format!("telling rank {peer} {}", what.says()))
+    }
+
+    /// Waits until `peer` says it reached `what`.
+    pub fn wait_signal(&self, tag: u8, peer: usize, what: Signal) -> Result<()> {
+        let mut got = [0u8];
+        self.link(peer)
+            .recv_into(tag, &mut got)
+            .map_err(|e| self.lost(e, peer))
+            .with_context(|| format!("waiting for rank {peer} to say {}", what.says()))?;
+        match got[0] == what as u8 {
+            true => Ok(()),
+            false => Err(anyhow!(
+                "rank {peer} sent signal {} where {} was expected",
+                got[0],
+                what.says()
+            )),
+        }
+    }
+
+    /// The link to `peer`.
+    pub fn link(&self, peer: usize) -> &dyn Link {
+        self.links[peer].as_deref().expect("a link to every other rank")
+    }
+
+    /// Two working buffers of `len` bytes each, kept from call to call.
+    pub fn scratch(&self, len: usize) -> MutexGuard<'_, (Vec<u8>, Vec<u8>)> {
+        let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let (a, b) = &mut *s;
+        for v in [a, b] {
+            if v.len() < len {
+                v.resize(len, 0);
+            }
+        }
+        s
+    }
+
+    /// Sends `data` to `peer` (point-to-point).
+    pub fn send<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
+        self.send_tagged(SEND_RECV_TAG, as_bytes(data), peer)
+            .with_context(|| format!("sending {} elements to {}", data.len(), self.peer_name(peer)))
+    }
+
+    /// Sends `data` to `peer` as one message of the collective with `tag`: a failure
+    /// says what became of the peer ([`Comm::lost`]); the caller says which step it was.
+    pub fn send_tagged(&self, tag: u8, data: &[u8], peer: usize) -> Result<()> {
+        self.link(peer).send(tag, data).map_err(|e| self.lost(e, peer))
+    }
+
+    /// Receives `data.len()` elements from `peer` (point-to-point).
+    pub fn recv<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
+        let n = data.len();
+        self.link(peer)
+            .recv_into(SEND_RECV_TAG, as_bytes_mut(data))
+            .map_err(|e| self.lost(e, peer))
+            .with_context(|| format!("receiving {n} elements from {}", self.peer_name(peer)))
+    }
+
+    /// One step of an algorithm: send `out` to `to` while `receive` reads `in_len` bytes
+    /// from `from`, called once per slice with the slice's byte range.
+    ///
+    /// Every rank sends at the same time, so no rank may wait for its send to be received
+    /// before it receives. A link that buffers a useful amount (shared memory) gets the
+    /// message in slices that fit its buffer, and one thread alternates "send a slice,
+    /// receive a slice", as NCCL's steps do. A message the link cannot buffer (a large
+    /// one over TCP) is sent whole by a second thread.
+    pub fn exchange(
+        &self,
+        tag: u8,
+        (out, to): (&[u8], usize),
+        (in_len, from): (usize, usize),
+        mut receive: impl FnMut(&dyn Link, Range<usize>) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let (link_to, link_from) = (self.link(to), self.link(from));
+        let (sends, recvs) = (slices(out.len(), link_to), slices(in_len, link_from));
+        if sends.iter().all(|s| s.len() <= link_to.eager_limit()) {
+            for k in 0..sends.len().max(recvs.len()) {
+                if let Some(s) = sends.get(k) {
+                    link_to.send(tag, &out[s.clone()]).map_err(|e| self.lost(e, to))?;
+                }
+                if let Some(r) = recvs.get(k) {
+                    receive(link_from, r.clone()).map_err(|e| self.lost(e, from))?;
+                }
+            }
+            return Ok(());
+        }
+        thread::scope(|s| {
+            let sender = s.spawn(|| sends.iter().try_for_each(|s| link_to.send(tag, &out[s.clone()])));
+            let got = recvs
+                .iter()
+                .try_for_each(|r| receive(link_from, r.clone()))
+                .map_err(|e| self.lost(e, from));
+            let sent = sender
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the sending thread panicked")));
+            got?;
+            sent.map_err(|e| self.lost(e, to))
+        })
+    }
+
+    /// Receives a message of `len` bytes from `from` and, in the same pass, writes the
+    /// message to `to`: `make(out, offset, piece)` fills `out` from each `piece` as it
+    /// arrives, straight into the transport's buffer (a reduction's result needs no copy
+    /// before it leaves).
+    pub fn recv_then_send(
+        &self,
+        tag: u8,
+        (from, to): (usize, usize),
+        len: usize,
+        mut make: impl FnMut(&mut [u8], usize, &[u8]),
+    ) -> Result<()> {
+        let mut received = Ok(());
+        let sent = self.link(to).send_with(tag, len, &mut |out| {
+            let got = self.link(from).recv_pieces(tag, len, &mut |off, piece| {
+                make(&mut out[off..off + piece.len()], off, piece)
+            });
+            // Kept aside, so that the error names the rank it came from, not `to`.
+            got.map_err(|e| {
+                let kind = e.kind();
+                received = Err(e);
+                std::io::Error::from(kind)
+            })
+        });
+        received.map_err(|e| self.lost(e, from))?;
+        sent.map_err(|e| self.lost(e, to))
+    }
+
+    /// "(shm to rank 3)": how `peer` is reached, for messages.
+    pub fn peer_name(&self, peer: usize) -> String {
+        match &self.links[peer] {
+            Some(l) => format!("({})", l.describe()),
+            None => String::new(),
+        }
+    }
+
+    /// Turns a link's error into what it means for the job.
+    pub fn lost(&self, e: std::io::Error, peer: usize) -> anyhow::Error {
+        use std::io::ErrorKind::*;
+        match e.kind() {
+            UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => {
+                anyhow!("lost rank {peer}: its connection closed (it exited, crashed or was killed)")
+            }
+            WouldBlock | TimedOut => {
+                anyhow!("nothing moved to or from rank {peer} for the whole --timeout: it is stuck or gone")
+            }
+            InvalidData => match e.get_ref().and_then(|i| i.downcast_ref::<Mismatch>()) {
+                Some(m) => anyhow!(
+                    "rank {peer} is in a {} while this rank is in a {}: every rank must call the same collectives \
+                     in the same order",
+                    (self.names)(m.theirs),
+                    (self.names)(m.ours)
+                ),
+                // Another size, or a malformed message: the link's own words.
+                None => anyhow!("{e}"),
+            },
+            _ => anyhow!("connection to rank {peer} failed: {e}"),
+        }
+    }
+}
+
+/// What a rank tells another during a single-copy algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// "My part of the result is finished: read it."
+    Finished = 1,
+    /// "I have read all I needed from your buffers: you may leave."
+    Done = 2,
+}
+
+impl Signal {
+    fn says(self) -> &'static str {
+        match self {
+            Signal::Finished => "that its part of the result is finished",
+            Signal::Done => "that it has read what it needed from this rank",
+        }
+    }
+}
+
+impl Comm {
+    /// Connects a CPU-backend rank to its peers, as NCCL's init does for its ranks: the links, shared memory to the ranks on its machine and TCP
+    /// to the others (or as `--transport` says), the choice for every pair ("0-1": shm), and
+    /// whether every neighbour pair of the ring (i, i + 1) shares memory, so that the
+    /// all-reduce may run piece by piece.
+    /// Every rank takes part in both setups, even with no peer of that kind, because each
+    /// setup gathers from every rank through the store.
+    /// `via` is `--transport`; every wait lasts at most `timeout`.
+    pub fn connect(
+        store: &mut Store,
+        id: &Identity,
+        host: &str,
+        via: TransportChoice,
+        timeout: Duration,
+        names: fn(u8) -> &'static str,
+    ) -> Result<(Comm, BTreeMap<String, Via>)> {
+        let (rank, world) = (id.rank, id.world_size);
+        let cores = cores().map_err(|message| SharedError { message, usage: true })?;
+        // One machine = one host name and one boot: two containers may share a name, not a
+        // boot id. Each rank says how many cores it may run on, after its machine.
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let machine = format!("{host} {}\n{cores}", boot.trim());
+        let said = store.share("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
+        let said: Vec<(String, usize)> = said
+            .iter()
+            .map(|k| {
+                let text = String::from_utf8_lossy(k);
+                let (machine, cores) = text.rsplit_once('\n').unwrap_or((&text, "1"));
+                (machine.to_string(), cores.parse().unwrap_or(1))
+            })
+            .collect();
+        let keys: Vec<String> = said.iter().map(|(k, _)| k.clone()).collect();
+        // Some machine runs more ranks than the fewest cores any of its ranks may use: the
+        // same answer on every rank, from what every rank said.
+        let oversubscribed = said.iter().any(|(k, c)| keys.iter().filter(|o| *o == k).count() > *c);
+        let table = transport::choose(&keys, via).map_err(|message| SharedError { message, usage: true })?;
+        let every = || table.iter().flatten().flatten();
+
+        let mut links: Vec<Option<Box<dyn Link>>> = (0..world).map(|_| None).collect();
+        if every().any(|v| *v == Via::Tcp) {
+            let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
+            let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
+            for (peer, link) in tcp::connect_mesh(store, rank, &id.job_id, &wanted, ip, timeout)?
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(link) = link {
+                    links[peer] = Some(Box::new(link));
+                }
+            }
+        }
+        if every().any(|v| *v == Via::Shm) {
+            shm::available()?;
+            let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
+            for link in shm::connect(store, rank, world, &peers, timeout)? {
+                let peer = link.peer();
+                links[peer] = Some(Box::new(link));
+            }
+        }
+        let mut pairs = BTreeMap::new();
+        for (a, row) in table.iter().enumerate() {
+            for (b, via) in row.iter().enumerate().skip(a + 1) {
+                if let Some(via) = via {
+                    pairs.insert(format!("{a}-{b}"), *via);
+                }
+            }
+        }
+        let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
+        // Results stream around the cache once the buffers of every rank on this host
+        // together outgrow its last-level cache.
+        let local = keys.iter().filter(|k| **k == keys[rank]).count();
+        let llc = last_level_cache().map_err(|message| SharedError { message, usage: true })?;
+        // One host for the whole job: each rank's large buffers go where the others can read them.
+        let arenas = match world > 1 && every().all(|v| *v == Via::Shm) {
+            true => host_memory::connect(store, rank, world)?,
+            false => None,
+        };
+        let comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local)
+            .with_peer_arenas(arenas)
+            .oversubscribed_by(oversubscribed);
+        Ok((comm, pairs))
+    }
+}
+
+/// How a message of `len` bytes over `link` is cut: into slices the link can buffer
+/// when that is a useful amount (at least [`MIN_SLICE`]), else whole. Both ends of a link
+/// cut alike, since they see the same kind of link. Always at least one slice, maybe empty.
+fn slices(len: usize, link: &dyn Link) -> Vec<Range<usize>> {
+    let size = match link.eager_limit() {
+        e if e >= MIN_SLICE => e,
+        _ => len.max(1),
+    };
+    let mut out: Vec<Range<usize>> = (0..len).step_by(size).map(|a| a..(a + size).min(len)).collect();
+    if out.is_empty() {
+        out.push(0..0);
+    }
+    out
+}
+
+/// Chunk `i` of `n` nearly equal chunks of `len` elements (sizes differ by at most one;
+/// some are empty when `len < n`).
+pub fn chunk_range(len: usize, n: usize, i: usize) -> Range<usize> {
+    let at = |k: usize| ((len as u128 * k as u128) / n as u128) as usize;
+    at(i)..at(i + 1)
+}
+
+/// Two disjoint ranges of one slice (either may be empty), the first to read and the
+/// second to write.
+pub fn split_two<T>(data: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+    if a.end <= b.start {
+        let (lo, hi) = data.split_at_mut(b.start);
+        (&lo[a], &mut hi[..b.end - b.start])
+    } else {
+        debug_assert!(b.end <= a.start, "overlapping chunks {a:?} and {b:?}");
+        let (lo, hi) = data.split_at_mut(a.start);
+        (&hi[..a.end - a.start], &mut lo[b])
+    }
+}
+
+/// Keeps a finished piece: copies `from` into the front of `dst`, around the cache when
+/// the whole buffer is too large for it (`streaming`).
+pub fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
+    match streaming {
+        true => copy_around_cache(&mut dst[..from.len()], from),
+        false => dst[..from.len()].copy_from_slice(from),
+    }
+}
+
+/// The cores this rank may run on: `NCCL_WORKBOOK_CORES` where set (a test, or a
+/// machine whose cores are shared with other work), else what the system lets this
+/// process use. A value the variable cannot mean is the user's error, said in one line.
+fn cores() -> Result<usize, String> {
+    match std::env::var("NCCL_WORKBOOK_CORES") {
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("NCCL_WORKBOOK_CORES={text}: a number of cores, at least 1")),
+        },
+        Err(_) => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+/// Whether `NCCL_DEBUG` asks for NCCL's INFO lines (INFO or TRACE), as NCCL reads it.
+pub fn debug_info() -> bool {
+    std::env::var("NCCL_DEBUG").is_ok_and(|v| info_level(&v))
+}
+
+/// Whether an `NCCL_DEBUG` value prints INFO lines (INFO or TRACE, any case): the one
+/// reading of the level, for the CPU backend's lines and for lesson 08's `--show-calls`.
+pub fn info_level(level: &str) -> bool {
+    matches!(level.trim().to_uppercase().as_str(), "INFO" | "TRACE")
+}
+
+/// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` where set (`32M`: a
+/// machine whose cache is shared with other guests, or a test), else the largest of the
+/// highest-level caches `/sys` lists for CPU 0, else [`LLC_DEFAULT`]. A value the
+/// variable cannot mean is the user's error, said in one line.
+fn last_level_cache() -> Result<usize, String> {
+    if let Ok(text) = std::env::var("NCCL_WORKBOOK_LLC") {
+        return units::parse_size(&text)
+            .map(|b| b as usize)
+            .map_err(|why| format!("NCCL_WORKBOOK_LLC: {why}"));
+    }
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+        return Ok(LLC_DEFAULT);
+    };
+    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
+    let largest = dir
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let level: u32 = read(&p, "level")?.trim().parse().ok()?;
+            Some((level, units::parse_size(&read(&p, "size")?).ok()? as usize))
+        })
+        .max();
+    Ok(largest.map_or(LLC_DEFAULT, |(_, size)| size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mismatch_on_a_link_names_both_collectives() {
+        let names = |tag: u8| if tag == 4 { "all-gather" } else { "reduce-scatter" };
+        let cpu = Comm::new(0, 2, vec![None, None], false, names, LLC_DEFAULT);
+        let err = cpu.lost(crate::transport::op_mismatch(1, 5, 4), 1);
+        assert_eq!(
+            err.to_string(),
+            "rank 1 is in a reduce-scatter while this rank is in a all-gather: every rank must call the same \
+             collectives in the same order"
+        );
+        let other = cpu.lost(crate::transport::len_mismatch(1, 3, 4), 1);
+        assert!(
+            other.to_string().contains("rank 1 sent 3 bytes where 4 were expected"),
+            "{other}"
+        );
+    }
+
+    #[test]
+    fn chunks_cover_the_buffer_exactly_for_every_count_and_world() {
+        for n in 1..=9 {
+            for len in 0..=40 {
+                let chunks: Vec<_> = (0..n).map(|i| chunk_range(len, n, i)).collect();
+                assert_eq!(chunks[0].start, 0);
+                assert_eq!(chunks[n - 1].end, len);
+                for w in chunks.windows(2) {
+                    assert_eq!(w[0].end, w[1].start);
+                }
+                let sizes: Vec<_> = chunks.iter().map(|c| c.len()).collect();
+                assert!(
+                    sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+                    "{len}/{n}: {sizes:?}"
+                );
+            }
+        }
+        assert_eq!(chunk_range(usize::MAX / 2, 3, 2).end, usize::MAX / 2);
+    }
+
+    #[test]
+    fn split_two_gives_the_right_disjoint_pieces() {
+        let mut v: Vec<i32> = (0..10).collect();
+        let (a, b) = split_two(&mut v, 6..9, 1..3);
+        assert_eq!(a, &[6, 7, 8]);
+        assert_eq!(b, &mut [1, 2]);
+        let (a, b) = split_two(&mut v, 0..2, 5..10);
+        assert_eq!((a.len(), b.len()), (2, 5));
+        // Empty chunks (count < world) sit anywhere, even where the other one starts.
+        for (a, b) in [(0..0, 0..1), (0..1, 1..1), (3..3, 3..3), (4..4, 0..4), (10..10, 9..10)] {
+            let (x, y) = split_two(&mut v, a.clone(), b.clone());
+            assert_eq!((x.len(), y.len()), (a.len(), b.len()));
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The NCCL backend: finding the driver and NCCL ([`nccl_library`]), the GPUs and which
+//! rank gets which ([`device`]), the simulated GPUs of `--simulate-gpus` ([`simulate`]),
+//! and a rank's NCCL communicator ([`nccl::Nccl`]), whose every call is shown
+//! ([`calls`]), polled ([`progress`]) and watched ([`watchdog`]) until it completes.
+//! Names for Nsight Systems come from [`nvtx`]. The collectives' NCCL calls live with
+//! their collective in `common`.
+
+pub mod calls;
+pub mod device;
+pub mod nccl;
+pub mod nccl_library;
+pub mod nvtx;
+pub mod progress;
+pub mod simulate;
+pub mod watchdog;
+
+use workbook_runtime::{deadline, element, error, launch, record, rendezvous, units};
