@@ -250,6 +250,11 @@ impl Nccl {
         Ok(host)
     }
 
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
     /// The number of ranks.
     pub fn world(&self) -> usize {
         self.world

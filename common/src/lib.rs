@@ -8,6 +8,7 @@
 pub mod args;
 pub mod backend;
 pub mod collective;
+pub mod communicator;
 pub mod meeting;
 pub mod report;
 pub mod session;
@@ -28,6 +29,7 @@ pub use workbook_runtime::{
 
 pub use args::{DataArgs, Init, RunArgs};
 pub use backend::Buffer;
+pub use communicator::Communicator;
 pub use element::{DataType, Element, ReduceOp};
 pub use session::Session;
 

@@ -28,11 +28,12 @@ use show::print_out;
 pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 pub use time::Runs;
 
+use crate::Communicator;
 use crate::args::Format;
-use crate::backend::{Backend, Buffer, device, device_mut, host, host_mut};
-use crate::collective::{Collective, DeviceCall, HostCall};
+use crate::backend::Buffer;
+use crate::collective::Collective;
 use crate::device;
-use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
+use crate::element::{Element, ReduceOp};
 use crate::error::SharedError;
 use crate::launch::Identity;
 use crate::rendezvous::{Store, StoreServer};
@@ -65,10 +66,11 @@ struct Choice {
 
 /// One rank's session: who it is, its store connection and its backend.
 pub struct Session {
+    /// The world's communicator, through which every call runs.
     // Fields drop in this order. On a failure, the links to the peers close first (so
     // that blocked peers fail at once), then this rank's store connection, and rank 0's
     // store itself last, once the others have asked it who failed first.
-    backend: Backend,
+    comm: Communicator,
     store: Store,
     server: Option<StoreServer>,
     id: Identity,
@@ -113,6 +115,12 @@ impl Session {
         self.id.world_size
     }
 
+    /// The communicator this session runs every collective on: the world's, holding
+    /// every rank ([`Communicator::rank`], [`Communicator::world`], its backend).
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
@@ -139,7 +147,7 @@ impl Session {
         self.ensure_peer(peer)?;
         let rank = self.rank();
         self.ledger.enter(Some((peer, buf.len() * size_of::<T>())), None);
-        let sent = self.backend.send(buf, peer);
+        let sent = self.comm.send(buf, peer);
         self.ledger.leave(sent).with_context(|| format!("rank {rank}"))
     }
 
@@ -148,7 +156,7 @@ impl Session {
         self.ensure_peer(peer)?;
         let rank = self.rank();
         self.ledger.enter(None, Some((peer, buf.len() * size_of::<T>())));
-        let got = self.backend.recv(buf, peer);
+        let got = self.comm.recv(buf, peer);
         self.ledger.leave(got).with_context(|| format!("rank {rank}"))
     }
 
@@ -181,44 +189,7 @@ impl Session {
         crate::fault::late(rank);
         let _span = crate::record::collective(coll.title, bytes as u64);
         let _range = self.nvtx(coll.nccl_name);
-        let done = match &mut self.backend {
-            Backend::Cpu(cpu) => {
-                crate::record::watch(coll.title, host(recv), send.map(host), true);
-                if coll.reduces {
-                    crate::record::combining(op.name());
-                }
-                (coll.cpu)(
-                    cpu,
-                    HostCall {
-                        send: send.map(|s| as_bytes(host(s))),
-                        buf: as_bytes_mut(host_mut(recv)),
-                        count,
-                        root,
-                        reduction: Reduction::of::<T>(op),
-                    },
-                )
-            }
-            Backend::Nccl(nccl) => {
-                let layout = (coll.in_place)(count, world, rank);
-                nccl.with_pointers(send.map(device), device_mut(recv), layout, |send, recv| {
-                    let call = DeviceCall {
-                        send,
-                        recv,
-                        count,
-                        elem: size_of::<T>(),
-                        datatype: T::TYPE.nccl(),
-                        op,
-                        root: root as std::ffi::c_int,
-                    };
-                    // SAFETY: with_pointers gives the device pointers of `send` and `recv`,
-                    // this rank's buffers on its GPU, whose lengths were checked against
-                    // `count` at the API's edge (Collective::count_of); it records them as
-                    // used by the stream, and cudarc frees device memory in stream order, so
-                    // they outlive the queued call.
-                    unsafe { (coll.nccl)(nccl, &call) }
-                })
-            }
-        };
+        let done = self.comm.collective(coll, send, recv, count, root, op);
         done.with_context(|| format!("rank {rank}"))
     }
 
@@ -234,8 +205,8 @@ impl Session {
     /// Waits until every operation this rank queued has finished (NCCL runs them
     /// asynchronously; the CPU backend's are done when they return).
     pub fn synchronize(&self) -> Result<()> {
-        let _span = (self.backend.name() == "nccl").then(|| crate::record::wait("synchronize (the GPU's queue)"));
-        self.backend.synchronize()
+        let _span = (self.comm.name() == "nccl").then(|| crate::record::wait("synchronize (the GPU's queue)"));
+        self.comm.synchronize()
     }
 
     fn next_key(&mut self, what: &str) -> String {

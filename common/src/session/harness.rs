@@ -2,8 +2,8 @@
 //! session's documentation, so that a student's page holds what a lesson calls.
 
 use super::{Session, print_out};
+use crate::Communicator;
 use crate::args::Format;
-use crate::backend::Backend;
 use crate::device::{self};
 use crate::error::SharedError;
 use crate::transport::Via;
@@ -20,7 +20,7 @@ impl Session {
     /// buffers live on the GPU.
     #[doc(hidden)]
     pub fn ensure_memory(&self, bytes: u64, what: &str) -> Result<()> {
-        if self.backend.name() != "cpu" {
+        if self.comm.name() != "cpu" {
             return Ok(());
         }
         let host = &self.members[self.rank()].host;
@@ -59,7 +59,7 @@ impl Session {
     /// The name of this session's backend: `cpu` or `nccl`.
     #[doc(hidden)]
     pub fn backend_name(&self) -> &'static str {
-        self.backend.name()
+        self.comm.name()
     }
 
     /// One line per rank saying where it runs, as nccl-tests' `#  Rank  0 Pid ... on
@@ -88,16 +88,16 @@ impl Session {
     /// (CPU backend, one host: [`crate::backend::host_memory`]).
     #[doc(hidden)]
     pub fn single_copy(&self) -> bool {
-        matches!(&self.backend, Backend::Cpu(c) if c.reads_peers())
+        matches!(&self.comm, Communicator::Cpu(c) if c.reads_peers())
     }
 
     /// Which algorithm ran the last collective: the tuner's name on the CPU backend
     /// ([`crate::collective::tuner`]); on NCCL, NCCL chooses (`NCCL_DEBUG=INFO` shows it).
     #[doc(hidden)]
     pub fn algorithm(&self) -> &'static str {
-        match &self.backend {
-            Backend::Cpu(c) => c.last_algorithm().map_or("?", |a| a.name()),
-            Backend::Nccl(_) => "NCCL's choice",
+        match &self.comm {
+            Communicator::Cpu(c) => c.last_algorithm().map_or("?", |a| a.name()),
+            Communicator::Nccl(_) => "NCCL's choice",
         }
     }
 
@@ -126,7 +126,7 @@ impl Session {
         let trace = self.gather_trace()?;
         // The last meeting: every rank's point-to-point accounts, compared.
         let unreceived = self.settle_p2p()?;
-        self.backend.close()?;
+        self.comm.close()?;
         crate::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
         // Written once the others are done: a file that cannot be written fails rank 0 alone.
         if let (Some(path), Some(all)) = (&self.trace, trace) {

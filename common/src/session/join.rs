@@ -2,8 +2,9 @@
 //! the checks that every rank runs the same command on the same backend.
 
 use super::{Choice, Member, Session, p2p, print_out};
+use crate::Communicator;
 use crate::args::{Format, RunArgs};
-use crate::backend::{self, Backend};
+use crate::backend;
 use crate::device::{self, Kind};
 use crate::error::SharedError;
 use crate::launch::Identity;
@@ -154,7 +155,7 @@ impl Session {
             Kind::Cpu => {
                 let (cpu, transports) =
                     backend::cpu::Cpu::connect(&mut store, &id, &host, run, crate::collective::named)?;
-                (Backend::Cpu(cpu), format!("cpu:{dev}"), None, transports)
+                (Communicator::Cpu(cpu), format!("cpu:{dev}"), None, transports)
             }
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
@@ -167,7 +168,7 @@ impl Session {
                 let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
-                    Backend::Nccl(Box::new(nccl)),
+                    Communicator::Nccl(Box::new(nccl)),
                     format!("cuda:{dev}"),
                     Some(name),
                     BTreeMap::new(),
@@ -209,7 +210,7 @@ impl Session {
             ..Report::default()
         };
         let mut session = Session {
-            backend,
+            comm: backend,
             store,
             server,
             id,

@@ -7,7 +7,7 @@ use anyhow::Result;
 impl Session {
     /// An NVTX range named `name`, on the NCCL backend (Nsight Systems shows it).
     pub(super) fn nvtx(&self, name: &str) -> Option<crate::nvtx::Range> {
-        (self.backend.name() == "nccl").then(|| crate::nvtx::range(name))
+        (self.comm.name() == "nccl").then(|| crate::nvtx::range(name))
     }
 
     /// `--steps`: gathers on rank 0 what every rank recorded since the last time, and

@@ -21,9 +21,10 @@
 //! exercises; a real GPU program would send device views and reduce with a kernel.
 
 use super::Session;
+use crate::Communicator;
 use crate::args::DataArgs;
 use crate::backend::cpu::{Cpu, split_two};
-use crate::backend::{Backend, Buffer, Storage};
+use crate::backend::{Buffer, Storage};
 use crate::collective::Collective;
 use crate::element::{Element, ReduceOp, as_bytes};
 use crate::error::{SharedError, usage};
@@ -271,17 +272,17 @@ impl Session {
         self.ensure_memory(2 * (blocks * count * size_of::<T>()) as u64, &data.what())?;
         self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
         self.report.count = Some(count);
-        self.backend.upload((0..blocks * count).map(value).collect())
+        self.comm.upload((0..blocks * count).map(value).collect())
     }
 
     /// A buffer holding `data`, placed where the backend computes (on NCCL, copied to the GPU).
     pub fn from_host<T: Element>(&mut self, data: Vec<T>) -> Result<Buffer<T>> {
-        self.backend.upload(data)
+        self.comm.upload(data)
     }
 
     /// Every element of `buf`, copied to host memory (on NCCL, after queued work is done).
     pub fn to_host<T: Element>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        self.backend.download(buf, buf.len())
+        self.comm.download(buf, buf.len())
     }
 
     /// Sends elements `range` of `buf` to rank `peer`, which must receive as many.
@@ -290,8 +291,8 @@ impl Session {
         check_range(&range, buf.len())?;
         let rank = self.rank();
         self.ledger.enter(Some((peer, range.len() * size_of::<T>())), None);
-        let sent = match (&self.backend, &buf.storage) {
-            (Backend::Cpu(c), Storage::Host(v)) => {
+        let sent = match (&self.comm, &buf.storage) {
+            (Communicator::Cpu(c), Storage::Host(v)) => {
                 record::watch(record::P2P, v, None, false);
                 let t = record::clock();
                 let part = &v[range];
@@ -384,7 +385,7 @@ impl Session {
         check_range(&range, buf.len())?;
         let rank = self.rank();
         self.ledger.enter(None, Some((peer, range.len() * size_of::<T>())));
-        let got = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
+        let got = if let (Communicator::Cpu(c), Storage::Host(v)) = (&self.comm, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("recv_part", How::Copy),
                 Arrive::Add => ("recv_add_part", How::Reduce),
@@ -427,7 +428,7 @@ impl Session {
         let size = size_of::<T>();
         self.ledger
             .enter(Some((to, send.len() * size)), Some((from, recv.len() * size)));
-        let done = if let (Backend::Cpu(c), Storage::Host(v)) = (&self.backend, &mut buf.storage) {
+        let done = if let (Communicator::Cpu(c), Storage::Host(v)) = (&self.comm, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("send_recv", How::Copy),
                 Arrive::Add => ("send_recv_add", How::Reduce),
@@ -467,26 +468,26 @@ impl Session {
         let mut host = self.to_host(buf)?;
         // NCCL moves nothing for an empty part; neither do we (no zero-sized allocations).
         let out = match &send {
-            Some((r, to)) if !r.is_empty() => Some((self.backend.upload(host[r.clone()].to_vec())?, *to)),
+            Some((r, to)) if !r.is_empty() => Some((self.comm.upload(host[r.clone()].to_vec())?, *to)),
             _ => None,
         };
         let mut inp = match &recv {
-            Some((r, from, _)) if !r.is_empty() => Some((self.backend.upload(vec![T::default(); r.len()])?, *from)),
+            Some((r, from, _)) if !r.is_empty() => Some((self.comm.upload(vec![T::default(); r.len()])?, *from)),
             _ => None,
         };
         let grouped = out.is_some() && inp.is_some();
         if grouped {
-            self.backend.group_start()?;
+            self.comm.group_start()?;
         }
         let mut moved = Ok(());
         if let Some((b, to)) = &out {
-            moved = self.backend.send(b, *to);
+            moved = self.comm.send(b, *to);
         }
         if let (Ok(()), Some((b, from))) = (&moved, &mut inp) {
-            moved = self.backend.recv(b, *from);
+            moved = self.comm.recv(b, *from);
         }
         if grouped {
-            moved = moved.and(self.backend.group_end());
+            moved = moved.and(self.comm.group_end());
         }
         moved?;
         let Some((range, _, how)) = recv else {
@@ -499,7 +500,7 @@ impl Session {
                 Arrive::Add => add(&mut host[range], &got),
             }
         }
-        Ok(Some(self.backend.upload(host)?))
+        Ok(Some(self.comm.upload(host)?))
     }
 }
 

@@ -93,7 +93,7 @@ impl Session {
                     m.host.clone(),
                     m.pid.to_string(),
                     dev,
-                    self.backend.name().into(),
+                    self.comm.name().into(),
                 ]
             })
             .collect();
@@ -125,7 +125,7 @@ impl Session {
     /// broadcast:"), on rank 0. Cells that changed since the previous table stand out.
     pub fn show<T: Element>(&mut self, title: &str, buf: &Buffer<T>) -> Result<()> {
         let n = self.show.unwrap_or(buf.len().min(8)).min(buf.len());
-        let mine = self.backend.download(buf, n)?;
+        let mine = self.comm.download(buf, n)?;
         let Some(Rows {
             title,
             labels,
@@ -159,7 +159,7 @@ impl Session {
         let k = self.show.unwrap_or(8).min(block);
         let mut mine = vec![];
         for b in 0..world {
-            mine.extend(self.backend.download_range(buf, b * block..b * block + k)?);
+            mine.extend(self.comm.download_range(buf, b * block..b * block + k)?);
         }
         let Some(Rows {
             title,
@@ -220,7 +220,7 @@ impl Session {
                 .collect()
         });
         self.last_rows = Some(cells.clone());
-        let label = if self.backend.name() == "nccl" { "GPU" } else { "CPU" };
+        let label = if self.comm.name() == "nccl" { "GPU" } else { "CPU" };
         let labels: Vec<String> = (0..self.world_size()).map(|r| format!("{label} {r}")).collect();
         let title = if title.ends_with(':') {
             title.to_string()

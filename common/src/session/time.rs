@@ -2,7 +2,7 @@
 //! rank's mean gathered, and the lesson's `Time:` line.
 
 use super::{Session, single_calls};
-use crate::backend::Backend;
+use crate::Communicator;
 use crate::report::{SingleCalls, Timing};
 use crate::transport::Via;
 use crate::units::human_bytes;
@@ -88,9 +88,9 @@ impl Session {
         crate::record::stop_steps();
         let _range = self.nvtx("timed runs");
         self.synchronize()?;
-        self.backend.timing(true)?;
+        self.comm.timing(true)?;
         let ran = self.timed(iters, warmup, &mut op);
-        self.backend.timing(false)?;
+        self.comm.timing(false)?;
         let (mine, stamps) = ran?;
         let means = self.share_f64(mine, "every rank's timing")?;
         let single = match stamps {
@@ -119,11 +119,11 @@ impl Session {
         warmup: u32,
         op: &mut impl FnMut(&mut Session) -> Result<()>,
     ) -> Result<(f64, Option<single_calls::Stamps>)> {
-        match self.backend {
+        match self.comm {
             // NCCL: the warm-up (at least one run: NCCL connects the peers at the first
             // call of the timed loop's communicator), finished, then the barrier, as
             // nccl-tests does.
-            Backend::Nccl(_) if iters > 0 => {
+            Communicator::Nccl(_) if iters > 0 => {
                 for _ in 0..warmup.max(1) {
                     op(self)?;
                 }
@@ -132,7 +132,7 @@ impl Session {
             }
             // The store's barrier lets the ranks go up to a millisecond apart (each wakes
             // on its own socket); one more run, untimed, lines them up to within a message.
-            Backend::Cpu(_) if iters > 0 => {
+            Communicator::Cpu(_) if iters > 0 => {
                 for _ in 0..warmup {
                     op(self)?;
                 }
@@ -142,8 +142,8 @@ impl Session {
             _ => self.barrier()?,
         }
         // NCCL's calls return once queued: stamping them would time the queue, not the calls.
-        let mut stamps = matches!(self.backend, Backend::Cpu(_)).then(|| single_calls::Stamps::new(iters));
-        let (start, waited) = (Instant::now(), self.backend.waited());
+        let mut stamps = matches!(self.comm, Communicator::Cpu(_)).then(|| single_calls::Stamps::new(iters));
+        let (start, waited) = (Instant::now(), self.comm.waited());
         for _ in 0..iters {
             if let Some(s) = stamps.as_mut() {
                 s.mark();
@@ -154,7 +154,7 @@ impl Session {
             s.mark();
         }
         // The host's time to issue the calls: without the waits for a full queue.
-        let issuing = start.elapsed().saturating_sub(self.backend.waited() - waited);
+        let issuing = start.elapsed().saturating_sub(self.comm.waited() - waited);
         self.issued = issuing.as_secs_f64() / iters.max(1) as f64;
         self.synchronize()?;
         Ok((start.elapsed().as_secs_f64() / iters.max(1) as f64, stamps))

@@ -1,0 +1,216 @@
+//! A rank's communicator: the unit collectives run on (as NCCL's `ncclComm_t`), over
+//! either backend ([`crate::backend`]). The session holds the world's and checks every
+//! call at its edge; this runs the call, on the buffers' own memory.
+
+use crate::backend::cpu::Cpu;
+use crate::backend::nccl::Nccl;
+use crate::backend::{Buffer, Storage, device, device_mut, host, host_memory, host_mut};
+use crate::collective::{Collective, DeviceCall, HostCall};
+use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
+use anyhow::Result;
+
+/// A rank's communicator: the ranks it runs collectives with and the backend that moves
+/// their data. One type per layer: the CPU backend's [`Comm`](workbook_cpu::Comm) (links
+/// to every other rank, with the tuner's state: [`Cpu`]), NCCL's [`Nccl`] (an
+/// `ncclComm_t` and its stream), and this, what the session holds and runs every
+/// collective, send and receive through. The session's is the world's; a split
+/// communicator (`ncclCommSplit`) would be another value of this type.
+pub enum Communicator {
+    /// Ring algorithms over shared memory and TCP.
+    Cpu(Cpu),
+    /// NCCL on a GPU (boxed: it carries its watchdog, and one backend lives per rank).
+    Nccl(Box<Nccl>),
+}
+
+impl Communicator {
+    /// This rank, from 0 to [`Communicator::world`] - 1.
+    pub fn rank(&self) -> usize {
+        match self {
+            Communicator::Cpu(c) => c.rank(),
+            Communicator::Nccl(n) => n.rank(),
+        }
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        match self {
+            Communicator::Cpu(c) => c.world(),
+            Communicator::Nccl(n) => n.world(),
+        }
+    }
+
+    /// Runs `coll` on this rank's part, as every rank of the communicator must: out of
+    /// place from `send` into `recv`, or in place in `recv` alone (`send` is `None`, and
+    /// the send region lies in `recv` where NCCL's in-place layout puts it), on `count`
+    /// elements (NCCL's `count`). On the CPU backend, the algorithm
+    /// [`crate::collective::tuner::choose`] picks; on NCCL, the collective's one call,
+    /// queued on the stream. The caller has checked the sizes and the root
+    /// ([`crate::Session`]'s calls do, at the API's edge).
+    pub fn collective<T: Element>(
+        &mut self,
+        coll: &'static Collective,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        count: usize,
+        root: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (rank, world) = (self.rank(), self.world());
+        match self {
+            Communicator::Cpu(cpu) => {
+                crate::record::watch(coll.title, host(recv), send.map(host), true);
+                if coll.reduces {
+                    crate::record::combining(op.name());
+                }
+                (coll.cpu)(
+                    cpu,
+                    HostCall {
+                        send: send.map(|s| as_bytes(host(s))),
+                        buf: as_bytes_mut(host_mut(recv)),
+                        count,
+                        root,
+                        reduction: Reduction::of::<T>(op),
+                    },
+                )
+            }
+            Communicator::Nccl(nccl) => {
+                let layout = (coll.in_place)(count, world, rank);
+                nccl.with_pointers(send.map(device), device_mut(recv), layout, |send, recv| {
+                    let call = DeviceCall {
+                        send,
+                        recv,
+                        count,
+                        elem: size_of::<T>(),
+                        datatype: T::TYPE.nccl(),
+                        op,
+                        root: root as std::ffi::c_int,
+                    };
+                    // SAFETY: with_pointers gives the device pointers of `send` and `recv`,
+                    // this rank's buffers on its GPU, whose lengths the caller checked
+                    // against `count` (Collective::count_of, at the session's edge); it
+                    // records them as used by the stream, and cudarc frees device memory in
+                    // stream order, so they outlive the queued call.
+                    unsafe { (coll.nccl)(nccl, &call) }
+                })
+            }
+        }
+    }
+
+    /// "cpu" or "nccl".
+    pub fn name(&self) -> &'static str {
+        match self {
+            Communicator::Cpu(_) => "cpu",
+            Communicator::Nccl(_) => "nccl",
+        }
+    }
+
+    /// Puts `host` data where this backend computes on it.
+    pub fn upload<T: Element>(&self, host: Vec<T>) -> Result<Buffer<T>> {
+        match self {
+            Communicator::Cpu(_) => Ok(Buffer {
+                storage: Storage::Host(host_memory::HostMem::new(host)),
+            }),
+            Communicator::Nccl(n) => n.upload(host).map(|slice| Buffer {
+                storage: Storage::Device(slice),
+            }),
+        }
+    }
+
+    /// Reads back the first `n` elements, after all queued work on the buffer is done.
+    pub fn download<T: Element>(&self, buf: &Buffer<T>, n: usize) -> Result<Vec<T>> {
+        self.download_range(buf, 0..n)
+    }
+
+    /// Reads back elements `range` (cut to the buffer), after all queued work is done.
+    pub fn download_range<T: Element>(&self, buf: &Buffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
+        let range = range.start.min(buf.len())..range.end.min(buf.len());
+        match (&buf.storage, self) {
+            (Storage::Host(v), _) => Ok(v[range].to_vec()),
+            (Storage::Device(s), Communicator::Nccl(nc)) => nc.download(s, range),
+            (Storage::Device(_), Communicator::Cpu(_)) => unreachable!("device buffers only come from NCCL"),
+        }
+    }
+
+    /// Sends the whole buffer to `peer`, which must `recv` the same number of elements.
+    pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
+        match (self, &buf.storage) {
+            (Communicator::Cpu(c), Storage::Host(v)) => {
+                use crate::record::{self, Dir, How};
+                record::watch(record::P2P, v, None, false);
+                let t = record::clock();
+                c.send(v, peer)
+                    .map(|()| record::op(t, "send", &[(Dir::Send, peer, as_bytes(v), How::Copy)]))
+            }
+            (Communicator::Nccl(n), _) => n.send(device(buf), peer),
+            (Communicator::Cpu(_), Storage::Device(_)) => unreachable!("device buffers only come from NCCL"),
+        }
+    }
+
+    /// Receives the whole buffer from `peer`.
+    pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
+        match self {
+            Communicator::Cpu(c) => {
+                use crate::record::{self, Dir, How};
+                let v = host_mut(buf);
+                record::watch(record::P2P, v, None, false);
+                let t = record::clock();
+                c.recv(v, peer)
+                    .map(|()| record::op(t, "recv", &[(Dir::Recv, peer, as_bytes(v), How::Copy)]))
+            }
+            Communicator::Nccl(n) => n.recv(device_mut(buf), peer),
+        }
+    }
+
+    /// Opens a group: on NCCL, sends and receives until [`Communicator::group_end`] progress
+    /// together (a no-op on the CPU backend).
+    pub fn group_start(&self) -> Result<()> {
+        match self {
+            Communicator::Cpu(_) => Ok(()),
+            Communicator::Nccl(n) => n.group_start(),
+        }
+    }
+
+    /// Closes the group [`Communicator::group_start`] opened.
+    pub fn group_end(&self) -> Result<()> {
+        match self {
+            Communicator::Cpu(_) => Ok(()),
+            Communicator::Nccl(n) => n.group_end(),
+        }
+    }
+
+    /// Ends the backend after the last operation: NCCL leaves its communicator. Nothing
+    /// may be called after it.
+    pub fn close(&mut self) -> Result<()> {
+        match self {
+            Communicator::Cpu(_) => Ok(()),
+            Communicator::Nccl(n) => n.close(),
+        }
+    }
+
+    /// Inside a timed loop or not (`on`): NCCL then runs as nccl-tests' timed loop does (a
+    /// blocking communicator; a no-op on the CPU backend).
+    pub fn timing(&self, on: bool) -> Result<()> {
+        match self {
+            Communicator::Cpu(_) => Ok(()),
+            Communicator::Nccl(n) => n.timing(on),
+        }
+    }
+
+    /// The time this rank has spent waiting for queued operations so far (always zero on
+    /// the CPU backend, whose operations finish before they return).
+    pub fn waited(&self) -> std::time::Duration {
+        match self {
+            Communicator::Cpu(_) => std::time::Duration::ZERO,
+            Communicator::Nccl(n) => n.waited(),
+        }
+    }
+
+    /// Waits until every queued operation has finished (a no-op on the CPU backend,
+    /// whose operations finish before they return).
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            Communicator::Cpu(_) => Ok(()),
+            Communicator::Nccl(n) => n.synchronize(),
+        }
+    }
+}
