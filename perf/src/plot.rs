@@ -13,6 +13,7 @@
 mod glyphs;
 
 use clap::Args;
+use clap::builder::TypedValueParser as _;
 use common::error;
 use plotters::coord::Shift;
 use plotters::element::{Drawable, PointCollection};
@@ -21,6 +22,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_backend::{BackendCoord, DrawingErrorKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -30,11 +34,12 @@ use std::process::ExitCode;
 pub struct PlotArgs {
     /// Draw busbw and time against size into FILE after the table: a .png or an .svg
     /// (the extension picks which), written by rank 0.
-    #[arg(long, value_name = "FILE", value_parser = parse_target)]
+    #[arg(long, value_name = "FILE", value_parser = clap::builder::OsStringValueParser::new().try_map(parse_target))]
     pub plot: Option<Target>,
-    /// Draw this result too, saved before with `--format json > RESULT.json` (repeatable):
-    /// shm against TCP, 2 against 4 ranks, ours against Gloo.
-    #[arg(long = "plot-with", value_name = "RESULT.json", requires = "plot", value_parser = load)]
+    /// Draw this result too, saved before with `--format json > RESULT.json` (repeatable,
+    /// at most 64 MiB each): shm against TCP, 2 against 4 ranks, ours against Gloo.
+    #[arg(long = "plot-with", value_name = "RESULT.json", requires = "plot",
+          value_parser = clap::builder::OsStringValueParser::new().try_map(load))]
     pub plot_with: Vec<Run>,
     /// Measure nothing: only draw the --plot-with results into --plot.
     #[arg(long, requires_all = ["plot", "plot_with"])]
@@ -59,8 +64,10 @@ pub enum Format {
     Svg,
 }
 
-/// `perf.png` or `perf.svg`, in a folder that exists.
-pub fn parse_target(s: &str) -> Result<Target, String> {
+/// `perf.png` or `perf.svg`, in a folder that exists, where this process may write: checked
+/// when the flags are read, so that a picture that cannot be written stops the run
+/// before it starts, not after it. The path is taken as the OS gives it (any bytes).
+pub fn parse_target(s: OsString) -> Result<Target, String> {
     let path = PathBuf::from(s);
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let format = match ext.as_deref() {
@@ -75,7 +82,61 @@ pub fn parse_target(s: &str) -> Result<Target, String> {
     if !dir.is_dir() {
         return Err(format!("there is no folder {} to write it in", dir.display()));
     }
+    writable(&path, dir)?;
     Ok(Target { path, format })
+}
+
+/// Whether a picture can be written at `path` (in folder `dir`): an existing file must be
+/// a regular file (or a character device, such as `/dev/null`) this process may write,
+/// and a new one a file it may create in `dir` (tried with a file of its own, removed).
+fn writable(path: &Path, dir: &Path) -> Result<(), String> {
+    let cannot = |e: &std::io::Error| format!("cannot write {} ({})", path.display(), io_reason(e));
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(format!("{} is a folder: a plot is a file", path.display())),
+        Ok(m) if !m.is_file() && !m.file_type().is_char_device() => Err(format!(
+            "{} is {}, not a regular file: a plot is a file",
+            path.display(),
+            file_kind(&m)
+        )),
+        // No truncation: the run may still fail, and the file was someone's.
+        Ok(_) => std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| cannot(&e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let name = path.file_name().map_or("plot".into(), |n| n.to_string_lossy());
+            let probe = dir.join(format!(".{name}.{}.probe", std::process::id()));
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&probe);
+                    Ok(())
+                }
+                Err(e) => Err(format!(
+                    "cannot write in the folder {} ({})",
+                    dir.display(),
+                    io_reason(&e)
+                )),
+            }
+        }
+        Err(e) => Err(cannot(&e)),
+    }
+}
+
+/// What a file that is not a regular file is, in words.
+fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// One run to draw: who ran it, and its sweeps.
@@ -159,21 +220,84 @@ pub fn backend_label(backend: &str, simulated_gpus: Option<usize>) -> String {
     }
 }
 
+/// The largest result `--plot-with` reads: a sweep of every collective, operator and type
+/// over 64 sizes is about 5 MiB of JSON.
+pub const RESULT_MAX_BYTES: u64 = 64 << 20;
+
 /// Reads a result saved with `--format json` (or a file in the same form that another
-/// library's benchmark wrote: `bench/compare-mpi.sh --save-results`).
-pub fn load(file: &str) -> Result<Run, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read it ({})", io_reason(&e)))?;
-    let json: Value = serde_json::from_str(&text)
+/// library's benchmark wrote: `bench/compare-mpi.sh --save-results`): a regular file of
+/// at most [`RESULT_MAX_BYTES`], whose path is taken as the OS gives it (any bytes).
+pub fn load(file: OsString) -> Result<Run, String> {
+    let path = Path::new(&file);
+    let cannot = |e: std::io::Error| format!("cannot read it ({})", io_reason(&e));
+    let regular = |m: &std::fs::Metadata| -> Result<(), String> {
+        match m.is_file() {
+            true => Ok(()),
+            false => Err(format!(
+                "it is {}, not a regular file; save a result with 07-nccl-perf --format json > FILE",
+                file_kind(m)
+            )),
+        }
+    };
+    // Looked at before it is opened: opening a FIFO would wait for a writer.
+    regular(&std::fs::metadata(path).map_err(cannot)?)?;
+    let opened = std::fs::File::open(path).map_err(cannot)?;
+    let meta = opened.metadata().map_err(cannot)?;
+    regular(&meta)?;
+    let too_long = || {
+        format!(
+            "it is longer than the {} MiB a result may be; save a result with 07-nccl-perf --format json > FILE",
+            RESULT_MAX_BYTES >> 20
+        )
+    };
+    if meta.len() > RESULT_MAX_BYTES {
+        return Err(too_long());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    opened
+        .take(RESULT_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > RESULT_MAX_BYTES {
+        return Err(too_long()); // it grew while read
+    }
+    let json: Value = serde_json::from_slice(&bytes)
         .map_err(|e| format!("it is not JSON ({e}); save a result with 07-nccl-perf --format json > FILE"))?;
-    let name = Path::new(file)
+    let name = path
         .file_stem()
-        .map_or(file.into(), |s| s.to_string_lossy().into_owned());
+        .map_or(path.to_string_lossy(), |s| s.to_string_lossy())
+        .into_owned();
     Run::from_json(&json, &name)
 }
 
+/// An I/O error as a person reads it: `permission denied`, not `Permission denied (os error 13)`.
 fn io_reason(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    text.split(" (os error").next().unwrap_or(&text).to_lowercase()
+    reason(&e.to_string())
+}
+
+fn reason(text: &str) -> String {
+    text.split(" (os error").next().unwrap_or(text).to_lowercase()
+}
+
+/// The largest value of each column a result may hold: far above any machine's (a
+/// petabyte, eleven days, a petabyte a second), far below what would make the picture's
+/// scales endless.
+const MAX_SIZE: f64 = (1u64 << 50) as f64;
+const MAX_TIME_US: f64 = 1e12;
+const MAX_GBPS: f64 = 1e6;
+
+/// `value` of `column` when it is a number from 0 to `max`, else why not.
+fn in_range(value: f64, column: &str, max: f64) -> Result<f64, String> {
+    match value.is_finite() && (0.0..=max).contains(&value) {
+        true => Ok(value),
+        false => {
+            let shown = match value.abs() >= 1e6 {
+                true => format!("{value:e}"),
+                false => format!("{value}"),
+            };
+            Err(format!("{column} {shown} is out of range: 0 to {max:e}"))
+        }
+    }
 }
 
 impl Run {
@@ -225,19 +349,28 @@ impl Run {
                 let (Some(size), true) = (row["size"].as_f64(), places.iter().any(|(_, p)| p.is_object())) else {
                     return Err(not("a row without a size or a time"));
                 };
+                let size = in_range(size, "size", MAX_SIZE).map_err(|e| not(&e))?;
                 for (points, p) in places.into_iter().filter(|(_, p)| p.is_object()) {
                     match (p["time_us"].as_f64(), p["busbw"].as_f64()) {
-                        (Some(t), Some(b)) => points.push((size, t, b)),
+                        (Some(t), Some(b)) => points.push((
+                            size,
+                            in_range(t, "time_us", MAX_TIME_US).map_err(|e| not(&e))?,
+                            in_range(b, "busbw", MAX_GBPS).map_err(|e| not(&e))?,
+                        )),
                         _ => return Err(not("a row without time_us or busbw")),
                     }
                 }
             }
             let redop = text(s, "redop");
+            let memcpy_gbps = match s["memcpy_gbps"].as_f64().or(json["memcpy_gbps"].as_f64()) {
+                Some(g) => Some(in_range(g, "memcpy_gbps", MAX_GBPS).map_err(|e| not(&e))?),
+                None => None,
+            };
             run.sweeps.push(Sweep {
                 op: text(s, "op"),
                 datatype: text(s, "type"),
                 redop: if redop == "none" { String::new() } else { redop },
-                memcpy_gbps: s["memcpy_gbps"].as_f64().or(json["memcpy_gbps"].as_f64()),
+                memcpy_gbps,
                 out_of_place,
                 in_place,
             });
@@ -325,6 +458,32 @@ pub fn draw(target: &Target, runs: &[Run]) -> Result<usize, String> {
     };
     drawn.map_err(|e| format!("--plot {}: {e}", target.path.display()))?;
     Ok(picture.lines.len())
+}
+
+/// The bitmap backend's error (plotters does not name its type).
+type PngError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
+
+/// A drawing error as one line a person reads (`no space left on device`): plotters
+/// prints its bitmap errors in Rust's debug form (`ImageError(IoError(Os { code: 28, ..`).
+fn readable<E: std::error::Error + Send + Sync + 'static>(e: &DrawingAreaErrorKind<E>) -> String {
+    let DrawingAreaErrorKind::BackendError(kind) = e else {
+        return e.to_string();
+    };
+    let e = match kind {
+        DrawingErrorKind::DrawingError(e) => e,
+        DrawingErrorKind::FontError(f) => return format!("the font: {}", reason(&f.to_string())),
+    };
+    let any: &dyn std::any::Any = e;
+    if let Some(io) = any.downcast_ref::<std::io::Error>() {
+        return io_reason(io); // SVG
+    }
+    match any.downcast_ref::<PngError>() {
+        Some(PngError::IOError(io)) => io_reason(io),
+        // image's error shows the I/O error's own words.
+        Some(PngError::ImageError(image)) => reason(&image.to_string()),
+        Some(PngError::InvalidBuffer) => "the picture's buffer does not have its size".into(),
+        None => reason(&e.to_string()),
+    }
 }
 
 /// `--no-run`: draws the saved results only, and says where; no rank starts.
@@ -441,8 +600,11 @@ impl Picture {
         Picture { title, lines, bounds }
     }
 
-    fn draw_on<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), String> {
-        let fail = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    fn draw_on<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        let fail = |e: DrawingAreaErrorKind<DB::ErrorType>| readable(&e);
         root.fill(&WHITE).map_err(fail)?;
         let root = root.titled(&self.title, ("sans-serif", 24)).map_err(fail)?;
         let below = self.size().1 - SIZE.1;
@@ -705,7 +867,10 @@ fn powers(lo: f64, hi: f64, base: f64) -> Vec<f64> {
     // (A hair of slack: log10(1e-4) may come out as -3.9999999999999996.)
     let first = (lo.log(base) - 1e-9).ceil() as i32;
     let last = (hi.log(base) + 1e-9).floor() as i32;
-    (first..=last).map(|k| base.powi(k)).collect()
+    // Values are bounded when read (a petabyte at most): never an endless axis.
+    (first..=last.min(first.saturating_add(4096)))
+        .map(|k| base.powi(k))
+        .collect()
 }
 
 /// 2, 3, ... 9 times each power of ten, for the faint lines.
@@ -768,11 +933,11 @@ mod tests {
 
     #[test]
     fn targets_are_png_or_svg() {
-        assert_eq!(parse_target("perf.PNG").unwrap().format, Format::Png);
-        assert_eq!(parse_target("perf.svg").unwrap().format, Format::Svg);
-        assert!(parse_target("perf.pdf").unwrap_err().contains(".png or an .svg"));
+        assert_eq!(parse_target("perf.PNG".into()).unwrap().format, Format::Png);
+        assert_eq!(parse_target("perf.svg".into()).unwrap().format, Format::Svg);
+        assert!(parse_target("perf.pdf".into()).unwrap_err().contains(".png or an .svg"));
         assert!(
-            parse_target("/no/such/folder/perf.png")
+            parse_target("/no/such/folder/perf.png".into())
                 .unwrap_err()
                 .contains("no folder")
         );

@@ -54,6 +54,16 @@ impl Code {
         }
     }
 
+    /// The folder of the code checked, from the workspace's root, ending in `/`: a panic
+    /// whose file is in it is the student's (or the fixture's), not the workbook's.
+    pub fn folder(&self, source: &Source) -> String {
+        match source {
+            Source::Exercise => format!("exercises/{}/", self.dir),
+            Source::Solution => format!("solutions/{}/", self.dir),
+            Source::Starting | Source::Fixture(_) => "workbook/fixtures/".into(),
+        }
+    }
+
     /// The file the student edits (or its solution, or its pristine copy), from the
     /// workspace's root.
     pub fn file(&self, source: &Source) -> String {

@@ -276,9 +276,10 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
         cases.len(),
         opts.describe()
     );
+    let own = code.folder(&opts.source);
     let mut failed = 0;
     for case in &cases {
-        match run_case(&exe, case, opts) {
+        match run_case(&exe, case, opts, &own) {
             Ok(()) => println!("  ok      {}", case.label()),
             Err(lines) => {
                 failed += 1;
@@ -370,8 +371,9 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, String> {
 }
 
 /// Runs one case as a multi-process job and compares what it printed with what the
-/// exercise demands; the error is what a person should read, line by line.
-fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> {
+/// exercise demands; the error is what a person should read, line by line. `own` is the
+/// folder of the code checked, from the workspace's root: a panic there is the student's.
+fn run_case(exe: &Path, case: &Case, opts: &Options, own: &str) -> Result<(), Vec<String>> {
     let world = case.world.to_string();
     let backend = opts.backend_flags();
     let mut args = vec![
@@ -394,16 +396,23 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
             testkit::LIMIT
         )]);
     }
-    let errors: Vec<String> = awaited_first(run.stderr.lines().filter(|l| l.starts_with("error:")))
-        .into_iter()
-        .take(6)
-        .collect();
+    let errors = awaited_first(run.stderr.lines().filter(|l| l.starts_with("error:")));
+    let errors: Vec<String> = panics_first(errors, &run.stderr, own).into_iter().take(6).collect();
     let Ok(report) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
-        let mut lines = vec![format!("the job failed ({}), saying:", exit_text(run.code))];
-        if errors.is_empty() {
-            lines.extend(run.stderr.lines().take(6).map(str::to_string));
-        } else {
-            lines.extend(errors);
+        let mut lines = unreadable(&run.stdout);
+        if run.code != Some(0) || lines.is_empty() {
+            lines.push(format!("the job failed ({}), saying:", exit_text(run.code)));
+            let said = lines.len();
+            if errors.is_empty() {
+                lines.extend(run.stderr.lines().take(6).map(|l| cut(l, LINE_MAX)));
+            } else {
+                lines.extend(errors);
+            }
+            if lines.len() == said {
+                lines.push(
+                    "nothing: no error, and no report on stdout (the checker reads one JSON document there)".into(),
+                );
+            }
         }
         lines.extend(deadlock(&run.stderr));
         lines.extend(unreceived(&run.stderr));
@@ -427,6 +436,90 @@ fn run_case(exe: &Path, case: &Case, opts: &Options) -> Result<(), Vec<String>> 
         lines.extend(unreceived(&run.stderr));
     }
     if lines.is_empty() { Ok(()) } else { Err(lines) }
+}
+
+/// The longest line of a program's own output the checker shows, in characters.
+const LINE_MAX: usize = 160;
+
+/// `line`, cut to `max` characters, saying how many more there were.
+fn cut(line: &str, max: usize) -> String {
+    let n = line.chars().count();
+    match n > max {
+        true => format!(
+            "{}… ({} more characters)",
+            line.chars().take(max).collect::<String>(),
+            n - max
+        ),
+        false => line.to_string(),
+    }
+}
+
+/// When stdout holds more than the program's JSON report (a `println!` left in, megabytes
+/// of output): the words that say so, with the first line the checker cannot read, cut
+/// to [`LINE_MAX`]. Nothing when stdout is empty or only cut short (a rank that failed).
+fn unreadable(stdout: &str) -> Vec<String> {
+    if stdout.trim().is_empty() {
+        return Vec::new();
+    }
+    let Err(e) = serde_json::from_str::<serde_json::Value>(stdout) else {
+        return Vec::new();
+    };
+    if e.is_eof() {
+        return Vec::new(); // a report cut short: the job's own errors say why
+    }
+    let at = e.line().max(1);
+    let Some(line) = stdout.lines().nth(at - 1) else {
+        return Vec::new();
+    };
+    let lines = stdout.lines().count();
+    vec![
+        format!(
+            "the program printed lines the checker cannot read (it reads one JSON document on stdout, --format json); \
+             the first, line {at} of {lines}:"
+        ),
+        format!("  {}", cut(line, LINE_MAX)),
+        "print to stderr (eprintln!) what you want to see while you work, or remove the println!".into(),
+    ]
+}
+
+/// The start of the line common's panic hook prints for any panic.
+const PANIC_LINE: &str = "error: internal error (a bug in the workbook, please report it)";
+
+/// The ranks' error lines with each panic first: a panic in the code checked (its file is
+/// in `own`) said as the student's, with the rank that panicked when the job says which
+/// (the launcher names the rank that failed first), its file and line and its message; a
+/// panic elsewhere stays the workbook's bug, with its rank.
+fn panics_first(errors: Vec<String>, stderr: &str, own: &str) -> Vec<String> {
+    let panics = errors.iter().filter(|l| l.starts_with(PANIC_LINE)).count();
+    // One panic and the rank that failed first: that rank's.
+    let rank = match panics {
+        1 => stderr.lines().find_map(|l| rank_after(l, "launcher: rank ")),
+        _ => None,
+    };
+    let (mut first, mut rest) = (vec![], vec![]);
+    for line in errors {
+        let Some(after) = line.strip_prefix(PANIC_LINE) else {
+            rest.push(line);
+            continue;
+        };
+        let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
+        // " at FILE:LINE: MESSAGE", or ": MESSAGE" without a location.
+        let (at, what) = match after.strip_prefix(" at ").and_then(|a| a.split_once(": ")) {
+            Some((at, what)) => (Some(at), what),
+            None => (None, after.trim_start_matches(": ")),
+        };
+        first.push(match at {
+            Some(at) if at.starts_with(own) => {
+                format!("error: {who} panicked at {at}: {what} (a panic in the code checked, not in the workbook)")
+            }
+            _ => match rank {
+                Some(r) => line.replacen("error: ", &format!("error: rank {r}: "), 1),
+                None => line,
+            },
+        });
+    }
+    first.extend(rest);
+    first
 }
 
 /// What a rank was doing when its `--timeout` ran out, read from its error line: waiting
@@ -808,6 +901,40 @@ error: rank 2: rank 2 sent 16.0 MiB to rank 0 that rank 0 never received (a send
             awaited("error: rank 1: rank 0 failed first (its connection closed): rank 0 is gone (it crashed)"),
             [0, 0]
         );
+    }
+
+    #[test]
+    fn a_panic_is_the_students_in_their_folder_and_the_workbooks_elsewhere() {
+        let said = |at: &str| {
+            let stderr = format!(
+                "{PANIC_LINE} at {at}: boom\nerror: rank 0: rank 1 failed first (its connection closed)\n\
+                 launcher: rank 1 failed first (exit status 1)\n"
+            );
+            let errors = stderr
+                .lines()
+                .filter(|l| l.starts_with("error:"))
+                .map(String::from)
+                .collect();
+            panics_first(errors, &stderr, "exercises/03_average/")
+        };
+        let theirs = said("exercises/03_average/src/main.rs:30");
+        assert_eq!(
+            theirs[0],
+            "error: rank 1 panicked at exercises/03_average/src/main.rs:30: boom (a panic in the code checked, not in \
+             the workbook)"
+        );
+        assert!(theirs[1].starts_with("error: rank 0: "));
+        let ours = said("common/src/session.rs:12");
+        assert_eq!(
+            ours[0],
+            format!("error: rank 1: {} at common/src/session.rs:12: boom", &PANIC_LINE[7..])
+        );
+        // Two panics: which rank printed which is not known.
+        let two = format!("{PANIC_LINE} at exercises/03_average/src/main.rs:30: a\n{PANIC_LINE}: b\n");
+        let errors = two.lines().map(String::from).collect();
+        let both = panics_first(errors, &two, "exercises/03_average/");
+        assert!(both[0].starts_with("error: a rank panicked at exercises/03_average/src/main.rs:30: a"));
+        assert_eq!(both[1], format!("{PANIC_LINE}: b"));
     }
 
     #[test]
