@@ -230,9 +230,10 @@ fn quiet_panics() {
     }));
 }
 
-/// The running example's name: its binary's file name.
+/// The running example's name: its binary's file name (read as the OS gives it: a path
+/// that is not UTF-8 is named lossily, never a panic).
 pub fn example_name() -> String {
-    std::env::args()
+    std::env::args_os()
         .next()
         .and_then(|a| {
             std::path::Path::new(&a)

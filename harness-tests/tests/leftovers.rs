@@ -7,6 +7,10 @@ use testkit::{LIMIT, command, finish, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
+/// Held by the tests that count channel files or plant them: one of them plants a dead
+/// process's file, which the other would count as its own job's leftover if they ran at once.
+static CHANNEL_FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The channel files in /dev/shm now, by name.
 fn channel_files() -> BTreeSet<String> {
     std::fs::read_dir("/dev/shm")
@@ -37,6 +41,7 @@ fn alive(pid: u32) -> bool {
 fn a_rank_killed_while_setting_up_shared_memory_leaves_no_file() {
     // Rank 2 of 4 is killed (SIGKILL) right after creating the channels its peers were
     // about to open: nobody else would ever remove their names.
+    let _alone = CHANNEL_FILES.lock().unwrap_or_else(|p| p.into_inner());
     let before = channel_files();
     let mut cmd = command(BIN, &["--backend", "cpu", "--nproc-per-node", "4", "--timeout", "20"]);
     cmd.env("NCCL_WORKBOOK_FAULT", "die-in-shm-setup:2");
@@ -56,6 +61,7 @@ fn a_rank_killed_while_setting_up_shared_memory_leaves_no_file() {
 fn files_left_by_dead_processes_are_removed_by_the_next_job() {
     // A job killed together with its launcher leaves its names; the next job on this
     // host removes those of processes that are gone, and only those.
+    let _alone = CHANNEL_FILES.lock().unwrap_or_else(|p| p.into_inner());
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let dead = gone.id();
     gone.wait().unwrap();

@@ -38,7 +38,7 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
         None => format!("launch-{:016x}", random_u64()),
     };
     let exe = std::env::current_exe().context("finding this program's own path to start the ranks")?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut ranks: Vec<(usize, Child)> = Vec::with_capacity(nproc);
     for local in 0..nproc {
         let rank = plan.node_rank * nproc + local;
