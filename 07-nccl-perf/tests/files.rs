@@ -36,16 +36,7 @@ fn perf(args: &[&OsStr]) -> Run {
         .arg(BIN)
         .args(args)
         .args(["--timeout", testkit::TIMEOUT]);
-    for k in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    ] {
-        cmd.env_remove(k);
-    }
+    testkit::clear_job_env(&mut cmd);
     let (run, in_time) = finish_or_kill(spawn(cmd), Duration::from_secs(30));
     assert!(in_time, "the run was killed after 30 s (a read without end?):\n{run}");
     run

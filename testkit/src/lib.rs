@@ -61,22 +61,7 @@ pub fn command(bin: &str, args: &[&str]) -> Command {
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", TIMEOUT]);
     }
-    for (k, _) in std::env::vars() {
-        let launcher_var = [
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-            "MASTER_ADDR",
-            "MASTER_PORT",
-            "NO_COLOR",
-        ]
-        .contains(&k.as_str());
-        if launcher_var || k.starts_with("SLURM_") || k.starts_with("TORCHELASTIC_") || k.starts_with("NCCL_WORKBOOK_")
-        {
-            cmd.env_remove(k);
-        }
-    }
+    clear_job_env(&mut cmd);
     cmd
 }
 
@@ -316,4 +301,25 @@ pub fn process_state(pid: u32) -> Option<char> {
 /// Whether process `pid` is over: gone, or a zombie waiting to be reaped (never still running).
 pub fn ended(pid: u32) -> bool {
     matches!(process_state(pid), None | Some('Z'))
+}
+
+/// Removes from `cmd`'s environment anything that would make it a rank of some other job
+/// (torchrun's, Slurm's or our launcher's variables), as [`command`] does.
+pub fn clear_job_env(cmd: &mut Command) {
+    for k in std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()) {
+        let launcher_var = [
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "NO_COLOR",
+        ]
+        .contains(&k.as_str());
+        if launcher_var || k.starts_with("SLURM_") || k.starts_with("TORCHELASTIC_") || k.starts_with("NCCL_WORKBOOK_")
+        {
+            cmd.env_remove(k);
+        }
+    }
 }
