@@ -245,8 +245,8 @@ fn every_world_from_2_to_5_is_right_on_shared_memory() {
 #[test]
 fn either_side_of_the_small_message_switch_and_with_the_ring_forced_every_element_is_right() {
     // Up to 16 KiB an all-reduce or a broadcast goes direct, rank to rank; above, round
-    // the ring; NCCL_ALGO=Ring keeps the ring at every size (^Tree excludes nothing the
-    // CPU backend has). Every operator and world, both transports, in place and out of
+    // the ring; NCCL_ALGO=Ring keeps the ring at every size (^Tree excludes only the
+    // tree, which the tuner never picks unasked). Every operator and world, both transports, in place and out of
     // place (the JSON's #wrong counts both).
     let asked = [16376, 16380, 16384, 16388, 16392];
     for world in 1..=4 {

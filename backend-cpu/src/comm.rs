@@ -44,6 +44,9 @@ pub struct Comm {
     pipelined: bool,
     /// Some host of the job runs more ranks than it has cores.
     oversubscribed: bool,
+    /// Each rank's machine, numbered in the order of the first rank on each (rank 0's is
+    /// 0): what NCCL calls a node, over which it builds its trees.
+    nodes: Vec<usize>,
     /// Buffers from this size are written around the cache: see [`Comm::streams`].
     stream_above: usize,
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
@@ -76,6 +79,7 @@ impl Comm {
             links,
             pipelined,
             oversubscribed: false,
+            nodes: vec![0; world],
             stream_above,
             names,
             scratch: Mutex::new((vec![], vec![])),
@@ -104,6 +108,18 @@ impl Comm {
     /// The left neighbour in the ring (rank - 1) and the right one (rank + 1).
     pub fn neighbours(&self) -> (usize, usize) {
         ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world)
+    }
+
+    /// The same rank, each rank `r` on machine `nodes[r]` (numbered from 0 in the order
+    /// of their first rank).
+    pub fn on_nodes(self, nodes: Vec<usize>) -> Comm {
+        Comm { nodes, ..self }
+    }
+
+    /// Each rank's machine (NCCL's node), numbered from 0 in the order of its first rank:
+    /// the same on every rank.
+    pub fn nodes(&self) -> &[usize] {
+        &self.nodes
     }
 
     /// The same rank, on a job some of whose hosts have more ranks than cores.
@@ -462,9 +478,24 @@ impl Comm {
         };
         let comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local)
             .with_peer_arenas(arenas)
-            .oversubscribed_by(oversubscribed);
+            .oversubscribed_by(oversubscribed)
+            .on_nodes(number_machines(&keys));
         Ok((comm, pairs))
     }
+}
+
+/// Each machine's number, in the order of its first rank: `["b", "a", "b"]` is `[0, 1, 0]`.
+fn number_machines(keys: &[String]) -> Vec<usize> {
+    let mut seen: Vec<&String> = vec![];
+    keys.iter()
+        .map(|k| match seen.iter().position(|s| *s == k) {
+            Some(i) => i,
+            None => {
+                seen.push(k);
+                seen.len() - 1
+            }
+        })
+        .collect()
 }
 
 /// How a message of `len` bytes over `link` is cut: into slices the link can buffer
@@ -579,6 +610,13 @@ mod tests {
             other.to_string().contains("rank 1 sent 3 bytes where 4 were expected"),
             "{other}"
         );
+    }
+
+    #[test]
+    fn machines_are_numbered_in_the_order_of_their_first_rank() {
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(number_machines(&keys(&["b", "a", "b", "c", "a"])), [0, 1, 0, 2, 1]);
+        assert_eq!(number_machines(&keys(&["x"])), [0]);
     }
 
     #[test]

@@ -16,8 +16,8 @@ use anyhow::Result;
 /// collective, send and receive through. The session's is the world's; a split
 /// communicator (`ncclCommSplit`) would be another value of this type.
 pub enum Communicator {
-    /// Ring algorithms over shared memory and TCP.
-    Cpu(Cpu),
+    /// Ring and tree algorithms over shared memory and TCP (boxed, as the NCCL one is: one per rank).
+    Cpu(Box<Cpu>),
     /// NCCL on a GPU (boxed: it carries its watchdog, and one backend lives per rank).
     Nccl(Box<Nccl>),
 }

@@ -69,7 +69,7 @@ fn nccl_debug_info_prints_each_choice_once_as_nccls_tuning_line() {
 
 #[test]
 fn nccl_algo_naming_what_the_cpu_backend_lacks_is_refused_in_one_line() {
-    for algo in ["Tree", "ring,NVLS", "allreduce:CollNetDirect", "ring;tree", "rings"] {
+    for algo in ["NVLS", "ring,NVLS", "allreduce:CollNetDirect", "ring;tree", "rings"] {
         let r = all_reduce(2, 4, false, &[("NCCL_ALGO", algo)]);
         assert_eq!(r.code, Some(2), "NCCL_ALGO={algo}: {r}");
         let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -77,13 +77,14 @@ fn nccl_algo_naming_what_the_cpu_backend_lacks_is_refused_in_one_line() {
         assert!(errors[0].contains(&format!("NCCL_ALGO={algo}: ")), "{r}");
         assert!(!r.stderr.contains("panicked"), "{r}");
     }
-    let r = all_reduce(2, 4, false, &[("NCCL_ALGO", "Tree")]);
+    let r = all_reduce(2, 4, false, &[("NCCL_ALGO", "NVLS")]);
     assert!(
-        r.stderr
-            .contains("the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy"),
+        r.stderr.contains(
+            "the CPU backend has no NVLS: it has ring and tree (NCCL's Ring and Tree), direct and single-copy"
+        ),
         "{r}"
     );
     // Excluding what it lacks is no error.
-    let r = all_reduce(2, 4, true, &[("NCCL_ALGO", "^tree")]).ok();
+    let r = all_reduce(2, 4, true, &[("NCCL_ALGO", "^nvls")]).ok();
     assert_eq!(r.json()["algo"], "direct", "{r}");
 }

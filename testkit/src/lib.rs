@@ -124,25 +124,36 @@ pub fn run(bin: &str, args: &[&str]) -> Run {
 /// 0 and 1, a master on 127.0.0.1 at a free port, JSON output), run to the end together.
 /// `make(node, args)` builds node `node`'s command from those arguments.
 pub fn two_nodes(make: impl Fn(usize, &[&str]) -> Command) -> [Run; 2] {
+    let mut runs = nodes(2, make).into_iter();
+    [runs.next().unwrap(), runs.next().unwrap()]
+}
+
+/// `count` launchers on this machine as the nodes of one job (`--nnodes count`, node
+/// ranks 0 to count - 1, a master on 127.0.0.1 at a free port, JSON output), run to the
+/// end together. `make(node, args)` builds node `node`'s command from those arguments
+/// (setting `SLURMD_NODENAME` makes each a machine of its own to the ranks).
+pub fn nodes(count: usize, make: impl Fn(usize, &[&str]) -> Command) -> Vec<Run> {
     let port = free_port().to_string();
-    let node = |n: usize| {
-        let rank = n.to_string();
-        let args = [
-            "--nnodes",
-            "2",
-            "--node-rank",
-            &rank,
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            &port,
-            "--format",
-            "json",
-        ];
-        spawn(make(n, &args))
-    };
-    let (a, b) = (node(0), node(1));
-    [finish(a, LIMIT), finish(b, LIMIT)]
+    let total = count.to_string();
+    let children: Vec<Child> = (0..count)
+        .map(|n| {
+            let rank = n.to_string();
+            let args = [
+                "--nnodes",
+                &total,
+                "--node-rank",
+                &rank,
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                &port,
+                "--format",
+                "json",
+            ];
+            spawn(make(n, &args))
+        })
+        .collect();
+    children.into_iter().map(|c| finish(c, LIMIT)).collect()
 }
 
 /// The CPU time, user and system, of this process's children that have ended and been

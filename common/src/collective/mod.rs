@@ -21,6 +21,7 @@ pub mod reduce;
 pub mod reduce_scatter;
 mod ring;
 mod single_copy;
+pub mod tree;
 pub mod tuner;
 
 pub use all_gather::ALL_GATHER;

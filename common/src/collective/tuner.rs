@@ -35,6 +35,9 @@ pub enum Algorithm {
     SingleCopy,
     /// All-to-all: at step s each rank sends to rank + s and receives from rank - s.
     Pairwise,
+    /// All-reduce up and down NCCL's double binary tree (NCCL's Tree): run when
+    /// `NCCL_ALGO` asks for it; the tuner does not pick it by itself (see [`choose`]).
+    Tree,
 }
 
 impl Algorithm {
@@ -48,6 +51,7 @@ impl Algorithm {
             Algorithm::Chain => "chain",
             Algorithm::SingleCopy => "single-copy",
             Algorithm::Pairwise => "pairwise",
+            Algorithm::Tree => "tree",
         }
     }
 
@@ -56,6 +60,7 @@ impl Algorithm {
         match self {
             Algorithm::Direct => Family::Direct,
             Algorithm::SingleCopy => Family::SingleCopy,
+            Algorithm::Tree => Family::Tree,
             _ => Family::Ring,
         }
     }
@@ -74,6 +79,7 @@ impl Algorithm {
                 "single-copy: each rank reduces its chunk of every rank's buffer, then copies the others'"
             }
             ("all_reduce", RingPipelined) => "ring-pipelined: the ring piece by piece (pipelined)",
+            ("all_reduce", Tree) => "tree: up NCCL's double binary tree, reduced, then down (half the buffer per tree)",
             ("all_reduce", _) => "ring: the ring step by step",
             ("all_gather", SingleCopy) => "single-copy: every rank copies every other rank's block from its buffer",
             ("reduce_scatter", SingleCopy) => "single-copy: each rank reduces its block of every rank's buffer",
@@ -107,6 +113,10 @@ pub struct Facts {
 /// them, a small message goes [`Algorithm::Direct`], one past [`single_copy_from`]
 /// [`Algorithm::SingleCopy`], the rest round the ring. When `NCCL_ALGO` leaves a single
 /// candidate it runs at every size, and when it leaves none the ring runs (it always can).
+/// [`Algorithm::Tree`] runs only where `NCCL_ALGO` leaves it and not the ring: on one
+/// host, where every rank is one node's chain, it is the ring's chain twice over, and
+/// where it would win (many nodes, small messages, a network's latency) has not been
+/// measured here yet.
 pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed) -> Algorithm {
     use Algorithm::*;
     let n = facts.ranks;
@@ -126,17 +136,23 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
             bytes <= SMALL && !facts.steps && matches!(coll.name, "all_reduce") | (coll.name == "broadcast" && n > 2)
         }
         SingleCopy => facts.reads_peers && !facts.steps && coll.name != "reduce",
+        // NCCL's Tree runs all-reduce only.
+        Tree => coll.name == "all_reduce",
         _ => true,
     };
     let ok = |a: Algorithm| can(a) && allowed.allows(coll, a.family());
-    let candidates: Vec<Algorithm> = [Direct, SingleCopy, ring].into_iter().filter(|a| ok(*a)).collect();
+    let candidates: Vec<Algorithm> = [Direct, SingleCopy, ring, Tree]
+        .into_iter()
+        .filter(|a| ok(*a))
+        .collect();
     match candidates[..] {
         [] => ring,
         [only] => only,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
         _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, n, facts.oversubscribed) => SingleCopy,
         _ if candidates.contains(&ring) => ring,
-        // Direct and the single copy, not the ring: past a direct message, the copy.
+        // The ring excluded: past a direct message, the tree where it may run, else the copy.
+        _ if candidates.contains(&Tree) => Tree,
         _ => SingleCopy,
     }
 }
@@ -208,12 +224,14 @@ enum Family {
     Direct = 1,
     /// `single-copy` (the CPU backend's own; NCCL's P2P read).
     SingleCopy = 2,
+    /// NCCL's `Tree`: the double binary tree (all-reduce).
+    Tree = 3,
 }
 
-const FAMILIES: usize = 3;
-const FAMILY_NAMES: [&str; FAMILIES] = ["ring", "direct", "single-copy"];
+const FAMILIES: usize = 4;
+const FAMILY_NAMES: [&str; FAMILIES] = ["ring", "direct", "single-copy", "tree"];
 /// NCCL's algorithms the CPU backend does not have (`ncclAlgoStr`, 2.18 to 2.28).
-const NCCL_ONLY: [&str; 6] = ["Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
+const NCCL_ONLY: [&str; 5] = ["CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
 /// NCCL's names of the collectives (`ncclFuncStr`), in [`ALL`]'s order; all-to-all is
 /// the CPU backend's own (NCCL runs it as send/receive, which `NCCL_ALGO` does not tune).
 const PREFIXES: [&str; 6] = [
@@ -253,8 +271,8 @@ impl Allowed {
     /// Reads `NCCL_ALGO` as NCCL's `parseList` does: `;`-separated lists, each
     /// `[collective:][^]name,name…`; a list without a collective (only the first may
     /// lack one) is for every collective; `^` allows all but the names; case does not
-    /// matter. `Ring` is NCCL's; `direct` and `single-copy` are the CPU backend's own.
-    /// NCCL's other algorithms (`Tree`, `CollNetDirect`, …) have no counterpart here:
+    /// matter. `Ring` and `Tree` are NCCL's; `direct` and `single-copy` are the CPU
+    /// backend's own. NCCL's other algorithms (`CollNetDirect`, …) have no counterpart here:
     /// allowing one is refused (excluding one with `^` changes nothing).
     pub fn parse(text: &str) -> Result<Allowed, String> {
         let mut allowed = Allowed::default();
@@ -287,13 +305,14 @@ impl Allowed {
                 } else if let Some(nccl) = NCCL_ONLY.iter().find(|a| a.eq_ignore_ascii_case(name)) {
                     if !exclude {
                         return Err(format!(
-                            "the CPU backend has no {nccl}: it has ring (NCCL's Ring), direct and single-copy"
+                            "the CPU backend has no {nccl}: it has ring and tree (NCCL's Ring and Tree), direct and \
+                             single-copy"
                         ));
                     }
                 } else {
                     return Err(format!(
-                        "unknown algorithm '{name}': ring (NCCL's Ring), direct or single-copy (NCCL's Tree, \
-                         CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT need GPUs)"
+                        "unknown algorithm '{name}': ring or tree (NCCL's Ring and Tree), direct or single-copy \
+                         (NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT need GPUs)"
                     ));
                 }
             }
@@ -368,7 +387,7 @@ mod tests {
         }
         // Case does not matter, nor - or _ in names; `^` excludes.
         assert_eq!(with("RING"), ring);
-        assert_eq!(with("ring,direct,SINGLE_COPY"), all);
+        assert_eq!(with("ring,direct,SINGLE_COPY,tree"), all);
         let no_copy = with("^single-copy");
         assert!(no_copy.allows(&BROADCAST, Family::Ring) && no_copy.allows(&BROADCAST, Family::Direct));
         assert!(!no_copy.allows(&BROADCAST, Family::SingleCopy));
@@ -379,15 +398,18 @@ mod tests {
         assert!(per.allows(&REDUCE_SCATTER, Family::Ring) && !per.allows(&REDUCE_SCATTER, Family::SingleCopy));
         assert_eq!(with("all_reduce:ring"), with("AllReduce:Ring"));
         // Excluding what the CPU backend lacks changes nothing.
-        assert_eq!(with("^tree"), all);
+        assert_eq!(with("^nvls"), all);
+        let tree = with("Tree");
+        assert!(tree.allows(&ALL_REDUCE, Family::Tree) && !tree.allows(&ALL_REDUCE, Family::Ring));
     }
 
     #[test]
     fn nccl_algo_refuses_what_the_cpu_backend_lacks_in_one_line() {
         for (text, says) in [
             (
-                "Tree",
-                "the CPU backend has no Tree: it has ring (NCCL's Ring), direct and single-copy",
+                "CollNetDirect",
+                "the CPU backend has no CollNetDirect: it has ring and tree (NCCL's Ring and Tree), direct and \
+                 single-copy",
             ),
             ("ring,nvls", "the CPU backend has no NVLS"),
             ("allreduce:pat", "no PAT"),
@@ -465,6 +487,21 @@ mod tests {
         let no_ring = with("^ring");
         assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &no_ring), Direct);
         assert_eq!(choose(&ALL_REDUCE, 64 << 10, &ONE_HOST, &no_ring), SingleCopy);
+        // Past a direct message and short of the copy, without the ring: the tree.
+        assert_eq!(choose(&ALL_REDUCE, 32 << 10, &ONE_HOST, &no_ring), Tree);
+        // The tree runs when asked for, at every size and under --steps; never unasked;
+        // and only all-reduce has one (the others fall back to their ring).
+        let tree = with("tree");
+        let steps = Facts {
+            steps: true,
+            ..ONE_HOST
+        };
+        for bytes in [4, 16 << 10, 1 << 20, 256 << 20] {
+            assert_eq!(choose(&ALL_REDUCE, bytes, &ONE_HOST, &tree), Tree);
+            assert_eq!(choose(&ALL_REDUCE, bytes, &steps, &tree), Tree);
+            assert_ne!(choose(&ALL_REDUCE, bytes, &ONE_HOST, &Allowed::default()), Tree);
+        }
+        assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &tree), Chain);
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl Session {
             Kind::Cpu => {
                 let (cpu, transports) =
                     backend::cpu::Cpu::connect(&mut store, &id, &host, run, crate::collective::named)?;
-                (Communicator::Cpu(cpu), format!("cpu:{dev}"), None, transports)
+                (Communicator::Cpu(Box::new(cpu)), format!("cpu:{dev}"), None, transports)
             }
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:

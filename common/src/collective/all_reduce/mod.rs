@@ -5,6 +5,7 @@ pub mod direct;
 pub mod pipelined;
 pub mod ring;
 pub mod single_copy;
+pub mod tree;
 
 use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, same, whole};
@@ -66,7 +67,8 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 /// when every link of the ring shares memory, the same ring runs piece by piece instead
 /// ([`pipelined`]), which saves the buffer's partial results; a small buffer skips the
 /// ring altogether ([`direct`]), and a large one on one host is read where it lies, in
-/// the other ranks' memory ([`single_copy`]).
+/// the other ranks' memory ([`single_copy`]). `NCCL_ALGO=Tree` runs NCCL's double binary
+/// tree instead ([`tree`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall {
         send,
@@ -88,6 +90,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         Algorithm::Direct => direct::all_reduce(cpu, send, data, red),
         Algorithm::SingleCopy => single_copy::all_reduce(cpu, send, data, red),
         Algorithm::RingPipelined => pipelined::all_reduce(cpu, send, data, red),
+        Algorithm::Tree => tree::all_reduce(cpu, send, data, red),
         _ => ring::all_reduce(cpu, send, data, red),
     }
 }
