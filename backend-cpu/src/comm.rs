@@ -12,6 +12,7 @@ use crate::host_memory::{self, PeerArena};
 use crate::launch::Identity;
 use crate::rendezvous::Store;
 use crate::transport::shm::copy_around_cache;
+use crate::transport::simulated::{Network, SimulatedLink};
 use crate::transport::{self, TransportChoice, Via, shm, tcp};
 use crate::transport::{Link, Mismatch};
 use crate::units;
@@ -406,13 +407,15 @@ impl Comm {
     /// all-reduce may run piece by piece.
     /// Every rank takes part in both setups, even with no peer of that kind, because each
     /// setup gathers from every rank through the store.
-    /// `via` is `--transport`; every wait lasts at most `timeout`.
+    /// `via` is `--transport`; every wait lasts at most `timeout`; `network` (`--link`)
+    /// makes every TCP link take the time of a simulated network's ([`SimulatedLink`]).
     pub fn connect(
         store: &mut Store,
         id: &Identity,
         host: &str,
         via: TransportChoice,
         timeout: Duration,
+        network: Option<Network>,
         names: fn(u8) -> &'static str,
     ) -> Result<(Comm, BTreeMap<String, Via>)> {
         let (rank, world) = (id.rank, id.world_size);
@@ -436,6 +439,10 @@ impl Comm {
         let oversubscribed = said.iter().any(|(k, c)| keys.iter().filter(|o| *o == k).count() > *c);
         let table = transport::choose(&keys, via).map_err(|message| SharedError { message, usage: true })?;
         let every = || table.iter().flatten().flatten();
+        if let Some(net) = network {
+            simulable(&keys, every().any(|v| *v == Via::Tcp), &net)
+                .map_err(|message| SharedError { message, usage: true })?;
+        }
 
         let mut links: Vec<Option<Box<dyn Link>>> = (0..world).map(|_| None).collect();
         if every().any(|v| *v == Via::Tcp) {
@@ -445,9 +452,11 @@ impl Comm {
                 .into_iter()
                 .enumerate()
             {
-                if let Some(link) = link {
-                    links[peer] = Some(Box::new(link));
-                }
+                links[peer] = match (link, network) {
+                    (Some(link), Some(net)) => Some(Box::new(SimulatedLink::new(Box::new(link), net))),
+                    (Some(link), None) => Some(Box::new(link)),
+                    (None, _) => None,
+                };
             }
         }
         if every().any(|v| *v == Via::Shm) {
@@ -482,6 +491,28 @@ impl Comm {
             .on_nodes(number_machines(&keys));
         Ok((comm, pairs))
     }
+}
+
+/// Whether `--link` can simulate this job's network: some pair of ranks must talk over
+/// TCP (the simulated links are TCP's), and every rank must run under one kernel, whose
+/// clock both ends of a link read (`keys`: each rank's `host boot-id`). Same answer on
+/// every rank.
+fn simulable(keys: &[String], tcp: bool, net: &Network) -> Result<(), String> {
+    let link = format!("--link ({})", net.describe());
+    if !tcp {
+        return Err(format!(
+            "{link}: no pair of ranks talks over TCP here (they share memory): run them as emulated nodes \
+             (--nnodes, a host name each) or with --transport tcp"
+        ));
+    }
+    let boot = |k: &String| k.rsplit(' ').next().unwrap_or_default().to_string();
+    if keys.iter().any(|k| boot(k) != boot(&keys[0])) {
+        return Err(format!(
+            "{link} simulates the network between emulated nodes on one machine; these ranks run on several \
+             machines, which have a real one: leave --link out"
+        ));
+    }
+    Ok(())
 }
 
 /// Each machine's number, in the order of its first rank: `["b", "a", "b"]` is `[0, 1, 0]`.

@@ -4,6 +4,7 @@
 pub use crate::device::{BackendChoice, DeviceRule};
 use crate::launch;
 pub use crate::transport::TransportChoice;
+use crate::transport::simulated::Network;
 use crate::units::{parse_duration, parse_size};
 use clap::{Args, ValueEnum};
 use std::time::Duration;
@@ -64,6 +65,13 @@ pub struct RunArgs {
     /// `NCCL_DEBUG=INFO` prints the choice for every pair.
     #[arg(long, value_enum, env = "NCCL_WORKBOOK_TRANSPORT", default_value_t = TransportChoice::Auto)]
     pub transport: TransportChoice,
+
+    /// CPU backend: make every TCP link (between nodes, or all with --transport tcp) take
+    /// the time of a simulated network's, LATENCY,BANDWIDTH in bits per second (e.g.
+    /// `5us,10Gbps`), so that emulated nodes on one machine show what a cluster's network
+    /// does to the algorithms. Shared memory inside a node stays this machine's.
+    #[arg(long, value_name = "LATENCY,BANDWIDTH", value_parser = Network::parse)]
+    pub link: Option<Network>,
 
     /// `text` tables for people, or one `json` document on stdout for programs.
     #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -27,6 +27,10 @@ pub struct Report {
     /// CPU backend: the transport of every pair of ranks ("0-1": "shm").
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub transports: BTreeMap<String, Via>,
+    /// `--link`: the simulated network every TCP link took the time of ("5 µs, 10
+    /// Gbit/s"); no time or bandwidth across nodes is this machine's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_link: Option<String>,
     /// Number of ranks.
     pub world_size: usize,
     /// Elements per buffer.

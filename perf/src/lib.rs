@@ -580,6 +580,12 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
             "# transports: {shm} pair(s) over shared memory, {} over TCP (NCCL_DEBUG=INFO lists them){single}",
             t.len() - shm
         ));
+        if let Some(link) = session.simulated_link() {
+            lines.push(format!(
+                "# network: every TCP link simulated at {link} (--link): no time or bandwidth across TCP is this \
+                 machine's"
+            ));
+        }
     }
     if session.backend_name() == "nccl"
         && let Some(n) = common::simulate::gpus()

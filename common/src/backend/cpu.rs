@@ -60,7 +60,7 @@ impl Cpu {
         names: fn(u8) -> &'static str,
     ) -> Result<(Cpu, BTreeMap<String, Via>)> {
         let allowed = Allowed::from_env().map_err(|message| SharedError { message, usage: true })?;
-        let (comm, pairs) = Comm::connect(store, id, host, run.transport, run.timeout, names)?;
+        let (comm, pairs) = Comm::connect(store, id, host, run.transport, run.timeout, run.link, names)?;
         let debug = id.rank == 0 && run.format == Format::Text && debug_info();
         let cpu = Cpu {
             comm,

@@ -78,6 +78,12 @@ impl Session {
             .collect()
     }
 
+    /// `--link`: the simulated network the TCP links take the time of ("5 µs, 10 Gbit/s").
+    #[doc(hidden)]
+    pub fn simulated_link(&self) -> Option<&str> {
+        self.report.simulated_link.as_deref()
+    }
+
     /// How pairs of ranks exchange data on the CPU backend ("0-1": shm), for headers.
     #[doc(hidden)]
     pub fn transports(&self) -> &BTreeMap<String, Via> {

@@ -104,6 +104,17 @@ impl Session {
             device::probe()
         };
         let (kind, reason) = device::choose(run.backend, &probe)?;
+        if let (Some(net), Kind::Nccl) = (run.link, kind) {
+            return Err(SharedError {
+                message: format!(
+                    "--link ({}) simulates the CPU backend's TCP links; NCCL uses this machine's own network: \
+                     leave --link out, or add --backend cpu",
+                    net.describe()
+                ),
+                usage: true,
+            }
+            .into());
+        }
         if let Some(shown) = run.show_calls {
             shown
                 .check(world)
@@ -176,6 +187,15 @@ impl Session {
             }
         };
 
+        if let Some(net) = run.link.filter(|_| rank == 0 && run.format == Format::Text) {
+            print_out(&format!(
+                "network: simulated (--link): each TCP link sends at {} and delivers a message {} after its last \
+                 byte leaves; shared memory is this machine's",
+                net.bandwidth_text(),
+                net.latency_text()
+            ));
+        }
+
         let me = Member {
             rank,
             local_rank,
@@ -193,6 +213,7 @@ impl Session {
             nccl_version: choice.nccl.as_ref().map(|(v, _)| v.clone()),
             nccl_library: choice.nccl.as_ref().map(|(_, p)| p.clone()).filter(|p| !p.is_empty()),
             simulated_gpus: crate::simulate::gpus().filter(|_| kind == Kind::Nccl),
+            simulated_link: run.link.map(|n| n.describe()),
             transports,
             world_size: world,
             ranks: members

@@ -66,6 +66,11 @@ impl Session {
         if self.report.simulated_gpus.is_some() {
             self.say(&format!("      ({})", crate::simulate::NOTE));
         }
+        if let Some(link) = &self.report.simulated_link {
+            self.say(&format!(
+                "      (TCP links simulated at {link} (--link): not this machine's network)"
+            ));
+        }
         Ok(t)
     }
 

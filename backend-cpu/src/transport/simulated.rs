@@ -1,0 +1,256 @@
+//! A simulated network (`--link 5us,10Gbps`): TCP links that take the time a fabric's
+//! would, so that a laptop's emulated nodes show what a cluster's network does to the
+//! algorithms (a message time dominated by the latency α, a link's bandwidth β).
+//!
+//! Each message is timed by its sender as one link of that speed would carry it: it
+//! leaves once the link is free and occupies it for `bytes / bandwidth` (the sender waits
+//! that long, as a blocking send waits for the wire), and arrives `latency` after its last
+//! byte left. The sender tells the receiver that moment (a small message before the
+//! data), and the receiver hands nothing over before it. Messages in flight overlap, as on
+//! a real link: a pipeline of pieces pays the latency once. Both ends read one clock, so
+//! the ranks must share one machine (the emulated nodes of a rehearsal do).
+
+use super::Link;
+use std::io;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The simulated link's speed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Network {
+    /// From the last byte leaving to its arrival.
+    pub latency: Duration,
+    /// Bits per second on each link, each way.
+    pub bits_per_second: f64,
+}
+
+impl Network {
+    /// Reads `LATENCY,BANDWIDTH`: `5us,10Gbps`, `1ms,100Mbps`, `0,25Gbps` (latency in ns,
+    /// us, ms or s; bandwidth in bps, Kbps, Mbps, Gbps or Tbps, bits per second). One line
+    /// saying what is wrong otherwise.
+    pub fn parse(text: &str) -> Result<Network, String> {
+        let (lat, bw) = text
+            .split_once(',')
+            .ok_or_else(|| format!("'{text}' is not LATENCY,BANDWIDTH (for instance 5us,10Gbps)"))?;
+        let (latency, bits_per_second) = (latency(lat.trim())?, bandwidth(bw.trim())?);
+        Ok(Network {
+            latency,
+            bits_per_second,
+        })
+    }
+
+    /// How long `bytes` occupy a link.
+    pub fn transfer(&self, bytes: usize) -> Duration {
+        Duration::from_secs_f64(bytes as f64 * 8.0 / self.bits_per_second)
+    }
+
+    /// As a person reads it: `5 µs, 10 Gbit/s`.
+    pub fn describe(&self) -> String {
+        format!("{}, {}", self.latency_text(), self.bandwidth_text())
+    }
+
+    /// The latency: `5 µs`, `1.5 ms`.
+    pub fn latency_text(&self) -> String {
+        match self.latency.as_secs_f64() * 1e6 {
+            x if x >= 1000.0 => format!("{} ms", trim(x / 1000.0)),
+            x => format!("{} µs", trim(x)),
+        }
+    }
+
+    /// The bandwidth: `10 Gbit/s`.
+    pub fn bandwidth_text(&self) -> String {
+        match self.bits_per_second {
+            x if x >= 1e12 => format!("{} Tbit/s", trim(x / 1e12)),
+            x if x >= 1e9 => format!("{} Gbit/s", trim(x / 1e9)),
+            x => format!("{} Mbit/s", trim(x / 1e6)),
+        }
+    }
+}
+
+/// A number without needless decimals: 5, 2.5, 0.125.
+fn trim(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// `5us`, `1.5ms`, `0`: at most a second.
+fn latency(t: &str) -> Result<Duration, String> {
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("latency '{t}' is not a number with a unit (5us, 1ms)"))?;
+    let secs = match unit.to_ascii_lowercase().as_str() {
+        "" if n == 0.0 => 0.0,
+        "ns" => n * 1e-9,
+        "us" | "µs" => n * 1e-6,
+        "ms" => n * 1e-3,
+        "s" => n,
+        "" => return Err(format!("latency '{t}' needs a unit: ns, us, ms or s")),
+        u => return Err(format!("latency '{t}' has an unknown unit '{u}' (ns, us, ms or s)")),
+    };
+    if !(0.0..=1.0).contains(&secs) {
+        return Err(format!("latency '{t}' is out of range (0 to 1 s)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `10Gbps`, `100Mbps`: 1 Mbit/s to 100 Tbit/s.
+fn bandwidth(t: &str) -> Result<f64, String> {
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("bandwidth '{t}' is not a number with a unit (10Gbps, 100Mbps)"))?;
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "bps" => 1.0,
+        "kbps" => 1e3,
+        "mbps" => 1e6,
+        "gbps" => 1e9,
+        "tbps" => 1e12,
+        "" => {
+            return Err(format!(
+                "bandwidth '{t}' needs a unit: Mbps, Gbps or Tbps (bits per second)"
+            ));
+        }
+        u => {
+            return Err(format!(
+                "bandwidth '{t}' has an unknown unit '{u}' (bps, Kbps, Mbps, Gbps or Tbps: bits per second)"
+            ));
+        }
+    };
+    let bps = n * scale;
+    if !(1e6..=1e14).contains(&bps) {
+        return Err(format!("bandwidth '{t}' is out of range (1 Mbps to 100 Tbps)"));
+    }
+    Ok(bps)
+}
+
+/// A link that carries its messages at the speed of a [`Network`].
+pub struct SimulatedLink {
+    inner: Box<dyn Link>,
+    net: Network,
+    /// When the link is next free to send (this end's sends, one after the other).
+    free_at: Mutex<Instant>,
+    /// The clock both ends read: the arrival times they exchange count from it.
+    origin: Instant,
+}
+
+impl SimulatedLink {
+    /// `inner` at the speed of `net`.
+    pub fn new(inner: Box<dyn Link>, net: Network) -> SimulatedLink {
+        SimulatedLink {
+            inner,
+            net,
+            free_at: Mutex::new(Instant::now()),
+            origin: boot_origin(),
+        }
+    }
+
+    /// Waits until the message announced before it has arrived.
+    fn wait_for_arrival(&self, tag: u8) -> io::Result<()> {
+        let mut stamp = [0u8; 8];
+        self.inner.recv_into(tag, &mut stamp)?;
+        until(self.origin + Duration::from_nanos(u64::from_le_bytes(stamp)));
+        Ok(())
+    }
+}
+
+impl Link for SimulatedLink {
+    fn send(&self, tag: u8, data: &[u8]) -> io::Result<()> {
+        let now = Instant::now();
+        let left = {
+            let mut free = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
+            *free = (*free).max(now) + self.net.transfer(data.len());
+            *free
+        };
+        let arrives = (left + self.net.latency).saturating_duration_since(self.origin);
+        self.inner.send(tag, &(arrives.as_nanos() as u64).to_le_bytes())?;
+        self.inner.send(tag, data)?;
+        // A blocking send returns once its last byte has left.
+        until(left);
+        Ok(())
+    }
+
+    fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
+        self.wait_for_arrival(tag)?;
+        self.inner.recv_into(tag, dst)
+    }
+
+    fn recv_pieces(&self, tag: u8, len: usize, each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+        self.wait_for_arrival(tag)?;
+        self.inner.recv_pieces(tag, len, each)
+    }
+
+    fn describe(&self) -> String {
+        format!("{}, simulated at {}", self.inner.describe(), self.net.describe())
+    }
+
+    fn eager_limit(&self) -> usize {
+        self.inner.eager_limit()
+    }
+}
+
+/// One origin for every process of this machine: the moment the kernel's monotonic clock
+/// (which `Instant` reads on Linux) read zero, so that an arrival time one rank computes
+/// means the same moment to another.
+fn boot_origin() -> Instant {
+    let now_ns = workbook_runtime::clock::monotonic_ns();
+    let now = Instant::now();
+    now.checked_sub(Duration::from_nanos(now_ns)).unwrap_or(now)
+}
+
+/// Returns at `t`: sleeps through most of a long wait, then yields the core until it is
+/// time (a sleep alone overshoots by tens of µs, more than a fast link's latency).
+fn until(t: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= t {
+            return;
+        }
+        let left = t - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_read_as_latency_and_bandwidth_in_bits() {
+        let n = Network::parse("5us,10Gbps").unwrap();
+        assert_eq!(n.latency, Duration::from_micros(5));
+        assert_eq!(n.bits_per_second, 1e10);
+        assert_eq!(n.describe(), "5 µs, 10 Gbit/s");
+        assert_eq!(n.transfer(1250), Duration::from_micros(1));
+        assert_eq!(
+            Network::parse(" 1.5ms , 100Mbps ").unwrap().describe(),
+            "1.5 ms, 100 Mbit/s"
+        );
+        assert_eq!(Network::parse("0,25GBPS").unwrap().latency, Duration::ZERO);
+    }
+
+    #[test]
+    fn what_a_link_cannot_be_is_refused_in_one_line() {
+        for (text, says) in [
+            ("5us", "not LATENCY,BANDWIDTH"),
+            ("5,10Gbps", "needs a unit"),
+            ("5us,10", "needs a unit"),
+            ("5parsecs,1Gbps", "unknown unit 'parsecs'"),
+            ("5us,10GBs", "unknown unit 'gbs'"),
+            ("2s,1Gbps", "out of range"),
+            ("5us,10bps", "out of range"),
+            ("-5us,1Gbps", "not a number"),
+            ("5us,nanGbps", "not a number"),
+        ] {
+            let e = Network::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+}
