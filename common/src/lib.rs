@@ -105,6 +105,10 @@ fn start(run: &RunArgs, rank: impl FnOnce(launch::Identity, &RunArgs) -> Result<
     if let Err(e) = loadable {
         return fail(None, &e);
     }
+    // What jobs killed before this one left of the NCCL backend (the simulator's memory in
+    // /dev/shm, library links in /tmp): only the files of processes that are gone. After
+    // the restarts above, so that it runs once per process.
+    workbook_nccl::leftovers::remove_dead_files();
     let code = run_role(&run, rank);
     nccl_library::clean_up();
     simulate::clean_up();
@@ -171,7 +175,13 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
     if cpu {
         fits_in_shared_memory(run, nproc)?;
     }
-    launcher::run(plan, nproc, &[], &transport::shm::remove_files_of)
+    // Once the ranks have ended, whatever of theirs is left: the CPU backend's channel files,
+    // the simulator's meeting folders.
+    let left_by = |pids: &[u32]| {
+        transport::shm::remove_files_of(pids);
+        workbook_nccl::leftovers::remove_files_of(pids);
+    };
+    launcher::run(plan, nproc, &[], &left_by)
 }
 
 /// Refuses, before starting anything, more CPU-backend ranks on this host than `/dev/shm`
