@@ -164,9 +164,13 @@ fn a_program_copied_alone_says_in_one_line_that_it_needs_the_simulator() {
     assert_eq!(r.code, Some(2), "{r}");
     assert_eq!(r.stderr.lines().count(), 1, "{r}");
     assert!(
-        r.stderr.starts_with("error: --simulate-gpus needs the simulator (libnccl_double.so) beside this program"),
+        r.stderr
+            .starts_with("error: --simulate-gpus needs the simulator (libnccl_double.so) beside this program"),
         "{r}"
     );
-    assert!(!r.stderr.contains("not defined") && !r.stderr.contains("building"), "{r}");
+    assert!(
+        !r.stderr.contains("not defined") && !r.stderr.contains("building"),
+        "{r}"
+    );
     assert!(r.stdout.is_empty(), "{r}");
 }
