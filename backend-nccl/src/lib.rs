@@ -1,12 +1,14 @@
 //! The NCCL backend: finding the driver and NCCL ([`nccl_library`]), the GPUs and which
 //! rank gets which ([`device`]), the simulated GPUs of `--simulate-gpus` ([`simulate`]),
-//! and a rank's NCCL communicator ([`nccl::Nccl`]), whose every call is shown
+//! what killed processes left of either ([`leftovers`]), and a rank's NCCL
+//! communicator ([`nccl::Nccl`]), whose every call is shown
 //! ([`calls`]), polled ([`progress`]) and watched ([`watchdog`]) until it completes.
 //! Names for Nsight Systems come from [`nvtx`]. The collectives' NCCL calls live with
 //! their collective in `common`.
 
 pub mod calls;
 pub mod device;
+pub mod leftovers;
 pub mod nccl;
 pub mod nccl_library;
 pub mod nvtx;

@@ -86,20 +86,37 @@ pub fn clean_up() {
     }
 }
 
-/// The folder cargo put this program in (`target/release`), and the profile's name.
-fn build_folder() -> Option<(PathBuf, String)> {
+/// The folder this program is in (for a test or an example, the profile's folder above
+/// `deps/` or `examples/`): where the simulator is looked for.
+fn program_folder() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let mut dir = exe.parent()?.to_path_buf();
-    if dir.file_name()? == "deps" || dir.file_name()? == "examples" {
-        dir = dir.parent()?.to_path_buf();
+    let dir = exe.parent()?;
+    match dir.file_name()? == "deps" || dir.file_name()? == "examples" {
+        true => dir.parent().map(Path::to_path_buf),
+        false => Some(dir.to_path_buf()),
     }
-    let profile = dir.file_name()?.to_string_lossy().into_owned();
-    Some((dir, profile))
 }
 
-/// The simulator beside this program, if cargo built it there.
+/// The folder cargo put this program in (`target/release`), and the profile's name: only
+/// when it is one, in a folder that cargo made its target folder (it leaves a
+/// `CACHEDIR.TAG` there), for a profile that is defined (`debug`, `release`, or a
+/// `[profile.NAME]` of the workspace's `manifest`). A program copied elsewhere
+/// (`/tmp/x/`) is not in one: its folder's name is no profile.
+fn build_folder(manifest: &Path) -> Option<(PathBuf, String)> {
+    let dir = program_folder()?;
+    let target = dir.parent()?;
+    if !target.join("CACHEDIR.TAG").is_file() {
+        return None;
+    }
+    let profile = dir.file_name()?.to_str()?.to_string();
+    let defined = matches!(profile.as_str(), "debug" | "release")
+        || std::fs::read_to_string(manifest).is_ok_and(|m| m.contains(&format!("[profile.{profile}]")));
+    defined.then_some((dir, profile))
+}
+
+/// The simulator beside this program, if it is there (cargo built it there, or it was put there).
 fn find() -> Option<PathBuf> {
-    let (dir, _) = build_folder()?;
+    let dir = program_folder()?;
     // The newer of the two: `cargo test` refreshes only the one in deps/, so the other
     // may be a stale build that lacks what the lesson now calls.
     let modified = |f: &PathBuf| std::fs::metadata(f).and_then(|m| m.modified()).ok();
@@ -109,17 +126,26 @@ fn find() -> Option<PathBuf> {
         .max_by_key(modified)
 }
 
-/// Builds the simulator with cargo, into the target folder this program came from.
+/// Builds the simulator with cargo, into the target folder this program came from. Only
+/// there: anywhere else (a program copied alone) it is one line that says what to do.
 fn build() -> Result<PathBuf> {
-    let manual = "build it in the workbook with `cargo build --release -p nccl-double --lib --no-default-features`";
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manual = "build it in the workbook with `cargo build --release -p nccl-double --lib --no-default-features` \
+                  and put target/release/libnccl_double.so beside this program";
+    let here = program_folder().map_or_else(|| "?".into(), |d| d.display().to_string());
+    let Some(manifest) = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(|w| w.join("Cargo.toml"))
-        .filter(|m| m.is_file());
-    let (Some(manifest), Some((dir, profile))) = (workspace, build_folder()) else {
+        .filter(|m| m.is_file())
+    else {
         return Err(usage(format!(
-            "--simulate-gpus needs the simulator ({LIBRARY}) beside this program, and the workbook's sources \
-             are not where this program was built: {manual}"
+            "--simulate-gpus needs the simulator ({LIBRARY}) beside this program (in {here}), and the workbook's \
+             sources are not where this program was built: {manual}"
+        )));
+    };
+    let Some((dir, profile)) = build_folder(&manifest) else {
+        return Err(usage(format!(
+            "--simulate-gpus needs the simulator ({LIBRARY}) beside this program (in {here}), which is not in \
+             cargo's target folder, where it could be built: {manual}"
         )));
     };
     let target = dir.parent().unwrap_or(&dir).to_path_buf();
@@ -149,12 +175,31 @@ fn build() -> Result<PathBuf> {
             cmd.args(["--profile", other]);
         }
     }
-    let built = cmd.status().map(|s| s.success()).unwrap_or(false);
-    match find() {
-        Some(lib) if built => Ok(lib),
-        _ => Err(usage(format!(
-            "--simulate-gpus: building the simulator with {} failed: {manual}",
-            Path::new(&cargo).display()
+    // Cargo's own words are kept, and the first of its errors said in our one line.
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    let why = match &out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => {
+            let said = String::from_utf8_lossy(&o.stderr);
+            let first = said
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("error"))
+                .or(said.lines().next());
+            Some(first.map_or_else(|| format!("it ended with {}", o.status), |l| crate::error::cut(l, 200)))
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    match (find(), why) {
+        (Some(lib), None) => Ok(lib),
+        (_, why) => Err(usage(format!(
+            "--simulate-gpus: building the simulator with {} failed ({}): {manual}",
+            Path::new(&cargo).display(),
+            why.unwrap_or_else(|| "it built no library".into())
         ))),
     }
 }

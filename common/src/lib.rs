@@ -105,6 +105,10 @@ fn start(run: &RunArgs, rank: impl FnOnce(launch::Identity, &RunArgs) -> Result<
     if let Err(e) = loadable {
         return fail(None, &e);
     }
+    // What jobs killed before this one left of the NCCL backend (the simulator's memory in
+    // /dev/shm, library links in /tmp): only the files of processes that are gone. After
+    // the restarts above, so that it runs once per process.
+    workbook_nccl::leftovers::remove_dead_files();
     let code = run_role(&run, rank);
     nccl_library::clean_up();
     simulate::clean_up();
@@ -121,6 +125,9 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
         launch::Role::Launcher(_) => (run.node_rank == 0, None),
         launch::Role::Rank(id) => (id.rank == 0, Some(id.rank)),
     };
+    if let Some(rank) = who {
+        let _ = RANK.set(rank);
+    }
     if let Err(e) = check_trace(run, here) {
         return fail(who, &e);
     }
@@ -171,7 +178,13 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
     if cpu {
         fits_in_shared_memory(run, nproc)?;
     }
-    launcher::run(plan, nproc, &[], &transport::shm::remove_files_of)
+    // Once the ranks have ended, whatever of theirs is left: the CPU backend's channel files,
+    // the simulator's meeting folders.
+    let left_by = |pids: &[u32]| {
+        transport::shm::remove_files_of(pids);
+        workbook_nccl::leftovers::remove_files_of(pids);
+    };
+    launcher::run(plan, nproc, &[], &left_by)
 }
 
 /// Refuses, before starting anything, more CPU-backend ranks on this host than `/dev/shm`
@@ -211,23 +224,43 @@ fn set_color(run: &RunArgs) {
     colored::control::set_override(on && run.format == args::Format::Text);
 }
 
-/// A panic is a bug in the workbook: say so in one line, without a backtrace.
+/// This process's rank, once its role is known (a launcher has none): what a panic names.
+static RANK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// A panic in one line, without a backtrace, naming the rank: a bug in the workbook when
+/// it happened in the harness's code, else the lesson's or the exercise's own.
 fn quiet_panics() {
     std::panic::set_hook(Box::new(|info| {
-        let at = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
         let what = info
             .payload()
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        error::say_line(&format!(
-            "error: internal error (a bug in the workbook, please report it){at}: {what}"
-        ));
+        let at = info.location().map(|l| (l.file(), l.line()));
+        error::say_line(&panic_line(RANK.get().copied(), at, &what));
     }));
+}
+
+/// What a panic at `at` (file, line) on `rank` says: `error: rank 1: internal error (a bug
+/// in the workbook, please report it) at common/src/x.rs:5: MSG` in the harness's crates,
+/// `error: rank 1: panicked at exercises/x/src/main.rs:5: MSG` elsewhere.
+fn panic_line(rank: Option<usize>, at: Option<(&str, u32)>, what: &str) -> String {
+    let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
+    let place = at.map(|(file, line)| format!(" at {file}:{line}")).unwrap_or_default();
+    match at.is_some_and(|(file, _)| in_harness(file)) {
+        true => format!("error: {who}internal error (a bug in the workbook, please report it){place}: {what}"),
+        false => format!("error: {who}panicked{place}: {what}"),
+    }
+}
+
+/// Whether `file`, a panic's location as cargo names it (from the workspace's root), is
+/// in one of the harness's crates.
+fn in_harness(file: &str) -> bool {
+    let file = file.strip_prefix("./").unwrap_or(file);
+    ["common/", "runtime/", "backend-cpu/", "backend-nccl/", "perf/"]
+        .iter()
+        .any(|c| file.starts_with(c))
 }
 
 /// The running example's name: its binary's file name (read as the OS gives it: a path
@@ -241,4 +274,52 @@ pub fn example_name() -> String {
                 .map(|f| f.to_string_lossy().into_owned())
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_names_its_rank_and_is_the_workbooks_only_in_the_harness() {
+        assert_eq!(
+            panic_line(Some(1), Some(("common/src/session.rs", 12)), "boom"),
+            "error: rank 1: internal error (a bug in the workbook, please report it) at common/src/session.rs:12: boom"
+        );
+        assert_eq!(
+            panic_line(
+                Some(3),
+                Some(("exercises/03_average/src/main.rs", 30)),
+                "index out of bounds"
+            ),
+            "error: rank 3: panicked at exercises/03_average/src/main.rs:30: index out of bounds"
+        );
+        for file in [
+            "runtime/src/a.rs",
+            "backend-cpu/src/a.rs",
+            "backend-nccl/src/a.rs",
+            "perf/src/a.rs",
+        ] {
+            assert!(
+                panic_line(Some(0), Some((file, 1)), "x").contains("a bug in the workbook"),
+                "{file}"
+            );
+        }
+        for file in [
+            "02-nccl-allreduce/src/main.rs",
+            "workbook/fixtures/wrong/03_panic.rs",
+            "common-x/src/a.rs",
+        ] {
+            assert!(
+                panic_line(Some(0), Some((file, 1)), "x").starts_with("error: rank 0: panicked at "),
+                "{file}"
+            );
+        }
+        // The launcher, or before the role is known: no rank.
+        assert_eq!(
+            panic_line(None, Some(("runtime/src/launcher.rs", 7)), "x"),
+            "error: internal error (a bug in the workbook, please report it) at runtime/src/launcher.rs:7: x"
+        );
+        assert_eq!(panic_line(None, None, "x"), "error: panicked: x");
+    }
 }

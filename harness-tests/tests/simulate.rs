@@ -147,3 +147,30 @@ fn the_cpu_backend_says_it_makes_no_nccl_call() {
     );
     assert!(calls(&r.stdout, 0).is_empty(), "{r}");
 }
+
+#[test]
+fn a_program_copied_alone_says_in_one_line_that_it_needs_the_simulator() {
+    // Copied out of cargo's target folder, without the simulator: its folder's name is
+    // no cargo profile, and nothing is built there (no cargo "profile `x` is not defined").
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("copied-alone-{}", std::process::id()))
+        .join("x");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("harness-probe");
+    std::fs::copy(BIN, &copy).unwrap();
+    let r = run(&copy.to_string_lossy(), &["--simulate-gpus", "2"]);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    assert_eq!(r.code, Some(2), "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
+    assert!(
+        r.stderr
+            .starts_with("error: --simulate-gpus needs the simulator (libnccl_double.so) beside this program"),
+        "{r}"
+    );
+    assert!(
+        !r.stderr.contains("not defined") && !r.stderr.contains("building"),
+        "{r}"
+    );
+    assert!(r.stdout.is_empty(), "{r}");
+}

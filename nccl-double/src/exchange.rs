@@ -1,5 +1,6 @@
-//! Where ranks meet: one folder per unique id, `/dev/shm/nccl-double-<id>/` (or under
-//! `NCCL_DOUBLE_DIR`), shared by every process and thread of the job.
+//! Where ranks meet: one folder per unique id, `/dev/shm/nccl-double-<pid>-<hex>/` (or
+//! under `NCCL_DOUBLE_DIR`; `<pid>` made the id, `<hex>` is its random part), shared by
+//! every process and thread of the job.
 //!
 //! Every file is written under a temporary name and then renamed (or hard-linked, when
 //! only the first writer may win), so a reader sees all of a file or nothing. Files:
@@ -13,6 +14,7 @@
 //! | `ack-<from>-<to>-<n>` | receiver | "ok" or why the pair did not match (removed by the sender) |
 //! | `failed-<pid>-<k>` | a rank that broke a rule, or saw that another did | why: the others stop waiting |
 //! | `left-<r>` | rank r when its communicator goes | the last rank to leave removes the folder |
+//! | `pid-<pid>` | every process that opens the folder, first | nothing: its name says who uses the folder |
 //!
 //! A wait lasts until what it waits for arrives, another rank publishes a failure, or
 //! the communicator is aborted (the abort flag is read every 1-2 ms; the folder is read
@@ -20,8 +22,12 @@
 //! deadline and no liveness check: a rank that never comes, has left, was killed or is
 //! stopped is simply waited for (`NCCL_DOUBLE_TIMEOUT_S`, unset by default, adds a
 //! deadline as a safety net for debugging). A rank killed before leaving never writes
-//! its `left-` file, so its folder stays behind: one small folder named by a random id;
-//! cleaning up after SIGKILL is not the double's job.
+//! its `left-` file, so its folder stays behind, with the data of its last calls
+//! (hundreds of MiB for large buffers). Cleaning up after SIGKILL is not the double's
+//! job, but it says whose the folder is: the pid in its name (the id's maker) and a
+//! `pid-<pid>` file for each process that opened it, written before anything else. A
+//! folder whose processes are all gone is dead, and the workbook's launcher and every
+//! start remove it (`workbook-nccl`'s `leftovers`).
 
 pub use crate::result::Failure;
 use crate::result::{REMOTE_ERROR, SYSTEM_ERROR};
@@ -155,6 +161,10 @@ impl Room {
             });
         let dir = base.join(format!("nccl-double-{name}"));
         fs::create_dir_all(&dir).map_err(|e| Failure::new(SYSTEM_ERROR, format!("creating {}: {e}", dir.display())))?;
+        // Before any data: who uses the folder, so that it is removed only once all are gone.
+        let member = dir.join(format!("pid-{}", std::process::id()));
+        fs::write(&member, b"")
+            .map_err(|e| Failure::new(SYSTEM_ERROR, format!("writing {}: {e}", member.display())))?;
         Ok(Self {
             dir,
             rank,

@@ -185,6 +185,19 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
     }
 }
 
+/// Whether process `pid` is alive (neither gone nor a zombie), from /proc: how the
+/// backends tell the files of dead processes, which they remove, from a live job's.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses: "1234 (name) S ...".
+        Ok(stat) => !matches!(
+            stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()),
+            Some('Z' | 'X')
+        ),
+        Err(_) => false,
+    }
+}
+
 /// Whether process `pid` is stopped (state `T`, or `t` under a debugger), from /proc.
 fn is_stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

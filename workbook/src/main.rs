@@ -482,39 +482,71 @@ fn unreadable(stdout: &str) -> Vec<String> {
     ]
 }
 
-/// The start of the line common's panic hook prints for any panic.
+/// The start of the line common's panic hook prints for a panic in the harness's code in
+/// a process that is no rank (a launcher); a rank's adds `rank R: ` after `error: `.
 const PANIC_LINE: &str = "error: internal error (a bug in the workbook, please report it)";
 
+/// A panic, as common's panic hook says it: `error: [rank R: ]internal error (a bug in the
+/// workbook, please report it) at FILE:LINE: MSG` (in the harness's crates) or `error:
+/// [rank R: ]panicked at FILE:LINE: MSG` (anywhere else).
+#[derive(Debug, PartialEq)]
+struct Panic<'a> {
+    rank: Option<usize>,
+    at: Option<&'a str>,
+    what: &'a str,
+}
+
+/// `line` read as a panic, if it is one.
+fn panic_of(line: &str) -> Option<Panic<'_>> {
+    let said = line.strip_prefix("error: ")?;
+    let named = said
+        .strip_prefix("rank ")
+        .and_then(|r| r.split_once(": "))
+        .and_then(|(r, after)| Some((r.parse::<usize>().ok()?, after)));
+    let (rank, said) = match named {
+        Some((r, after)) => (Some(r), after),
+        None => (None, said),
+    };
+    let after = said.strip_prefix(&PANIC_LINE["error: ".len()..]).or_else(|| {
+        said.strip_prefix("panicked")
+            .filter(|a| a.starts_with(" at ") || a.starts_with(": "))
+    })?;
+    // " at FILE:LINE: MESSAGE", or ": MESSAGE" without a location.
+    let (at, what) = match after.strip_prefix(" at ").and_then(|a| a.split_once(": ")) {
+        Some((at, what)) => (Some(at), what),
+        None => (None, after.strip_prefix(": ").unwrap_or(after)),
+    };
+    Some(Panic { rank, at, what })
+}
+
 /// The ranks' error lines with each panic first: a panic in the code checked (its file is
-/// in `own`) said as the student's, with the rank that panicked when the job says which
-/// (the launcher names the rank that failed first), its file and line and its message; a
-/// panic elsewhere stays the workbook's bug, with its rank.
+/// in `own`) said as the student's, with the rank that panicked (its own line names it;
+/// else, for a single panic, the launcher's line, which names the rank that failed first),
+/// its file and line and its message; a panic elsewhere is said as the program said it,
+/// with its rank.
 fn panics_first(errors: Vec<String>, stderr: &str, own: &str) -> Vec<String> {
-    let panics = errors.iter().filter(|l| l.starts_with(PANIC_LINE)).count();
+    let panics = errors.iter().filter(|l| panic_of(l).is_some()).count();
     // One panic and the rank that failed first: that rank's.
-    let rank = match panics {
+    let failed_first = match panics {
         1 => stderr.lines().find_map(|l| rank_after(l, "launcher: rank ")),
         _ => None,
     };
     let (mut first, mut rest) = (vec![], vec![]);
     for line in errors {
-        let Some(after) = line.strip_prefix(PANIC_LINE) else {
+        let Some(panic) = panic_of(&line) else {
             rest.push(line);
             continue;
         };
+        let rank = panic.rank.or(failed_first);
         let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
-        // " at FILE:LINE: MESSAGE", or ": MESSAGE" without a location.
-        let (at, what) = match after.strip_prefix(" at ").and_then(|a| a.split_once(": ")) {
-            Some((at, what)) => (Some(at), what),
-            None => (None, after.trim_start_matches(": ")),
-        };
-        first.push(match at {
-            Some(at) if at.starts_with(own) => {
-                format!("error: {who} panicked at {at}: {what} (a panic in the code checked, not in the workbook)")
-            }
-            _ => match rank {
-                Some(r) => line.replacen("error: ", &format!("error: rank {r}: "), 1),
-                None => line,
+        first.push(match panic.at {
+            Some(at) if at.starts_with(own) => format!(
+                "error: {who} panicked at {at}: {} (a panic in the code checked, not in the workbook)",
+                panic.what
+            ),
+            _ => match (panic.rank, rank) {
+                (None, Some(r)) => line.replacen("error: ", &format!("error: rank {r}: "), 1),
+                _ => line,
             },
         });
     }
@@ -935,6 +967,48 @@ error: rank 2: rank 2 sent 16.0 MiB to rank 0 that rank 0 never received (a send
         let both = panics_first(errors, &two, "exercises/03_average/");
         assert!(both[0].starts_with("error: a rank panicked at exercises/03_average/src/main.rs:30: a"));
         assert_eq!(both[1], format!("{PANIC_LINE}: b"));
+    }
+
+    #[test]
+    fn a_panic_that_names_its_rank_is_read_as_such() {
+        // What common's hook prints on a rank: the rank in the line itself.
+        let stderr = "error: rank 0: rank 1 failed first (its connection closed)\n\
+                      error: rank 2: panicked at exercises/03_average/src/main.rs:30: boom: really\n\
+                      error: rank 1: internal error (a bug in the workbook, please report it) at common/src/x.rs:9: oops\n\
+                      error: rank 3: panicked at 02-nccl-allreduce/src/main.rs:4: theirs\n\
+                      launcher: rank 1 failed first (exit status 101)\n";
+        let errors = stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .map(String::from)
+            .collect();
+        let said = panics_first(errors, stderr, "exercises/03_average/");
+        assert_eq!(
+            said,
+            [
+                "error: rank 2 panicked at exercises/03_average/src/main.rs:30: boom: really (a panic in the code \
+                 checked, not in the workbook)",
+                "error: rank 1: internal error (a bug in the workbook, please report it) at common/src/x.rs:9: oops",
+                "error: rank 3: panicked at 02-nccl-allreduce/src/main.rs:4: theirs",
+                "error: rank 0: rank 1 failed first (its connection closed)",
+            ]
+        );
+        assert_eq!(
+            panic_of("error: panicked: x"),
+            Some(Panic {
+                rank: None,
+                at: None,
+                what: "x"
+            })
+        );
+        for not in [
+            "error: rank 1: rank 0 panicked first",
+            "error: rank 1: panickedly",
+            "error: check FAILED",
+            "error: rank x: panicked at a.rs:1: b",
+        ] {
+            assert_eq!(panic_of(not), None, "{not}");
+        }
     }
 
     #[test]

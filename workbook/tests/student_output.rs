@@ -73,4 +73,32 @@ fn a_panic_in_the_students_code_names_the_rank_and_the_line() {
         "{panic}\n{r}"
     );
     assert!(!r.stdout.contains("a bug in the workbook"), "{r}");
+    // The program itself says so, on the rank's line (common's panic hook): the checker
+    // built it beside itself.
+    let program = std::path::Path::new(CHECKER).with_file_name("wrong03-panic");
+    let own = finish(
+        spawn(command(
+            &program.to_string_lossy(),
+            &[
+                "--nproc-per-node",
+                "2",
+                "--timeout",
+                "5s",
+                "--init",
+                "rank",
+                "--count",
+                "1",
+            ],
+        )),
+        LIMIT,
+    );
+    assert_eq!(own.code, Some(1), "{own}");
+    assert!(
+        own.stderr
+            .lines()
+            .any(|l| l
+                .starts_with("error: rank 1: panicked at workbook/fixtures/wrong/03_panic.rs:26: index out of bounds")),
+        "{own}"
+    );
+    assert!(!own.stderr.contains("a bug in the workbook"), "{own}");
 }

@@ -610,7 +610,11 @@ fn start(nranks: c_int, id: &UniqueId, rank: c_int, blocking: bool, name: &str) 
         };
         return Err(Failure::new(INVALID_ARGUMENT, format!("{call}: {why}")));
     }
-    let room_name: String = id.internal[8..24].iter().map(|b| format!("{b:02x}")).collect();
+    // Its maker's pid first: a folder left by a killed job says whose it was, so that the
+    // workbook can remove it once every process that used it is gone.
+    let maker = u32::from_le_bytes([id.internal[24], id.internal[25], id.internal[26], id.internal[27]]);
+    let random: String = id.internal[8..24].iter().map(|b| format!("{b:02x}")).collect();
+    let room_name = format!("{maker}-{random}");
     let in_range = nranks >= 1 && rank >= 0 && rank < nranks;
     let (r, n) = (rank.max(0) as usize, nranks.max(1) as usize);
     let room = Room::open(&room_name, r, n)?;

@@ -87,7 +87,8 @@ pub fn version() -> u32 {
 }
 
 /// `ncclUniqueId`: 128 bytes, passed by value to ncclCommInitRank. The double's ids are
-/// `MAGIC`, 16 random bytes (the meeting folder's name), then who made it, for humans.
+/// `MAGIC`, 16 random bytes, the pid of the process that made it (with the random bytes,
+/// the meeting folder's name: `<pid>-<hex>`), then who made it, for humans.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct UniqueId {
@@ -200,6 +201,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> NcclResult {
         let mut internal = [0u8; 128];
         internal[..8].copy_from_slice(MAGIC);
         internal[8..24].copy_from_slice(&random_bytes());
+        internal[24..28].copy_from_slice(&std::process::id().to_le_bytes());
         let who = format!(
             "nccl-double id by pid {} on {}",
             std::process::id(),
