@@ -2,10 +2,12 @@
 //! would, so that a laptop's emulated nodes show what a cluster's network does to the
 //! algorithms (a message time dominated by the latency α, a link's bandwidth β).
 //!
-//! Each message is timed by its sender as one link of that speed would carry it: it
-//! leaves once the link is free and occupies it for `bytes / bandwidth` (the sender waits
-//! that long, as a blocking send waits for the wire), and arrives `latency` after its last
-//! byte left. The sender tells the receiver that moment (a small message before the
+//! Each message is timed by its sender as one network card of that speed would carry it:
+//! a rank's sends, to whichever peer, leave one after the other through its one card
+//! (NCCL's ranks share their node's NICs too), each occupying it for `bytes / bandwidth`
+//! (the sender waits that long, as a blocking send waits for the wire), and a message
+//! arrives `latency` after its last byte left. Receiving is not limited: many senders to
+//! one rank (incast) arrive as fast as they leave. The sender tells the receiver that moment (a small message before the
 //! data), and the receiver hands nothing over before it. Messages in flight overlap, as on
 //! a real link: a pipeline of pieces pays the latency once. Both ends read one clock, so
 //! the ranks must share one machine (the emulated nodes of a rehearsal do).
@@ -126,15 +128,18 @@ fn bandwidth(t: &str) -> Result<f64, String> {
     Ok(bps)
 }
 
-/// A link that carries its messages at the speed of a [`Network`].
+/// A link that carries its messages at the speed of a [`Network`], through this rank's one
+/// simulated network card.
 pub struct SimulatedLink {
     inner: Box<dyn Link>,
     net: Network,
-    /// When the link is next free to send (this end's sends, one after the other).
-    free_at: Mutex<Instant>,
     /// The clock both ends read: the arrival times they exchange count from it.
     origin: Instant,
 }
+
+/// When this rank's simulated network card is next free to send: every simulated link of
+/// the process sends through it, one message after the other.
+static CARD_FREE_AT: Mutex<Option<Instant>> = Mutex::new(None);
 
 impl SimulatedLink {
     /// `inner` at the speed of `net`.
@@ -142,7 +147,6 @@ impl SimulatedLink {
         SimulatedLink {
             inner,
             net,
-            free_at: Mutex::new(Instant::now()),
             origin: boot_origin(),
         }
     }
@@ -160,9 +164,10 @@ impl Link for SimulatedLink {
     fn send(&self, tag: u8, data: &[u8]) -> io::Result<()> {
         let now = Instant::now();
         let left = {
-            let mut free = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
-            *free = (*free).max(now) + self.net.transfer(data.len());
-            *free
+            let mut free = CARD_FREE_AT.lock().unwrap_or_else(|p| p.into_inner());
+            let left = free.map_or(now, |f| f.max(now)) + self.net.transfer(data.len());
+            *free = Some(left);
+            left
         };
         let arrives = (left + self.net.latency).saturating_duration_since(self.origin);
         self.inner.send(tag, &(arrives.as_nanos() as u64).to_le_bytes())?;
@@ -200,20 +205,35 @@ fn boot_origin() -> Instant {
     now.checked_sub(Duration::from_nanos(now_ns)).unwrap_or(now)
 }
 
-/// Returns at `t`: sleeps through most of a long wait, then yields the core until it is
-/// time (a sleep alone overshoots by tens of µs, more than a fast link's latency).
+/// Returns at `t`: sleeps through most of the wait, then yields the core until it is
+/// time. The sleep is made precise first (the kernel's timer slack, 50 µs by default, as
+/// long as a fast link's latency, set to 1 µs for this thread): ranks that wait on their
+/// links leave the cores to the ranks that work, which matters when emulated nodes
+/// outnumber the cores.
 fn until(t: Instant) {
+    precise_sleeps();
     loop {
         let now = Instant::now();
         if now >= t {
             return;
         }
         let left = t - now;
-        if left > Duration::from_micros(200) {
-            std::thread::sleep(left - Duration::from_micros(100));
+        if left > Duration::from_micros(20) {
+            std::thread::sleep(left - Duration::from_micros(10));
         } else {
             std::thread::yield_now();
         }
+    }
+}
+
+/// Sets this thread's timer slack to 1 µs (Linux's `PR_SET_TIMERSLACK`), once per thread.
+fn precise_sleeps() {
+    thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if !DONE.get() {
+        // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument and changes only
+        // this thread's timer slack; it cannot fail in a way that matters here.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+        DONE.set(true);
     }
 }
 
