@@ -88,3 +88,37 @@ fn nccl_algo_naming_what_the_cpu_backend_lacks_is_refused_in_one_line() {
     let r = all_reduce(2, 4, true, &[("NCCL_ALGO", "^nvls")]).ok();
     assert_eq!(r.json()["algo"], "direct", "{r}");
 }
+
+#[test]
+fn on_eight_nodes_a_medium_all_reduce_goes_by_the_tree_and_on_four_round_the_ring() {
+    // 64 KiB: past a direct message. Emulated nodes (a host name each, TCP between them).
+    for (nodes, algo) in [(8, "tree"), (4, "ring")] {
+        let runs = testkit::nodes(nodes, |node, args| {
+            let mut cmd = command(
+                BIN,
+                &[
+                    &[
+                        "--backend",
+                        "cpu",
+                        "--nproc-per-node",
+                        "1",
+                        "--count",
+                        "16384",
+                        "--iters",
+                        "1",
+                    ][..],
+                    args,
+                ]
+                .concat(),
+            );
+            cmd.env("SLURMD_NODENAME", format!("node-{node}"));
+            cmd
+        });
+        for r in &runs {
+            assert_eq!(r.code, Some(0), "{nodes} nodes: {r}");
+        }
+        let j = runs[0].json();
+        assert_eq!(j["algo"], algo, "{nodes} nodes: {}", runs[0]);
+        assert_eq!(j["check"]["ok"], true, "{}", runs[0]);
+    }
+}

@@ -80,6 +80,7 @@ impl Cpu {
             reads_peers: self.reads_peers(),
             oversubscribed: self.oversubscribed(),
             steps: crate::record::steps_on(),
+            nodes: self.nodes().iter().max().map_or(1, |m| m + 1),
         };
         tuner::choose(coll, bytes, &facts, &self.allowed)
     }

@@ -35,8 +35,9 @@ pub enum Algorithm {
     SingleCopy,
     /// All-to-all: at step s each rank sends to rank + s and receives from rank - s.
     Pairwise,
-    /// All-reduce up and down NCCL's double binary tree (NCCL's Tree): run when
-    /// `NCCL_ALGO` asks for it; the tuner does not pick it by itself (see [`choose`]).
+    /// All-reduce up and down NCCL's double binary tree (NCCL's Tree): on many nodes,
+    /// past a direct message and up to [`TREE_UP_TO`] (see [`choose`]), or when `NCCL_ALGO`
+    /// asks for it.
     Tree,
 }
 
@@ -105,6 +106,8 @@ pub struct Facts {
     pub oversubscribed: bool,
     /// `--steps` is recording: it shows the ring, so the ring runs.
     pub steps: bool,
+    /// How many machines (NCCL's nodes) the ranks run on.
+    pub nodes: usize,
 }
 
 /// Which algorithm runs `coll` on `bytes` (its larger buffer, as nccl-tests sizes it),
@@ -113,10 +116,25 @@ pub struct Facts {
 /// them, a small message goes [`Algorithm::Direct`], one past [`single_copy_from`]
 /// [`Algorithm::SingleCopy`], the rest round the ring. When `NCCL_ALGO` leaves a single
 /// candidate it runs at every size, and when it leaves none the ring runs (it always can).
-/// [`Algorithm::Tree`] runs only where `NCCL_ALGO` leaves it and not the ring: on one
-/// host, where every rank is one node's chain, it is the ring's chain twice over, and
-/// where it would win (many nodes, small messages, a network's latency) has not been
-/// measured here yet.
+/// An all-reduce on [`TREE_FROM_NODES`] nodes or more goes up and down the
+/// [`Algorithm::Tree`] from past a direct message to [`TREE_UP_TO`]: its 2·log₂(nodes)
+/// message times across the network against the ring's 2(n − 1). Elsewhere it runs only
+/// when `NCCL_ALGO` leaves it and not the ring (on one host every rank is one node's chain).
+///
+/// Measured with `bench/ring-vs-tree.sh` on 2026-11-26 on this project's 2-core AMD EPYC
+/// VM (8 or 4 emulated nodes of one rank, each TCP link simulated with `--link`, median
+/// of 3 runs of 20 calls, µs per all-reduce out of place, ring then tree; the ranks
+/// outnumber the cores, so a wait may also be a wait for a core):
+///
+/// | nodes, link      | 16 KiB      | 64 KiB      | 256 KiB      | 1 MiB         | 4 MiB         |
+/// |------------------|-------------|-------------|--------------|---------------|---------------|
+/// | 8, 50us,10Gbps   | 5109, 2969  | 3969, 3076  | 13771, 5308  | 19060, 15929  | 38408, 39067  |
+/// | 8, 500us,10Gbps  | 8211, 4981  | 8554, 5440  | 13832, 7262  | 17884, 14904  | 33764, 36429  |
+/// | 4, 50us,10Gbps   | 784, 682    | 848, 984    | 3133, 2554   | 6219, 6819    | 13760, 17502  |
+///
+/// On 8 nodes the tree took 0.39 to 0.84 of the ring's time from 16 KiB to 1 MiB and
+/// was even at 4 MiB; on 4 nodes the two were within the runs' noise, either way. Hence 8
+/// nodes and 1 MiB. (The direct exchange, up to 16 KiB, stays faster than both.)
 pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed) -> Algorithm {
     use Algorithm::*;
     let n = facts.ranks;
@@ -150,12 +168,21 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         [only] => only,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
         _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, n, facts.oversubscribed) => SingleCopy,
+        // (--steps shows the ring the lessons teach, unless NCCL_ALGO asks for the tree.)
+        _ if candidates.contains(&Tree) && !facts.steps && facts.nodes >= TREE_FROM_NODES && bytes <= TREE_UP_TO => {
+            Tree
+        }
         _ if candidates.contains(&ring) => ring,
         // The ring excluded: past a direct message, the tree where it may run, else the copy.
         _ if candidates.contains(&Tree) => Tree,
         _ => SingleCopy,
     }
 }
+
+/// From this many nodes an all-reduce may go up and down the tree ([`choose`]).
+pub const TREE_FROM_NODES: usize = 8;
+/// Up to this size (its buffer) an all-reduce on many nodes goes by the tree ([`choose`]).
+pub const TREE_UP_TO: usize = 1 << 20;
 
 /// From this size a collective reads the other ranks' buffers (single copy) rather than
 /// take messages through the shared slots, on `ranks` ranks, on a host with as many cores
@@ -366,6 +393,7 @@ mod tests {
         reads_peers: true,
         oversubscribed: false,
         steps: false,
+        nodes: 1,
     };
 
     fn with(text: &str) -> Allowed {
@@ -502,6 +530,31 @@ mod tests {
             assert_ne!(choose(&ALL_REDUCE, bytes, &ONE_HOST, &Allowed::default()), Tree);
         }
         assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &tree), Chain);
+    }
+
+    #[test]
+    fn on_eight_nodes_or_more_a_medium_all_reduce_goes_by_the_tree() {
+        let all = Allowed::default();
+        let nodes = |nodes: usize| Facts {
+            ranks: nodes,
+            ring_in_memory: false,
+            reads_peers: false,
+            nodes,
+            ..ONE_HOST
+        };
+        assert_eq!(choose(&ALL_REDUCE, 16 << 10, &nodes(8), &all), Direct);
+        assert_eq!(choose(&ALL_REDUCE, (16 << 10) + 4, &nodes(8), &all), Tree);
+        assert_eq!(choose(&ALL_REDUCE, 1 << 20, &nodes(16), &all), Tree);
+        assert_eq!(choose(&ALL_REDUCE, (1 << 20) + 4, &nodes(8), &all), Ring);
+        assert_eq!(choose(&ALL_REDUCE, 256 << 10, &nodes(7), &all), Ring);
+        // Only the all-reduce has a tree; NCCL_ALGO=Ring keeps the ring; --steps too, unasked.
+        assert_eq!(choose(&ALL_GATHER, 256 << 10, &nodes(8), &all), Ring);
+        assert_eq!(choose(&ALL_REDUCE, 256 << 10, &nodes(8), &with("ring")), Ring);
+        let steps = Facts {
+            steps: true,
+            ..nodes(8)
+        };
+        assert_eq!(choose(&ALL_REDUCE, 256 << 10, &steps, &all), Ring);
     }
 
     #[test]

@@ -23,10 +23,15 @@ const MIN_PIECE: usize = 32 << 10;
 /// inside the nodes), against the ring's 2(n − 1); every rank sends its half to one parent
 /// and the whole to its children, so its bandwidth is at most the ring's.
 ///
-/// Both trees go up piece by piece, one piece of each in turn, then both come down: the
-/// same order on every rank, so that no rank waits for one that waits for it. A piece
-/// that one child has sent waits in the link until its parent has taken the other
-/// child's.
+/// NCCL runs the two trees at once, each on channels of its own; here one thread runs
+/// them one after the other: the first tree up, piece by piece, then the second, then
+/// both down. The same order on every rank, so that no rank waits for one that waits for
+/// it (a piece that one child has sent waits in the link until its parent has taken the
+/// other child's). Taking the trees a piece of each in turn instead would tie them: the
+/// first tree's root, an inner rank of the second, would pass the second tree's piece on
+/// only after the first tree's had come all the way up, and every piece would pay the
+/// whole depth's latency (measured on 8 emulated nodes over `--link 500us,10Gbps`: 4.5
+/// times slower at 1 MiB).
 pub fn all_reduce(cpu: &Cpu, send: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
     let (n, r) = (cpu.world(), cpu.rank());
     cpu.ran(&ALL_REDUCE, data.len(), Algorithm::Tree);
@@ -58,11 +63,11 @@ fn pieces(len: usize, elem: usize) -> [Vec<Range<usize>>; 2] {
     })
 }
 
-/// The pieces of both trees, one of each in turn: `(piece number, (tree, bytes))`.
+/// The pieces of both trees, the first tree's then the second's: `(piece number, (tree,
+/// bytes))`.
 fn in_turn(pieces: &[Vec<Range<usize>>; 2]) -> Vec<(usize, (usize, &Range<usize>))> {
-    let most = pieces[0].len().max(pieces[1].len());
-    (0..most)
-        .flat_map(|i| (0..2).filter_map(move |t| pieces[t].get(i).map(|at| (i, (t, at)))))
+    (0..2)
+        .flat_map(|t| pieces[t].iter().enumerate().map(move |(i, at)| (i, (t, at))))
         .collect()
 }
 
