@@ -1,9 +1,12 @@
-//! The workbook's harness, shared by every example (as nccl-tests' `common.cu` is):
-//! launching ranks, the rendezvous, devices, backends, tables, checks and timing.
+//! The workbook's harness as a lesson sees it, shared by every example (as nccl-tests'
+//! `common.cu` is): the session, buffers, the collectives and their algorithms, tables,
+//! checks, timing, `--steps` and `--trace`.
 //!
 //! An example is a lesson: it parses its [`args`], hands a closure to [`main`], and in
 //! it uses the [`Session`] to make buffers, show them, run one collective and check it.
-//! Everything else lives here, one module per concept.
+//! Beneath, by layer: `workbook-cpu` and `workbook-nccl` (the backends' communicators),
+//! and `workbook-runtime` (launching, the store, errors); README's "How the code is
+//! organised" draws them.
 
 pub mod args;
 pub mod backend;
