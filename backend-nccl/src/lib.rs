@@ -3,7 +3,8 @@
 //! what killed processes left of either ([`leftovers`]), and a rank's NCCL
 //! communicator ([`nccl::Nccl`]), whose every call is shown
 //! ([`calls`]), polled ([`progress`]) and watched ([`watchdog`]) until it completes.
-//! Names for Nsight Systems come from [`nvtx`]. The collectives' NCCL calls live with
+//! Names for Nsight Systems come from [`nvtx`]; `NCCL_ALGO` and `NCCL_PROTO` are checked
+//! against the NCCL that loads by [`tuning`]. The collectives' NCCL calls live with
 //! their collective in `common`.
 
 pub mod calls;
@@ -14,6 +15,7 @@ pub mod nccl_library;
 pub mod nvtx;
 pub mod progress;
 pub mod simulate;
+pub mod tuning;
 pub mod watchdog;
 
 use workbook_runtime::{deadline, element, error, launch, record, rendezvous, units};

@@ -87,6 +87,7 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     // Probe first: cudarc panics when it calls a library that is not there.
     let probe = device::probe();
     let (kind, reason) = device::choose(crate::args::BackendChoice::Nccl, &probe)?;
+    crate::session::check_nccl_tuning(&probe)?;
     if kind != device::Kind::Nccl {
         return Err(crate::error::usage(format!(
             "this lesson calls NCCL itself, and {reason}"

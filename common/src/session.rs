@@ -15,6 +15,7 @@ mod check;
 mod collectives;
 mod harness;
 mod join;
+pub(crate) use join::check_nccl_tuning;
 mod observe;
 mod p2p;
 mod show;

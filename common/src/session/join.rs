@@ -104,6 +104,9 @@ impl Session {
             device::probe()
         };
         let (kind, reason) = device::choose(run.backend, &probe)?;
+        if kind == Kind::Nccl {
+            check_nccl_tuning(&probe)?;
+        }
         if let (Some(net), Kind::Nccl) = (run.link, kind) {
             return Err(SharedError {
                 message: format!(
@@ -260,4 +263,15 @@ impl Session {
         }
         Ok(session)
     }
+}
+
+/// `NCCL_ALGO` and `NCCL_PROTO` against the NCCL that loads
+/// ([`crate::device::Probe::nccl`]): a name it does not know is the user's mistake, said
+/// once, in one line (exit 2), before NCCL starts.
+pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
+    let Some(version) = probe.nccl.as_ref().map(|l| l.version.clone()) else {
+        return Ok(());
+    };
+    workbook_nccl::tuning::check(&version, &|name| std::env::var(name).ok())
+        .map_err(|message| SharedError { message, usage: true }.into())
 }

@@ -791,6 +791,8 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
             }
         }
     }
+    // Then NCCL tunes its model: NCCL_ALGO and NCCL_PROTO are read there.
+    super::tuning::check_init(shared.device)?;
     Ok(())
 }
 

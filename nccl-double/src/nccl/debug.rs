@@ -28,8 +28,39 @@ pub fn coll() -> bool {
     })
 }
 
+/// Whether NCCL_DEBUG asks for INFO and NCCL_DEBUG_SUBSYS lets ENV through (it does by
+/// default), as for [`coll`].
+pub fn env() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        subsys_from(
+            std::env::var("NCCL_DEBUG").ok().as_deref(),
+            std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),
+            "ENV",
+        )
+    })
+}
+
+/// An `INFO(NCCL_ENV, …)` line, as NCCL prints it on the device `device`.
+pub fn env_line(device: usize, text: &str) {
+    if env() {
+        let line = format!(
+            "{}:{}:{} [{device}] NCCL INFO {text}\n",
+            host(),
+            std::process::id(),
+            thread_id()
+        );
+        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+    }
+}
+
 /// [`coll`] for these values of NCCL_DEBUG and NCCL_DEBUG_SUBSYS.
 fn coll_from(level: Option<&str>, subsys: Option<&str>) -> bool {
+    subsys_from(level, subsys, "COLL")
+}
+
+/// Whether these NCCL_DEBUG and NCCL_DEBUG_SUBSYS print INFO lines of subsystem `name`.
+fn subsys_from(level: Option<&str>, subsys: Option<&str>, name: &str) -> bool {
     let info = level.is_some_and(|l| l.eq_ignore_ascii_case("INFO") || l.eq_ignore_ascii_case("TRACE"));
     let subsys = subsys.unwrap_or("INIT,BOOTSTRAP,ENV");
     let (invert, list) = match subsys.strip_prefix('^') {
@@ -38,7 +69,7 @@ fn coll_from(level: Option<&str>, subsys: Option<&str>) -> bool {
     };
     let named = list
         .split(',')
-        .any(|s| s.eq_ignore_ascii_case("COLL") || s.eq_ignore_ascii_case("ALL"));
+        .any(|s| s.eq_ignore_ascii_case(name) || s.eq_ignore_ascii_case("ALL"));
     info && named != invert
 }
 

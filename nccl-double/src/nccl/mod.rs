@@ -58,6 +58,7 @@ mod comm;
 mod config;
 mod debug;
 mod group;
+mod tuning;
 mod work;
 
 use crate::{allowed, entry, warn};

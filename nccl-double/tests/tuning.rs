@@ -1,0 +1,106 @@
+//! `NCCL_ALGO` and `NCCL_PROTO` as the NCCL being played reads them: NCCL 2.24 and later
+//! fail the init on a name they do not know (`ncclInvalidUsage`, "Unrecognized element
+//! token"), and a collective left with no algorithm fails when called, naming the
+//! variables; NCCL 2.18 to 2.23 ignore the unknown name, and the collective then finds
+//! no algorithm (`ncclInternalError`). The all-reduce runs by the tree or the ring.
+//! Played with `nccl-double-bare` (a blocking loop of all-reduces) on 2 ranks.
+
+mod support;
+
+use std::process::Command;
+
+const BARE: &str = env!("CARGO_BIN_EXE_nccl-double-bare");
+
+/// Two ranks of a loop of 3 all-reduces playing NCCL `version` with `env` set: rank 0's
+/// end.
+fn bare(version: &str, env: &[(&str, &str)]) -> support::Out {
+    let tag = format!(
+        "{}-{version}-{}",
+        std::process::id(),
+        env.iter().map(|(k, v)| format!("{k}{v}")).collect::<String>()
+    );
+    let tag: String = tag
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let id = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tuning-id-{tag}"));
+    let _ = std::fs::remove_file(&id);
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            let mut cmd = Command::new(BARE);
+            cmd.args([
+                "--rank",
+                &r.to_string(),
+                "--world",
+                "2",
+                "--id-file",
+                id.to_str().unwrap(),
+            ])
+            .args(["--iters", "3", "--warmup", "1"])
+            .env("LD_LIBRARY_PATH", support::lib_dir())
+            .env("NCCL_DOUBLE", "1")
+            .env("NCCL_DOUBLE_DEVICES", "2")
+            .env("NCCL_DOUBLE_DIR", support::meet_dir())
+            .env("NCCL_DOUBLE_VERSION", version)
+            .env("CUDA_VISIBLE_DEVICES", r.to_string())
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+            support::Running::new(r, cmd.spawn().unwrap())
+        })
+        .collect();
+    let outs: Vec<support::Out> = ranks.into_iter().map(|r| r.finish().0).collect();
+    let _ = std::fs::remove_file(&id);
+    outs.into_iter().next().unwrap()
+}
+
+#[test]
+fn from_2_24_an_unknown_name_fails_the_init_and_a_collective_left_bare_fails_naming_the_variables() {
+    for (var, value) in [
+        ("NCCL_ALGO", "Bogus"),
+        ("NCCL_PROTO", "LL256"),
+        ("NCCL_ALGO", "ring;tree"),
+    ] {
+        let out = bare("22803", &[(var, value)]);
+        assert_eq!(out.code, Some(1), "{var}={value}: {out}");
+        assert!(out.stderr.contains("ncclCommInitRankConfig"), "{var}={value}: {out}");
+        assert!(
+            out.stderr.contains("ncclInvalidUsage") || out.stderr.contains("invalid usage"),
+            "{out}"
+        );
+    }
+    let out = bare("22803", &[("NCCL_ALGO", "allreduce:^tree,ring")]);
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr.contains(
+            "no algorithm/protocol available for function AllReduce with datatype ncclFloat32. NCCL_ALGO was set to \
+             allreduce:^tree,ring."
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn up_to_2_23_an_unknown_name_is_ignored_and_the_collective_finds_no_algorithm() {
+    let out = bare("21803", &[("NCCL_ALGO", "Bogus")]);
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        !out.stderr.contains("ncclCommInitRankConfig"),
+        "the init succeeds: {out}"
+    );
+    assert!(out.stderr.contains("no algorithm/protocol available"), "{out}");
+}
+
+#[test]
+fn the_all_reduce_runs_by_the_tree_or_the_ring_with_any_protocol() {
+    for version in ["21803", "22803"] {
+        for env in [
+            &[("NCCL_ALGO", "Tree")][..],
+            &[("NCCL_ALGO", "ring"), ("NCCL_PROTO", "LL")],
+            &[("NCCL_ALGO", "^tree"), ("NCCL_PROTO", "^LL,LL128")],
+        ] {
+            let out = bare(version, env);
+            assert_eq!(out.code, Some(0), "{version} {env:?}: {out}");
+        }
+    }
+}
