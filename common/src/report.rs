@@ -89,6 +89,24 @@ pub struct Perf {
     pub avg_busbw: f64,
     /// Wrong elements over every size, placement and rank.
     pub wrong: u64,
+    /// The `NCCL_ALGO` value the sweep ran under (the benchmark's `-A`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_algo: Option<String>,
+    /// The model fitted to its out-of-place times (the benchmark's `--fit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<Fit>,
+}
+
+/// time ≈ α + size / β, fitted to a sweep's out-of-place times (least squares of the
+/// relative errors, so that the small sizes weigh as much as the large).
+#[derive(Serialize, Debug, Clone, Copy, Default, PartialEq)]
+pub struct Fit {
+    /// α: the time of an empty call, in µs (the latency of the algorithm's steps).
+    pub alpha_us: f64,
+    /// β: bytes per second, in GB/s, at which the time grows with the size.
+    pub beta_gbps: f64,
+    /// The largest relative error of the fit over the sweep's sizes (0.1: 10%).
+    pub worst_error: f64,
 }
 
 /// One size of the sweep.

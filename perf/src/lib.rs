@@ -10,6 +10,7 @@
 //! A crate of its own, beside `common` (which it uses, and which knows nothing of it), so
 //! that only the benchmark builds [`plot`]'s plotters and font code, not every lesson.
 
+pub mod fit;
 pub mod plot;
 
 use anyhow::Result;
@@ -75,6 +76,14 @@ pub struct PerfArgs {
     #[arg(short = 'C', long = "report_cputime", value_name = "0|1", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=1))]
     pub cputime: u8,
+    /// CPU backend: run every sweep once per algorithm, as `NCCL_ALGO` set to each would
+    /// (`-A ring,tree`: the ring, then the tree), to set them side by side.
+    #[arg(short = 'A', long = "algos", value_name = "ALGO,...", value_delimiter = ',')]
+    pub algos: Vec<String>,
+    /// Fit time ≈ α + size/β to each sweep's out-of-place times and print it under the
+    /// sweep (with `-A`, where the algorithms' fits cross).
+    #[arg(long)]
+    pub fit: bool,
     /// The picture: `--plot`, `--plot-with`, `--no-run`.
     #[command(flatten)]
     pub plot: plot::PlotArgs,
@@ -254,27 +263,55 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     };
     let memcpy_gbps = session.share_f64(memcpy_gbps, "memcpy bandwidth")?[0];
     header(session, args, memcpy_gbps, in_cache);
+    // -A: every value checked before anything runs, then one pass per value.
+    let algos: Vec<Option<&str>> = match args.algos.is_empty() {
+        true => vec![None],
+        false => args.algos.iter().map(|a| Some(a.as_str())).collect(),
+    };
+    for algo in algos.iter().filter(|a| a.is_some()) {
+        session.allow_algorithms(*algo)?;
+    }
     let mut sweeps = vec![];
-    for coll in args.op.iter() {
-        let ops = if coll.reduces {
-            args.redop.to_vec()
-        } else {
-            vec![ReduceOp::Sum]
-        };
-        for datatype in args.datatype.iter() {
-            for op in &ops {
-                let sweep = Sweep {
-                    coll,
-                    op: *op,
-                    root: if coll.rooted { args.root.unwrap_or(0) } else { 0 },
-                };
-                sweeps.push(match datatype {
-                    DataType::Float => sweep.run::<f32>(session, args, memcpy_gbps)?,
-                    DataType::Double => sweep.run::<f64>(session, args, memcpy_gbps)?,
-                    DataType::Int32 => sweep.run::<i32>(session, args, memcpy_gbps)?,
-                    DataType::Half => sweep.run::<half::f16>(session, args, memcpy_gbps)?,
-                    DataType::Bfloat16 => sweep.run::<half::bf16>(session, args, memcpy_gbps)?,
-                });
+    for algo in &algos {
+        if let Some(a) = algo {
+            session.allow_algorithms(Some(a))?;
+            session.say(&format!("#\n# -A {a}: every sweep below as NCCL_ALGO={a} would run it"));
+        }
+        for coll in args.op.iter() {
+            let ops = if coll.reduces {
+                args.redop.to_vec()
+            } else {
+                vec![ReduceOp::Sum]
+            };
+            for datatype in args.datatype.iter() {
+                for op in &ops {
+                    let sweep = Sweep {
+                        coll,
+                        op: *op,
+                        root: if coll.rooted { args.root.unwrap_or(0) } else { 0 },
+                    };
+                    let mut perf = match datatype {
+                        DataType::Float => sweep.run::<f32>(session, args, memcpy_gbps)?,
+                        DataType::Double => sweep.run::<f64>(session, args, memcpy_gbps)?,
+                        DataType::Int32 => sweep.run::<i32>(session, args, memcpy_gbps)?,
+                        DataType::Half => sweep.run::<half::f16>(session, args, memcpy_gbps)?,
+                        DataType::Bfloat16 => sweep.run::<half::bf16>(session, args, memcpy_gbps)?,
+                    };
+                    perf.nccl_algo = algo.map(String::from);
+                    if args.fit {
+                        perf.fit = fit::fit(&perf);
+                        session.say(&fit::line(&perf));
+                    }
+                    sweeps.push(perf);
+                }
+            }
+        }
+    }
+    if !args.algos.is_empty() {
+        session.allow_algorithms(None)?;
+        if args.fit {
+            for line in fit::crossings(&sweeps) {
+                session.say(&line);
             }
         }
     }

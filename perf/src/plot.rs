@@ -189,7 +189,11 @@ impl From<&common::report::Perf> for Sweep {
     /// This run's sweep, as its `--format json` would be read back.
     fn from(p: &common::report::Perf) -> Sweep {
         Sweep {
-            op: p.op.clone(),
+            // With -A, each algorithm a line of its own.
+            op: match &p.nccl_algo {
+                Some(a) => format!("{} ({a})", p.op),
+                None => p.op.clone(),
+            },
             datatype: p.datatype.clone(),
             redop: if p.redop == "none" {
                 String::new()

@@ -99,6 +99,12 @@ impl Cpu {
         }
     }
 
+    /// From now on, chooses among what `allowed` allows (the benchmark's `-A`: one
+    /// `NCCL_ALGO` value per sweep; every rank is told the same).
+    pub fn allow(&mut self, allowed: Allowed) {
+        self.allowed = allowed;
+    }
+
     /// The algorithm of the last collective this rank ran.
     pub fn last_algorithm(&self) -> Option<Algorithm> {
         self.ran.lock().unwrap_or_else(|p| p.into_inner()).last

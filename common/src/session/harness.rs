@@ -107,6 +107,31 @@ impl Session {
         }
     }
 
+    /// Runs the collectives from now on as `NCCL_ALGO=nccl_algo` would (`None`: as the
+    /// environment says): the benchmark's `-A`, one value per sweep. The CPU backend only:
+    /// NCCL reads `NCCL_ALGO` once, when its communicator starts. A value the CPU backend
+    /// cannot run is the user's mistake, said in one line.
+    #[doc(hidden)]
+    pub fn allow_algorithms(&mut self, nccl_algo: Option<&str>) -> Result<()> {
+        let usage = |message: String| SharedError { message, usage: true };
+        let Communicator::Cpu(cpu) = &mut self.comm else {
+            return Err(usage(
+                "-A: NCCL reads NCCL_ALGO once, when its communicator starts: run the benchmark once per algorithm \
+                 (NCCL_ALGO=Tree 07-nccl-perf ...)"
+                    .into(),
+            )
+            .into());
+        };
+        let allowed = match nccl_algo {
+            Some(text) => {
+                crate::collective::tuner::Allowed::parse(text).map_err(|why| usage(format!("-A {text}: {why}")))?
+            }
+            None => crate::collective::tuner::Allowed::from_env().map_err(usage)?,
+        };
+        cpu.allow(allowed);
+        Ok(())
+    }
+
     /// Puts the benchmark's sweeps in the JSON report.
     #[doc(hidden)]
     pub fn set_perf(&mut self, mut sweeps: Vec<crate::report::Perf>) {

@@ -1,0 +1,81 @@
+//! `-A ALGO,...` (every sweep once per algorithm, as `NCCL_ALGO` set to each would run
+//! it) and `--fit` (time ≈ α + size/β under each sweep, and where two algorithms' fits
+//! cross). Real multi-process jobs.
+
+use testkit::{LIMIT, Run, command, finish, spawn};
+
+const BIN: &str = env!("CARGO_BIN_EXE_07-nccl-perf");
+
+fn perf(args: &[&str]) -> Run {
+    finish(spawn(command(BIN, args)), LIMIT)
+}
+
+#[test]
+fn each_algorithm_sweeps_in_turn_fitted_and_checked() {
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        "3",
+        "-b",
+        "64K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "-n",
+        "3",
+        "-w",
+        "1",
+    ];
+    let r = perf(&[&args[..], &["-A", "ring,tree", "--fit", "--format", "json"]].concat()).ok();
+    let j = r.json();
+    let sweeps = j["sweeps"].as_array().unwrap_or_else(|| panic!("two sweeps:\n{r}"));
+    assert_eq!(sweeps.len(), 2, "{r}");
+    for (sweep, asked, ran) in [(&sweeps[0], "ring", "ring-pipelined"), (&sweeps[1], "tree", "tree")] {
+        assert_eq!(sweep["nccl_algo"], asked, "{r}");
+        assert_eq!(sweep["wrong"], 0, "{r}");
+        for row in sweep["rows"].as_array().unwrap() {
+            assert_eq!(row["out_of_place"]["algo"], ran, "{asked}: {r}");
+        }
+        let fit = &sweep["fit"];
+        assert!(fit["alpha_us"].as_f64().unwrap() >= 0.0, "{r}");
+        assert!(fit["beta_gbps"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let text = perf(&[&args[..], &["-A", "ring,tree", "--fit"]].concat()).ok();
+    assert!(
+        text.stdout
+            .contains("# -A tree: every sweep below as NCCL_ALGO=tree would run it"),
+        "{text}"
+    );
+    assert_eq!(
+        text.stdout.matches("# fit (out of place): time ≈ ").count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.stdout
+            .contains("# fit: all_reduce float, ring against tree: they "),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_algorithm_the_cpu_backend_lacks_or_a_backend_that_cannot_switch_is_refused_in_one_line() {
+    for (args, says) in [
+        (
+            &["--backend", "cpu", "--nproc-per-node", "2", "-A", "ring,bogus"][..],
+            "-A bogus: unknown algorithm 'bogus'",
+        ),
+        (
+            &["--simulate-gpus", "2", "-A", "ring,tree"][..],
+            "-A: NCCL reads NCCL_ALGO once",
+        ),
+    ] {
+        let r = perf(&[args, &["-b", "4K", "-e", "4K"]].concat());
+        assert_eq!(r.code, Some(2), "{r}");
+        let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{r}");
+        assert!(lines[0].contains(says), "{r}");
+    }
+}

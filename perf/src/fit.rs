@@ -1,0 +1,200 @@
+//! `--fit`: the simplest model of a collective's time, fitted to a sweep and set beside
+//! it: time ≈ α + size/β. α is what every call pays whatever its size (the latency of the
+//! algorithm's steps: NCCL's model counts 2(n − 1) steps for the ring's all-reduce,
+//! 2·log₂(nodes) for the tree's, each a link's latency); β is the rate at which time
+//! grows with the size (the links' bandwidth over the bytes each rank moves: busbw, for
+//! the ring). Two algorithms' fits cross where the one with the smaller α stops winning:
+//! `-A ring,tree --fit` predicts that size, which the sweep's rows then show or not.
+//!
+//! The fit minimises the relative errors, so that a 4 B row and a 4 MiB row weigh alike.
+
+use common::report::{Fit, Perf};
+use common::units::human_bytes;
+
+/// The algorithms `p`'s out-of-place rows ran, in order, each once.
+fn algorithms(p: &Perf) -> Vec<&str> {
+    let mut seen: Vec<&str> = vec![];
+    for r in &p.rows {
+        if !seen.contains(&r.out_of_place.algo.as_str()) {
+            seen.push(&r.out_of_place.algo);
+        }
+    }
+    seen
+}
+
+/// The fit to `p`'s out-of-place times, if it has two sizes or more, they ran one
+/// algorithm, and they say something (a time that grows with the size).
+pub fn fit(p: &Perf) -> Option<Fit> {
+    if algorithms(p).len() > 1 {
+        return None;
+    }
+    let points: Vec<(f64, f64)> = p
+        .rows
+        .iter()
+        .map(|r| (r.size as f64, r.out_of_place.time_us))
+        .filter(|(_, t)| *t > 0.0)
+        .collect();
+    let (a, b) = weighted_line(&points)?;
+    // A time that does not grow with the size has no bandwidth to say.
+    if b <= 0.0 {
+        return None;
+    }
+    let worst = points
+        .iter()
+        .map(|(x, t)| ((a + b * x) - t).abs() / t)
+        .fold(0.0, f64::max);
+    Some(Fit {
+        alpha_us: a.max(0.0),
+        // b is µs per byte: 1 / b bytes per µs, 1e-3 / b GB/s.
+        beta_gbps: 1e-3 / b,
+        worst_error: worst,
+    })
+}
+
+/// The line t = a + b·x minimising Σ ((a + b·x − t) / t)² (weights 1/t²), or `None` with
+/// fewer than two distinct sizes.
+fn weighted_line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let (mut sw, mut swx, mut swxx, mut swt, mut swxt) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x, t) in points {
+        let w = 1.0 / (t * t);
+        sw += w;
+        swx += w * x;
+        swxx += w * x * x;
+        swt += w * t;
+        swxt += w * x * t;
+    }
+    let det = sw * swxx - swx * swx;
+    if points.len() < 2 || det.abs() <= f64::EPSILON * sw * swxx {
+        return None;
+    }
+    let b = (sw * swxt - swx * swt) / det;
+    let a = (swt - b * swx) / sw;
+    Some((a, b))
+}
+
+/// The line under a sweep: `# fit: time ≈ 12.3 us + size / 4.56 GB/s (every row within 8%)`,
+/// or why there is none.
+pub fn line(p: &Perf) -> String {
+    let ran = algorithms(p);
+    match (&p.fit, &ran[..]) {
+        (Some(f), _) => format!(
+            "# fit (out of place): time ≈ {:.1} us + size / {:.2} GB/s (every row within {:.0}% of it)",
+            f.alpha_us,
+            f.beta_gbps,
+            f.worst_error * 100.0
+        ),
+        (None, [_, _, ..]) => format!(
+            "# fit: none (the rows ran {}: one line fits no two algorithms)",
+            ran.join(", ")
+        ),
+        (None, _) => "# fit: none (two sizes or more, whose time grows with the size, make one)".into(),
+    }
+}
+
+/// With `-A`, for every collective, type and operator run by two algorithms or more:
+/// where their fits cross, and which is faster below.
+pub fn crossings(sweeps: &[Perf]) -> Vec<String> {
+    let mut lines = vec![];
+    for (i, a) in sweeps.iter().enumerate() {
+        for b in &sweeps[i + 1..] {
+            let same = a.op == b.op && a.datatype == b.datatype && a.redop == b.redop;
+            let (Some(fa), Some(fb), Some(na), Some(nb)) = (a.fit, b.fit, &a.nccl_algo, &b.nccl_algo) else {
+                continue;
+            };
+            if !same || na == nb {
+                continue;
+            }
+            lines.push(format!(
+                "# fit: {} {}, {na} against {nb}: {}",
+                a.op,
+                a.datatype,
+                crossing(&fa, &fb, na, nb)
+            ));
+        }
+    }
+    lines
+}
+
+/// Where two fits cross, in words.
+fn crossing(a: &Fit, b: &Fit, na: &str, nb: &str) -> String {
+    // Time per byte, µs: 1e-3 / GB/s.
+    let (pa, pb) = (1e-3 / a.beta_gbps, 1e-3 / b.beta_gbps);
+    let (fast_small, fast_large) = match a.alpha_us <= b.alpha_us {
+        true => (na, nb),
+        false => (nb, na),
+    };
+    let x = (b.alpha_us - a.alpha_us) / (pa - pb);
+    match x.is_finite() && x > 0.0 {
+        true => format!(
+            "they cross at {} ({fast_small} faster below, {fast_large} above)",
+            human_bytes(x as usize)
+        ),
+        false => format!("they do not cross ({fast_small} faster at every size)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::report::{PerfRow, Placement};
+
+    fn sweep(algo: &str, alpha: f64, gbps: f64) -> Perf {
+        let rows = [4096usize, 65536, 1 << 20, 16 << 20]
+            .iter()
+            .map(|&size| PerfRow {
+                size,
+                out_of_place: Placement {
+                    time_us: alpha + size as f64 * 1e-3 / gbps,
+                    algo: algo.into(),
+                    ..Placement::default()
+                },
+                ..PerfRow::default()
+            })
+            .collect();
+        Perf {
+            op: "all_reduce".into(),
+            datatype: "float".into(),
+            redop: "sum".into(),
+            rows,
+            nccl_algo: Some(algo.into()),
+            ..Perf::default()
+        }
+    }
+
+    #[test]
+    fn a_sweep_on_the_model_gives_the_model_back() {
+        let f = fit(&sweep("ring", 40.0, 5.0)).unwrap();
+        assert!(
+            (f.alpha_us - 40.0).abs() < 1e-6 && (f.beta_gbps - 5.0).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert!(f.worst_error < 1e-9);
+        let mut p = sweep("ring", 40.0, 5.0);
+        p.fit = Some(f);
+        assert_eq!(
+            line(&p),
+            "# fit (out of place): time ≈ 40.0 us + size / 5.00 GB/s (every row within 0% of it)"
+        );
+        // Rows that ran two algorithms fit no line.
+        p.rows[3].out_of_place.algo = "ring-pipelined".into();
+        p.fit = fit(&p);
+        assert_eq!(p.fit, None);
+        assert!(line(&p).contains("the rows ran ring, ring-pipelined"), "{}", line(&p));
+    }
+
+    #[test]
+    fn two_algorithms_cross_where_the_latency_stops_paying() {
+        // tree: α 10 µs, 2.5 GB/s; ring: α 40 µs, 5 GB/s: equal at 30 µs = x·(0.4 − 0.2) ns/B,
+        // x = 150,000 B.
+        let mut sweeps = vec![sweep("ring", 40.0, 5.0), sweep("tree", 10.0, 2.5)];
+        for s in &mut sweeps {
+            s.fit = fit(s);
+        }
+        let lines = crossings(&sweeps);
+        assert_eq!(
+            lines,
+            ["# fit: all_reduce float, ring against tree: they cross at 146.5 KiB (tree faster below, ring above)"]
+        );
+        assert!(fit(&Perf::default()).is_none());
+    }
+}
