@@ -178,6 +178,8 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
         (None, Ok(device::Kind::Nccl)) => probe.map_or(0, |p| p.gpus),
         (None, Ok(device::Kind::Cpu)) => 2,
     };
+    let what = format!("--nproc-per-node {nproc} × --nnodes {} =", plan.nnodes);
+    rank::check_world(nproc.saturating_mul(plan.nnodes), &what).map_err(error::usage)?;
     if cpu {
         fits_in_shared_memory(run, nproc)?;
     }

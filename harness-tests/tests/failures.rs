@@ -528,3 +528,51 @@ fn junk_sent_to_the_peer_ports_while_the_mesh_is_built_changes_nothing() {
         }
     }
 }
+
+#[test]
+fn a_world_too_large_is_refused_in_one_line_and_a_multitude_of_missing_ranks_in_a_short_one() {
+    // Before: an allocation abort with a backtrace (exit 134), and a 600 kB line.
+    for (args, env, says) in [
+        (
+            &["--world-size", "4294967295", "--rank", "0"][..],
+            None,
+            "--world-size 4294967295: the workbook runs at most 65536 ranks",
+        ),
+        (
+            &[][..],
+            Some(("99999999999", "0")),
+            "WORLD_SIZE 99999999999: the workbook runs at most 65536 ranks",
+        ),
+        (
+            &[
+                "--nproc-per-node",
+                "1000",
+                "--nnodes",
+                "100",
+                "--node-rank",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                "29999",
+            ][..],
+            None,
+            "--nproc-per-node 1000 × --nnodes 100 = 100000: the workbook runs at most 65536 ranks",
+        ),
+    ] {
+        let mut cmd = command(BIN, &[&["--backend", "cpu"][..], args].concat());
+        if let Some((world, rank)) = env {
+            cmd.env("WORLD_SIZE", world).env("RANK", rank);
+        }
+        let r = finish(spawn(cmd), LIMIT);
+        assert_eq!(r.code, Some(2), "{r}");
+        assert_eq!(r.stderr.lines().count(), 1, "{r}");
+        assert!(r.stderr.contains(says), "{r}");
+    }
+    let mut cmd = command(BIN, &["--backend", "cpu", "--timeout", "1"]);
+    cmd.env("WORLD_SIZE", "3000").env("RANK", "0");
+    let r = finish(spawn(cmd), LIMIT);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(r.stderr.contains("ranks 1–2999 (2999 ranks) not there"), "{r}");
+    assert!(r.stderr.len() < 500, "{} bytes: {r}", r.stderr.len());
+}

@@ -117,6 +117,20 @@ impl Source {
 
 /// Decides this process's role from the flags and the environment (`env` reads a variable).
 pub fn resolve(args: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Role> {
+    let role = resolve_unchecked(args, env)?;
+    if let Role::Rank(id) = &role {
+        let from = match id.source {
+            Source::Flags => "--world-size",
+            Source::Torchrun | Source::Launcher => "WORLD_SIZE",
+            Source::Slurm => "SLURM_NTASKS",
+        };
+        crate::rank::check_world(id.world_size, from).map_err(usage)?;
+    }
+    Ok(role)
+}
+
+/// [`resolve`], before the world's size is checked against [`crate::rank::MAX_WORLD`].
+fn resolve_unchecked(args: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Role> {
     let num = |name: &str| -> Result<Option<usize>> {
         env(name)
             .map(|v| {

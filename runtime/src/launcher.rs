@@ -163,8 +163,8 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
                 [] => String::new(),
                 [one] => format!("rank {one} was frozen (its process was stopped: SIGSTOP, or a debugger); then "),
                 many => format!(
-                    "ranks {} were frozen (their processes were stopped: SIGSTOP, or a debugger); then ",
-                    many.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+                    "{} were frozen (their processes were stopped: SIGSTOP, or a debugger); then ",
+                    crate::rank::list(&many.iter().map(|r| *r as u64).collect::<Vec<_>>())
                 ),
             };
             // The launcher sends no SIGKILL before the first failure: someone else did, and

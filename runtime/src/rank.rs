@@ -39,3 +39,72 @@ mod tests {
         );
     }
 }
+
+/// The most ranks a job may have: what the workbook's store on rank 0 is sized for (each
+/// rank holds a connection to it, and every rank's tables hold every rank).
+pub const MAX_WORLD: usize = 65_536;
+
+/// Checks a world size given by `what` (`--world-size`, `WORLD_SIZE`, ...) against
+/// [`MAX_WORLD`], before anything is sized by it.
+pub fn check_world(world: usize, what: &str) -> Result<(), String> {
+    match world {
+        0 => Err(format!("{what} 0: a world needs at least one rank")),
+        w if w > MAX_WORLD => Err(format!(
+            "{what} {w}: the workbook runs at most {MAX_WORLD} ranks in one job"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Ranks as a person reads them, however many: "rank 3", "ranks 2, 3", "ranks 0, 4–9
+/// (7 ranks)"; runs of consecutive ranks as ranges, at most 8 runs, then "…" and how many
+/// in all (a timeout with 99,999 missing ranks is one short line, not 600 kB).
+pub fn list(ranks: &[u64]) -> String {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<(u64, u64)> = vec![];
+    for r in &sorted {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == *r => *end = *r,
+            _ => runs.push((*r, *r)),
+        }
+    }
+    const SHOWN: usize = 8;
+    let mut text = runs
+        .iter()
+        .take(SHOWN)
+        .map(|&(a, b)| match b - a {
+            0 => a.to_string(),
+            1 => format!("{a}, {b}"),
+            _ => format!("{a}–{b}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if runs.len() > SHOWN {
+        text.push_str(", …");
+    }
+    let n = sorted.len();
+    match n {
+        1 => format!("rank {text}"),
+        _ if runs.len() > SHOWN || runs.iter().any(|(a, b)| b - a > 1) => format!("ranks {text} ({n} ranks)"),
+        _ => format!("ranks {text}"),
+    }
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::list;
+
+    #[test]
+    fn ranks_read_as_ranges_and_a_multitude_as_a_count() {
+        assert_eq!(list(&[3]), "rank 3");
+        assert_eq!(list(&[3, 2]), "ranks 2, 3");
+        assert_eq!(list(&[0, 4, 5, 6, 7, 8, 9]), "ranks 0, 4–9 (7 ranks)");
+        let many: Vec<u64> = (1..100_000).collect();
+        assert_eq!(list(&many), "ranks 1–99999 (99999 ranks)");
+        let sparse: Vec<u64> = (0..100).map(|r| r * 2).collect();
+        let said = list(&sparse);
+        assert_eq!(said, "ranks 0, 2, 4, 6, 8, 10, 12, 14, … (100 ranks)");
+    }
+}

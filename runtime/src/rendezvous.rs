@@ -449,7 +449,10 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
         if !st.joined.contains_key(&rank) {
             never.push(*r);
         } else if let Some(what) = st.waiting.get(&rank) {
-            waiting.push(format!("rank {r} was itself waiting for {what}"));
+            match waiting.iter_mut().find(|(w, _): &&mut (String, Vec<u64>)| w == what) {
+                Some((_, ranks)) => ranks.push(*r),
+                None => waiting.push((what.clone(), vec![*r])),
+            }
         } else {
             busy.push(*r);
         }
@@ -461,7 +464,15 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
             "{who} {verb} alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?)"
         ));
     }
-    said.extend(waiting);
+    // Grouped by what they waited for: thousands of ranks waiting alike are one clause.
+    said.extend(waiting.iter().map(|(what, ranks)| {
+        let verb = if ranks.len() == 1 {
+            "was itself"
+        } else {
+            "were themselves"
+        };
+        format!("{} {verb} waiting for {what}", rank_list(ranks))
+    }));
     if !never.is_empty() {
         let hint = if never.len() == missing.len() {
             " (they never joined: did they start?)"
@@ -473,13 +484,9 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
     said.join("; ")
 }
 
-/// "rank 3" or "ranks 2, 3".
+/// "rank 3", "ranks 2, 3", "ranks 1–99999 (99999 ranks)": [`crate::rank::list`].
 fn rank_list(ranks: &[u64]) -> String {
-    let list: Vec<String> = ranks.iter().map(u64::to_string).collect();
-    match list.len() {
-        1 => format!("rank {}", list[0]),
-        _ => format!("ranks {}", list.join(", ")),
-    }
+    crate::rank::list(ranks)
 }
 
 /// A rank's connection to the store.
