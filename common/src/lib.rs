@@ -95,6 +95,7 @@ pub fn meet(run: &RunArgs, lesson: impl FnOnce(&mut meeting::Meeting) -> Result<
 fn start(run: &RunArgs, rank: impl FnOnce(launch::Identity, &RunArgs) -> Result<()>) -> ExitCode {
     quiet_panics();
     set_color(run);
+    launch::raise_open_files_limit();
     let mut run = run.clone();
     // Both may restart this process, once, with the libraries they found on its path.
     let loadable = match run.simulate_gpus {

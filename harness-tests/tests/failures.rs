@@ -576,3 +576,36 @@ fn a_world_too_large_is_refused_in_one_line_and_a_multitude_of_missing_ranks_in_
     assert!(r.stderr.contains("ranks 1–2999 (2999 ranks) not there"), "{r}");
     assert!(r.stderr.len() < 500, "{} bytes: {r}", r.stderr.len());
 }
+
+#[test]
+fn a_low_soft_limit_of_open_files_is_raised_to_the_hard_one() {
+    // Before: with `ulimit -Sn 20`, 16 ranks ran out of descriptors and the launcher blamed
+    // whichever rank lost the store first. The program raises its soft limit to the hard
+    // one at start, as HPC programs do.
+    let hard = std::process::Command::new("sh")
+        .args(["-c", "ulimit -Hn"])
+        .output()
+        .unwrap();
+    let hard = String::from_utf8_lossy(&hard.stdout).trim().to_string();
+    if hard != "unlimited" && hard.parse::<u64>().unwrap_or(0) < 1024 {
+        eprintln!("skipped: the hard limit of open files here is {hard}, too low to raise to");
+        return;
+    }
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "ulimit -Sn 20 && exec \"$0\" \"$@\"", BIN])
+        .args([
+            "--backend",
+            "cpu",
+            "--nproc-per-node",
+            "16",
+            "--count",
+            "4",
+            "--iters",
+            "1",
+        ])
+        .args(["--timeout", testkit::TIMEOUT]);
+    testkit::clear_job_env(&mut cmd);
+    let r = finish(spawn(cmd), LIMIT);
+    assert_eq!(r.code, Some(0), "{r}");
+    assert!(r.stdout.contains("Check: OK, all 16 ranks hold"), "{r}");
+}

@@ -333,6 +333,33 @@ pub fn slurm_port(job: &str, step: &str) -> u16 {
     15000 + ((job.wrapping_mul(8).wrapping_add(step)) % 17000) as u16
 }
 
+/// Raises this process's soft limit of open files to its hard limit, as HPC programs do
+/// at start (a rank holds a descriptor per peer and per shared-memory channel; a shell's
+/// default soft limit, 1024 or less, runs out long before the hard one). Whatever this
+/// process starts inherits it. Returns the soft limit now in force.
+pub fn raise_open_files_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit, which `lim` is; RLIMIT_NOFILE always exists.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit; raising the soft limit up to the hard one is
+        // always allowed, and a refusal leaves the limit as it was.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return raised.rlim_cur;
+        }
+    }
+    lim.rlim_cur
+}
+
 /// This machine's name: the node name Slurm gave the task (the same as the hostname on
 /// a cluster, and what tells emulated nodes apart), else the hostname.
 pub fn hostname() -> String {
