@@ -459,7 +459,7 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
     }
     let mut said = Vec::new();
     if !busy.is_empty() {
-        let (who, verb) = (rank_list(&busy), if busy.len() == 1 { "is" } else { "are" });
+        let (who, verb) = (crate::rank::list(&busy), if busy.len() == 1 { "is" } else { "are" });
         said.push(format!(
             "{who} {verb} alive but did not come: busy outside the store (stuck in a send, a receive or on the GPU?)"
         ));
@@ -471,7 +471,7 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
         } else {
             "were themselves"
         };
-        format!("{} {verb} waiting for {what}", rank_list(ranks))
+        format!("{} {verb} waiting for {what}", crate::rank::list(ranks))
     }));
     if !never.is_empty() {
         let hint = if never.len() == missing.len() {
@@ -479,14 +479,9 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
         } else {
             " (never joined)"
         };
-        said.push(format!("{} not there{hint}", rank_list(&never)));
+        said.push(format!("{} not there{hint}", crate::rank::list(&never)));
     }
     said.join("; ")
-}
-
-/// "rank 3", "ranks 2, 3", "ranks 1–99999 (99999 ranks)": [`crate::rank::list`].
-fn rank_list(ranks: &[u64]) -> String {
-    crate::rank::list(ranks)
 }
 
 /// A rank's connection to the store.
