@@ -3,7 +3,9 @@
 //! token"), and a collective left with no algorithm fails when called, naming the
 //! variables; NCCL 2.18 to 2.23 ignore the unknown name, and the collective then finds
 //! no algorithm (`ncclInternalError`). The all-reduce runs by the tree or the ring.
-//! Played with `nccl-double-bare` (a blocking loop of all-reduces) on 2 ranks.
+//! A communicator of one rank reads neither variable (NCCL 2.28.3 on an H200 inited and
+//! ran with `NCCL_ALGO=Bogus`: `bench/nccl-env.sh`). Played with `nccl-double-bare` (a
+//! blocking loop of all-reduces) on 2 ranks, and on 1.
 
 mod support;
 
@@ -14,8 +16,13 @@ const BARE: &str = env!("CARGO_BIN_EXE_nccl-double-bare");
 /// Two ranks of a loop of 3 all-reduces playing NCCL `version` with `env` set: rank 0's
 /// end.
 fn bare(version: &str, env: &[(&str, &str)]) -> support::Out {
+    bare_on(2, version, env)
+}
+
+/// `bare` on `world` ranks.
+fn bare_on(world: usize, version: &str, env: &[(&str, &str)]) -> support::Out {
     let tag = format!(
-        "{}-{version}-{}",
+        "{}-{world}-{version}-{}",
         std::process::id(),
         env.iter().map(|(k, v)| format!("{k}{v}")).collect::<String>()
     );
@@ -25,14 +32,14 @@ fn bare(version: &str, env: &[(&str, &str)]) -> support::Out {
         .collect();
     let id = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tuning-id-{tag}"));
     let _ = std::fs::remove_file(&id);
-    let ranks: Vec<_> = (0..2)
+    let ranks: Vec<_> = (0..world)
         .map(|r| {
             let mut cmd = Command::new(BARE);
             cmd.args([
                 "--rank",
                 &r.to_string(),
                 "--world",
-                "2",
+                &world.to_string(),
                 "--id-file",
                 id.to_str().unwrap(),
             ])
@@ -101,6 +108,23 @@ fn the_all_reduce_runs_by_the_tree_or_the_ring_with_any_protocol() {
         ] {
             let out = bare(version, env);
             assert_eq!(out.code, Some(0), "{version} {env:?}: {out}");
+        }
+    }
+}
+
+#[test]
+fn one_rank_reads_neither_variable() {
+    for version in ["21803", "22803"] {
+        for env in [
+            &[("NCCL_ALGO", "Bogus")][..],
+            &[("NCCL_PROTO", "LL256")],
+            &[("NCCL_ALGO", "ring;tree")],
+            &[("NCCL_ALGO", "allreduce:^tree,ring")],
+            &[("NCCL_ALGO", "NVLS"), ("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "ENV")],
+        ] {
+            let out = bare_on(1, version, env);
+            assert_eq!(out.code, Some(0), "{version} {env:?}: {out}");
+            assert!(!out.stderr.contains("set by environment"), "{version} {env:?}: {out}");
         }
     }
 }

@@ -792,7 +792,7 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
         }
     }
     // Then NCCL tunes its model: NCCL_ALGO and NCCL_PROTO are read there.
-    super::tuning::check_init(shared.device)?;
+    super::tuning::check_init(shared.device, shared.nranks)?;
     Ok(())
 }
 

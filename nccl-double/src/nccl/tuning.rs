@@ -11,6 +11,11 @@
 //!   a collective left with nothing fails when called, with `ncclInvalidUsage` and the
 //!   variables' values in the message.
 //!
+//! A communicator of one rank reads neither: `ncclTopoTuneModel` returns before them when
+//! `nRanks <= 1` (every tag from 2.18 to 2.30), and its collectives are launched as one
+//! copy, with no algorithm chosen (`ncclLaunchOneRank`). Seen so on an H200 with NCCL
+//! 2.28.3 (`bench/nccl-env.sh`, docs/gpu-runs.md): `NCCL_ALGO=Bogus` inits and runs.
+//!
 //! What the double can run: every collective by the ring, the all-reduce also by the
 //! tree (NCCL's trees are chains inside a node), every protocol. CollNet, NVLS and PAT
 //! need hardware or nodes it does not simulate.
@@ -142,8 +147,11 @@ fn enabled() -> &'static Result<Enabled, String> {
 
 /// At init, once every rank has joined (where NCCL's `ncclTopoTuneModel` runs): says
 /// the variables as NCCL does (`NCCL_DEBUG=INFO`, subsystem ENV), and fails as NCCL 2.24
-/// and later do on a name they do not know.
-pub fn check_init(device: usize) -> Result<(), Failure> {
+/// and later do on a name they do not know. On one rank, nothing (see the module's doc).
+pub fn check_init(device: usize, nranks: usize) -> Result<(), Failure> {
+    if nranks <= 1 {
+        return Ok(());
+    }
     let (algo, proto) = vars();
     if let Some(p) = proto {
         super::debug::env_line(device, &format!("NCCL_PROTO set by environment to {p}"));
@@ -158,8 +166,11 @@ pub fn check_init(device: usize) -> Result<(), Failure> {
 }
 
 /// At each collective: whether an algorithm the double can run, and a protocol, are left
-/// to it; if not, NCCL's error.
-pub fn check_call(kind: Kind, dtype: DataType) -> Result<(), Failure> {
+/// to it; if not, NCCL's error. On one rank no algorithm is chosen, so none is missing.
+pub fn check_call(kind: Kind, dtype: DataType, nranks: usize) -> Result<(), Failure> {
+    if nranks <= 1 {
+        return Ok(());
+    }
     let Ok(e) = enabled() else { return Ok(()) };
     let (f, name) = match kind {
         Kind::Broadcast(_) => (0, "Broadcast"),
