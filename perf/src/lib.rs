@@ -11,10 +11,12 @@
 //! that only the benchmark builds [`plot`]'s plotters and font code, not every lesson.
 
 pub mod fit;
+pub mod nccl_tests_json;
 pub mod plot;
 
 use anyhow::Result;
 use clap::Args;
+use clap::builder::TypedValueParser;
 use common::collective::{self, Collective, Shape, Source};
 use common::element::{DataType, Element, ReduceOp};
 use common::error::SharedError;
@@ -87,6 +89,11 @@ pub struct PerfArgs {
     /// The picture: `--plot`, `--plot-with`, `--no-run`.
     #[command(flatten)]
     pub plot: plot::PlotArgs,
+    /// Write the result to FILE in nccl-tests' own JSON (its `-J`: same names and layout,
+    /// so nccl-tests' scripts read it), written by rank 0 after the table.
+    #[arg(short = 'J', long = "output_file", value_name = "FILE",
+          value_parser = clap::builder::OsStringValueParser::new().try_map(nccl_tests_json::parse_output))]
+    pub output_file: Option<std::path::PathBuf>,
 }
 
 /// One value of a flag, or every one (`all`): what a sweep goes through, in order.
@@ -212,6 +219,7 @@ fn start_value(i: usize, rank: usize, op: ReduceOp) -> f64 {
 /// Runs the sweep(s) that `args` describes, prints each as nccl-tests does, and fails at
 /// the end (after the report) if any element was wrong.
 pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
+    let started = nccl_tests_json::now();
     let swept;
     let args = match plot_sweep(args) {
         Some(wider) => {
@@ -323,6 +331,13 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     }
     if let Some(target) = args.plot.plot.as_ref().filter(|_| session.rank() == 0) {
         plot(session, target, &args.plot.plot_with, &sweeps);
+    }
+    if let Some(path) = args.output_file.as_ref().filter(|_| session.rank() == 0) {
+        let doc = nccl_tests_json::document(session.run_report(), args, &sweeps, &started);
+        match nccl_tests_json::write(path, &doc) {
+            Ok(()) => session.say(&format!("# nccl-tests JSON (-J): {}", path.display())),
+            Err(e) => session.fail_at_end(e),
+        }
     }
     session.set_perf(sweeps);
     Ok(())

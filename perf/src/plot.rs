@@ -82,19 +82,20 @@ pub fn parse_target(s: OsString) -> Result<Target, String> {
     if !dir.is_dir() {
         return Err(format!("there is no folder {} to write it in", dir.display()));
     }
-    writable(&path, dir)?;
+    writable(&path, dir, "a plot")?;
     Ok(Target { path, format })
 }
 
-/// Whether a picture can be written at `path` (in folder `dir`): an existing file must be
-/// a regular file (or a character device, such as `/dev/null`) this process may write,
-/// and a new one a file it may create in `dir` (tried with a file of its own, removed).
-fn writable(path: &Path, dir: &Path) -> Result<(), String> {
+/// Whether `what` (a picture, a result) can be written at `path` (in folder `dir`): an
+/// existing file must be a regular file (or a character device, such as `/dev/null`) this
+/// process may write, and a new one a file it may create in `dir` (tried with a file of
+/// its own, removed).
+pub(crate) fn writable(path: &Path, dir: &Path, what: &str) -> Result<(), String> {
     let cannot = |e: &std::io::Error| format!("cannot write {} ({})", path.display(), io_reason(e));
     match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => Err(format!("{} is a folder: a plot is a file", path.display())),
+        Ok(m) if m.is_dir() => Err(format!("{} is a folder: {what} is a file", path.display())),
         Ok(m) if !m.is_file() && !m.file_type().is_char_device() => Err(format!(
-            "{} is {}, not a regular file: a plot is a file",
+            "{} is {}, not a regular file: {what} is a file",
             path.display(),
             file_kind(&m)
         )),
@@ -105,7 +106,7 @@ fn writable(path: &Path, dir: &Path) -> Result<(), String> {
             .map(drop)
             .map_err(|e| cannot(&e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let name = path.file_name().map_or("plot".into(), |n| n.to_string_lossy());
+            let name = path.file_name().map_or("output".into(), |n| n.to_string_lossy());
             let probe = dir.join(format!(".{name}.{}.probe", std::process::id()));
             match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
                 Ok(_) => {

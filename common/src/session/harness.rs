@@ -78,6 +78,13 @@ impl Session {
             .collect()
     }
 
+    /// The run's report so far: who runs where, the backend, NCCL's version (for the
+    /// benchmark's `-J`, which writes them in nccl-tests' layout).
+    #[doc(hidden)]
+    pub fn run_report(&self) -> &crate::report::Report {
+        &self.report
+    }
+
     /// `--link`: the simulated network the TCP links take the time of ("5 µs, 10 Gbit/s").
     #[doc(hidden)]
     pub fn simulated_link(&self) -> Option<&str> {
