@@ -2,7 +2,7 @@
 //! them, with their arguments, as C would write them:
 //!
 //! ```text
-//! rank 0 │ ncclAllReduce(sendbuff=0x7f2c00000000, recvbuff=0x7f2c00000000, count=4, datatype=ncclFloat32, op=ncclSum, comm=0x55e1…, stream=0x0) = ncclSuccess
+//! rank 0 │ ncclAllReduce(sendbuff=0x7f2c00000000, recvbuff=0x7f2c00000000, count=4, datatype=ncclFloat32, op=ncclSum, comm=0x55e1…, stream=0x5e00…) = ncclSuccess
 //! ```
 //!
 //! The same lines come from a real GPU node and from `--simulate-gpus`: they are printed

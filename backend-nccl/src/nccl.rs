@@ -92,7 +92,13 @@ impl Nccl {
         let ctx = CudaContext::new(device).with_context(|| format!("rank {rank}: opening CUDA device {device}"))?;
         ctx.bind_to_thread()
             .with_context(|| format!("rank {rank}: making device {device} current"))?;
-        let stream = ctx.default_stream();
+        // SAFETY: cudarc's event tracking orders a buffer's uses across streams; every use
+        // of this rank's GPU memory goes through `stream`, the one stream it makes, whose own
+        // order already does that, so the tracking would only add events to each call.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .with_context(|| format!("rank {rank}: making a stream on device {device}"))?;
         let ok = Some(&CUDA_SUCCESS as &dyn std::fmt::Debug);
         let dev = ctx.cu_device();
         shown.show(
@@ -118,6 +124,13 @@ impl Nccl {
             &Call::new("", "cuCtxSetCurrent").ptr("ctx", ctx.cu_ctx()),
             ok,
             "current on this thread: NCCL uses the thread's current context",
+        );
+        shown.show(
+            &Call::new("", "cuStreamCreate")
+                .arg("phStream", format!("→{:p}", stream.cu_stream()))
+                .arg("Flags", "CU_STREAM_NON_BLOCKING"),
+            ok,
+            "the rank's stream, as nccl-tests and PyTorch make theirs: every copy and collective goes on it, in order",
         );
 
         // 2. One rank per GPU: compare every rank's GPU before NCCL does.
