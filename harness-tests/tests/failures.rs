@@ -363,6 +363,45 @@ fn a_frozen_store_is_called_stuck_not_a_stranger() {
 }
 
 #[test]
+fn a_master_that_trickles_a_byte_now_and_then_holds_a_rank_no_longer_than_the_timeout() {
+    // Something on the master's port sends a byte every half second and never a whole
+    // reply. A socket's read timeout restarts at every byte: it used to hold a rank with
+    // --timeout 1 for 7.5 s. Now every read of the store ends by its deadline.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for mut c in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                for _ in 0..60 {
+                    if c.write_all(b"x").is_err() {
+                        return;
+                    }
+                    sleep(Duration::from_millis(500));
+                }
+            });
+        }
+    });
+    let args = [
+        "--world-size",
+        "2",
+        "--rank",
+        "1",
+        "--master-port",
+        &port,
+        "--timeout",
+        "1",
+    ];
+    let t = Instant::now();
+    let run = finish(spawn(command(BIN, &args)), LIMIT);
+    let took = t.elapsed();
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{run}");
+    assert!(run.stderr.contains("no whole reply came within 1 s"), "{run}");
+    // --timeout 1 and the 2 s every wait may add, with room for a loaded machine.
+    assert!(took < Duration::from_secs(1 + 2 + 2), "ended after {took:?}\n{run}");
+}
+
+#[test]
 fn strangers_on_the_stores_port_neither_exhaust_it_nor_keep_a_rank_out() {
     // Rank 0 may hold 128 descriptors. 200 strangers connect to its store and stay,
     // silent, before rank 1 comes with --timeout 8. The store closes the oldest stranger

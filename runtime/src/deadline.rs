@@ -17,6 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
+/// The one allowance past `--timeout` that any wait of the workbook may take, to learn
+/// why it failed (asking the store which rank is lost), to read a reply the store sent
+/// at its own deadline, or to abort: every wait ends within `--timeout` plus this.
+pub const SLACK: Duration = Duration::from_secs(2);
+
 /// When the armed deadline passes, in microseconds since [`epoch`] (0: nothing armed).
 static AT: AtomicU64 = AtomicU64::new(0);
 /// Which arming is current (so that an old guard does not disarm a newer one).

@@ -244,8 +244,17 @@ impl Strangers {
     }
 }
 
-/// Reads from a connection until `deadline`, however slowly the bytes come.
-struct Until<'a>(&'a TcpStream, Instant);
+/// Reads from a connection until `deadline`, however slowly the bytes come: a peer
+/// that sends a byte now and then cannot hold a read past it (a socket's read timeout
+/// restarts at every byte). Counts what it read, so that a reply too slow can be told
+/// from no reply at all.
+struct Until<'a>(&'a TcpStream, Instant, usize);
+
+impl<'a> Until<'a> {
+    fn new(conn: &'a TcpStream, deadline: Instant) -> Self {
+        Until(conn, deadline, 0)
+    }
+}
 
 impl io::Read for Until<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -254,7 +263,9 @@ impl io::Read for Until<'_> {
             return Err(io::ErrorKind::TimedOut.into());
         }
         self.0.set_read_timeout(Some(left))?;
-        (&mut &*self.0).read(buf)
+        let n = (&mut &*self.0).read(buf)?;
+        self.2 += n;
+        Ok(n)
     }
 }
 
@@ -264,7 +275,7 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     let _ = conn.set_nodelay(true);
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     // A join is small and comes at once: anything larger, or slower, is not a rank.
-    let hello = wire::read_frame(&mut Until(&conn, Instant::now() + JOIN_WITHIN), MAX_HELLO);
+    let hello = wire::read_frame(&mut Until::new(&conn, Instant::now() + JOIN_WITHIN), MAX_HELLO);
     joined();
     let Ok((HELLO, payload)) = hello else {
         return;
@@ -489,7 +500,7 @@ pub struct Store {
     conn: TcpStream,
     addr: String,
     timeout: Duration,
-    /// How long to wait for any reply: a wait's own deadline plus some slack.
+    /// How long to wait for any reply: a wait's own deadline plus [`deadline::SLACK`].
     reply_within: Duration,
 }
 
@@ -501,13 +512,13 @@ impl Store {
         let deadline = Instant::now() + timeout;
         let mut last_err;
         loop {
-            match try_connect(&addr, join, timeout) {
+            match try_connect(&addr, join, deadline, timeout) {
                 Ok(conn) => {
                     return Ok(Store {
                         conn,
                         addr,
                         timeout,
-                        reply_within: timeout + Duration::from_secs(5),
+                        reply_within: timeout + crate::deadline::SLACK,
                     });
                 }
                 Err(Attempt::Refused(why)) => bail!("the store at {addr} refused this rank: {why}"),
@@ -659,10 +670,12 @@ impl Store {
             };
             anyhow!("lost the store at {} ({how})", self.addr)
         };
-        // The store answers a wait within the timeout; allow a little more before giving up.
-        self.conn.set_read_timeout(Some(self.reply_within))?;
+        // The store answers a wait within the timeout; allow SLACK more before giving up,
+        // for the whole reply however slowly it comes.
+        let reply_by = Instant::now() + self.reply_within;
+        self.conn.set_write_timeout(Some(self.reply_within))?;
         wire::write_frame(&mut self.conn, kind, payload).map_err(lost)?;
-        let (reply, body) = wire::read_frame(&mut self.conn, MAX_FRAME).map_err(lost)?;
+        let (reply, body) = wire::read_frame(&mut Until::new(&self.conn, reply_by), MAX_FRAME).map_err(lost)?;
         match reply {
             OK => Ok(body),
             ERR => Err(anyhow!("{}", String::from_utf8_lossy(&body))),
@@ -680,30 +693,53 @@ enum Attempt {
     Failed(io::Error),
 }
 
-fn try_connect(addr: &str, join: &Join, timeout: Duration) -> std::result::Result<TcpStream, Attempt> {
+/// One try at joining the store at `addr`, over by `deadline` (the end of the `timeout`
+/// the rank gives the whole join, which messages name).
+fn try_connect(
+    addr: &str,
+    join: &Join,
+    deadline: Instant,
+    timeout: Duration,
+) -> std::result::Result<TcpStream, Attempt> {
     let targets: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Attempt::Failed)?.collect();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
+    // The whole join, connection and answer, ends by the deadline (a last try gets a
+    // moment even when it is past), however slowly the other end answers.
+    let by = deadline.max(Instant::now() + Duration::from_millis(200));
     for target in targets {
-        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+        let left = by
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        match TcpStream::connect_timeout(&target, left.min(Duration::from_secs(2))) {
             Ok(mut conn) => {
                 let _ = conn.set_nodelay(true);
-                conn.set_read_timeout(Some(timeout.min(Duration::from_secs(10))))
-                    .map_err(Attempt::Failed)?;
+                conn.set_write_timeout(Some(left)).map_err(Attempt::Failed)?;
                 let hello = Encoder::default()
                     .str(&join.job_id)
                     .u64(join.world_size as u64)
                     .u64(join.rank as u64);
                 wire::write_frame(&mut conn, HELLO, &hello.0).map_err(Attempt::Failed)?;
-                return match wire::read_frame(&mut conn, MAX_FRAME) {
+                let mut reply = Until::new(&conn, by);
+                let answer = wire::read_frame(&mut reply, MAX_FRAME);
+                let waited = crate::units::human_duration(timeout);
+                return match answer {
                     Ok((OK, _)) => Ok(conn),
                     Ok((ERR, why)) => Err(Attempt::Refused(String::from_utf8_lossy(&why).into_owned())),
                     // Nothing at all came back: a store that does not answer (its process
                     // frozen, or overwhelmed), not a stranger.
+                    Err(e)
+                        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) && reply.2 == 0 =>
+                    {
+                        Err(Attempt::Silent(format!(
+                            "the store at {target} took the connection but did not answer within {waited}: rank 0 \
+                             is stuck (stopped, or overloaded) or it is another program"
+                        )))
+                    }
                     Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                         Err(Attempt::Silent(format!(
-                            "the store at {target} took the connection but did not answer within {}: rank 0 \
-                             is stuck (stopped, or overloaded) or it is another program",
-                            crate::units::human_duration(timeout.min(Duration::from_secs(10)))
+                            "something at {target} answers, but no whole reply came within {waited} ({} bytes): \
+                             not this program's store, or one too slow to serve",
+                            reply.2
                         )))
                     }
                     Ok(_) | Err(_) => Err(Attempt::Refused(format!(
@@ -865,5 +901,76 @@ mod tests {
             "closed only after {:?}",
             t.elapsed()
         );
+    }
+
+    /// A listener on a free port whose every connection gets `first` at once (if any),
+    /// then, after reading `reads` frames, one byte every 100 ms for 30 s.
+    fn trickler(first: Option<Vec<u8>>, reads: usize) -> u16 {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { return };
+                let first = first.clone();
+                thread::spawn(move || {
+                    let _ = wire::read_frame(&mut c, MAX_FRAME);
+                    if let Some(f) = first {
+                        let _ = c.write_all(&f);
+                    }
+                    for _ in 0..reads {
+                        let _ = wire::read_frame(&mut c, MAX_FRAME);
+                    }
+                    // A header announcing a large reply, one byte at a time.
+                    for b in wire::header(OK, 1 << 20).iter().chain(&[0u8; 300]) {
+                        if c.write_all(&[*b]).is_err() {
+                            return;
+                        }
+                        thread::sleep(Duration::from_millis(100));
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn rank_one() -> Join {
+        Join {
+            job_id: "job-a".into(),
+            world_size: 2,
+            rank: 1,
+        }
+    }
+
+    #[test]
+    fn a_master_that_trickles_bytes_holds_a_join_no_longer_than_the_timeout() {
+        let port = trickler(None, 0);
+        let t = Instant::now();
+        let e = Store::connect("127.0.0.1", port, &rank_one(), Duration::from_secs(1))
+            .err()
+            .unwrap();
+        let took = t.elapsed();
+        assert!(took < Duration::from_secs(1) + crate::deadline::SLACK, "{took:?}");
+        assert!(e.to_string().contains("no whole reply came within 1 s"), "{e}");
+    }
+
+    #[test]
+    fn a_store_that_trickles_a_reply_is_left_within_the_timeout_and_the_slack() {
+        let mut ok = vec![];
+        wire::write_frame(&mut ok, OK, &[]).unwrap();
+        let port = trickler(Some(ok), 0);
+        let mut st = Store::connect("127.0.0.1", port, &rank_one(), Duration::from_secs(1)).unwrap();
+        let t = Instant::now();
+        let e = st.get("k").err().unwrap();
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_secs(1) + crate::deadline::SLACK + Duration::from_millis(500),
+            "{took:?}"
+        );
+        assert!(
+            took >= Duration::from_secs(1),
+            "it gave up before the timeout and slack: {took:?}"
+        );
+        assert!(e.to_string().contains("no answer in time"), "{e}");
     }
 }
