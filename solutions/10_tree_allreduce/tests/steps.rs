@@ -69,6 +69,9 @@ fn steps_show_the_tree_up_then_down_in_two_log2_n_steps() {
     );
     // Element 0 of rank r starts as r + 1: every rank ends with 1 + 2 + 3 + 4 + 5 = 15.
     for rank in 0..5 {
-        assert!(row(4, rank).contains("|  15 ") || row(4, rank).contains("| [15]"), "{r}");
+        assert!(
+            row(4, rank).contains("|  15 ") || row(4, rank).contains("| [15]"),
+            "{r}"
+        );
     }
 }
