@@ -509,3 +509,20 @@ fn a_hint_nudges_and_more_says_the_solution() {
     assert!(!hint.stdout.contains("recv_add_part"), "{hint}");
     assert!(more.stdout.contains("recv_add_part(buf, piece(k), child)"), "{more}");
 }
+
+#[test]
+fn the_starting_tree_passes_one_rank_and_fails_two_as_chapter_10_says() {
+    // EXERCISES.md 10: "you will see it pass on one rank, where there is nothing to send,
+    // and fail on two: `rank 0: element 0 is 1 instead of 3`".
+    let r = workbook(&["check", "10", "--starting"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert_eq!(
+        cases(&r),
+        [
+            (true, "world 1, --count 7".to_string()),
+            (false, "world 2, --count 1".to_string())
+        ],
+        "{r}"
+    );
+    assert!(r.stdout.contains("rank 0: element 0 is 1 instead of 3"), "{r}");
+}

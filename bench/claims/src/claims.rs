@@ -812,10 +812,19 @@ fn chapter10() -> Vec<Claim> {
             id: "ch10.latency",
             place: "EXERCISES.md, answer 10.1",
             file: "EXERCISES.md",
-            quote: "| ring / tree | 2.1 | 2.1 | 2.8 | 4.0 |",
-            says: "at 1 KiB the tree beats the ring on 2 to 16 nodes, by more as the nodes grow",
+            quote: "| ring / tree | 0.91 | 1.33 | 2.2 | 5.8 |",
+            says: "at 1 KiB ring and tree are even on 2 nodes; from 4 nodes the tree leads, by more as the nodes grow",
             measures: latency,
-            checks: vec![less(1, 0), less(3, 2), less_by(5, 4, 1.5), less_by(7, 6, 2.0)],
+            checks: vec![
+                Check::Within {
+                    a: vec![1],
+                    b: vec![0],
+                    factor: 1.5,
+                },
+                less(3, 2),
+                less_by(5, 4, 1.5),
+                less_by(7, 6, 2.0),
+            ],
             depends: Some("a message's cost on emulated nodes is mostly processes waking on this machine's cores"),
         },
         Claim {
@@ -847,7 +856,7 @@ fn chapter10() -> Vec<Claim> {
             id: "ch10.exercise",
             place: "EXERCISES.md, answer 10.4",
             file: "EXERCISES.md",
-            quote: "at 16 KiB the ring took 3852 µs, the tree 1111 µs",
+            quote: "at 16 KiB the ring took 3.81 ms, the tree 1.08 ms",
             says: "the solutions on 8 nodes: the tree beats the ring at 16 KiB and 1 MiB; 8 pieces slow it at 16 KiB",
             measures: vec![
                 time("ring, 16 KiB", own("sol05-ring-allreduce", "16K", "")),
