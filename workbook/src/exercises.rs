@@ -361,8 +361,8 @@ fn ring_cases(max: usize) -> Vec<Case> {
 }
 
 /// Exercise 10: the sums of exercise 5 (element i of rank r starts as r + 1 + 10 (i mod
-/// 1000)), on odd and even worlds, a full tree (3 ranks), a root with one child (2), a last
-/// level with one leaf (8) and two levels of one (17), and a world of one rank, which has
+/// 1000)), on odd and even worlds, a full tree (3 ranks), a root with one child (2), an
+/// inner rank with one child (8), five levels (17), and a world of one rank, which has
 /// nothing to send (its starting file passes that one case, as it must). Counts below the world
 /// size, one that no piece count divides, and 16 pieces, some of them empty.
 fn tree_cases(max: usize) -> Vec<Case> {
