@@ -255,6 +255,26 @@ pub fn all() -> Vec<Exercise> {
                    chose for each pair of ranks.",
             more: None,
         },
+        Exercise {
+            number: 10,
+            title: "tree all-reduce from point-to-point",
+            code: Some(Code {
+                dir: "10_tree_allreduce",
+                cases: tree_cases,
+            }),
+            hint: "Draw the tree of 5 ranks first (rank r's children are 2r + 1 and 2r + 2). Going up, a \
+                   rank can pass its piece on only once every child's piece is in it: which calls, in \
+                   which order, and which rank has no one to send to? Going down, a rank must have the \
+                   finished piece before it passes it on. Check world 1 and 2 by hand: a rank may have \
+                   no parent, no children, or one child.",
+            more: Some(
+                "Up, for each piece k: for each child, s.recv_add_part(buf, piece(k), child)?; then, if \
+                   there is a parent, s.send_part(buf, piece(k), parent)?. Down, for each piece k: if \
+                   there is a parent, s.recv_part(buf, piece(k), parent)?; then for each child \
+                   s.send_part(buf, piece(k), child)?. The root has no parent and a leaf no children: \
+                   `if let Some(parent) = parent` and a loop over `&children` cover both.",
+            ),
+        },
     ]
 }
 
@@ -337,6 +357,39 @@ fn ring_cases(max: usize) -> Vec<Case> {
         "after",
         sums(n),
     ));
+    cases
+}
+
+/// Exercise 10: the sums of exercise 5 (element i of rank r starts as r + 1 + 10 (i mod
+/// 1000)), on odd and even worlds, a full tree (3 ranks), a root with one child (2), an
+/// inner rank with one child (8), five levels (17), and a world of one rank, which has
+/// nothing to send (its starting file passes that one case, as it must). Counts below the world
+/// size, one that no piece count divides, and 16 pieces, some of them empty.
+fn tree_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let sums = |n: usize| move |_: usize, i: usize| (n * (n + 1) / 2 + 10 * n * (i % 1000)) as f64;
+    // One rank: no parent, no children, nothing sent.
+    cases.push(Case::new(
+        1,
+        &["--count", "7", "--iters", "1", "--show", "16"],
+        "after",
+        sums(1),
+    ));
+    for n in [2, 3, 5, 8, 17] {
+        if n > max.max(2) {
+            continue;
+        }
+        for args in [
+            &["--count", "1"][..],
+            &["--count", "7"],
+            &["--count", "100003"],
+            &["--count", "13", "--pieces", "16"],
+        ] {
+            let mut args = args.to_vec();
+            args.extend(["--iters", "1", "--show", "16"]);
+            cases.push(Case::new(n, &args, "after", sums(n)));
+        }
+    }
     cases
 }
 

@@ -71,9 +71,10 @@ enum Cmd {
         /// needed): the same NCCL calls as on a GPU node. Worlds larger than N are left out.
         #[arg(long, value_name = "N", conflicts_with = "backend", value_parser = clap::value_parser!(u32).range(2..=64))]
         simulate_gpus: Option<u32>,
-        /// The largest world size to run (with NCCL: at most your number of GPUs).
-        #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=5))]
-        max_world: u32,
+        /// The largest world size to run (with NCCL: at most your number of GPUs). Exercises 3 to
+        /// 8 run at most 5 ranks; exercise 10 up to 17 (the default on the CPU backend; 5 on NCCL).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=64))]
+        max_world: Option<u32>,
     },
     /// Shows the hint of an exercise: a nudge (which step, which peer, what to look at).
     Hint {
@@ -177,6 +178,10 @@ fn main() -> ExitCode {
                 (_, _, Some(bin)) => Source::Fixture(bin),
                 _ => Source::Exercise,
             };
+            let max_world = max_world.unwrap_or(match (backend.as_str(), simulate_gpus) {
+                ("cpu", None) => 17,
+                _ => 5,
+            });
             let opts = Options {
                 source,
                 hint,

@@ -80,6 +80,15 @@ fn required(number: u32) -> Vec<String> {
             }
             labels.push("world 3, --count 13 --lr 0.125".into());
         }
+        10 => {
+            labels.push("world 1, --count 7".into());
+            for n in [2, 3, 5, 8, 17] {
+                for count in [1, 7, 100003] {
+                    labels.push(format!("world {n}, --count {count}"));
+                }
+                labels.push(format!("world {n}, --count 13 --pieces 16"));
+            }
+        }
         _ => unreachable!(),
     }
     labels
@@ -87,14 +96,16 @@ fn required(number: u32) -> Vec<String> {
 
 #[test]
 fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
-    for number in [3, 4, 5, 7, 8] {
+    for number in [3, 4, 5, 7, 8, 10] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--starting", "--keep-going"]);
         assert_eq!(r.code, Some(1), "exercise {number}: {r}");
         let cases = cases(&r);
         assert_eq!(cases.len(), announced(&r), "exercise {number}: {r}");
         for (passed, label) in &cases {
-            assert!(!passed, "exercise {number}'s starting file passes '{label}':\n{r}");
+            // A world of one rank sends nothing: a tree that does nothing is right there.
+            let alone = number == 10 && label.starts_with("world 1,");
+            assert_eq!(*passed, alone, "exercise {number}'s starting file on '{label}':\n{r}");
         }
         for label in required(number) {
             assert!(
@@ -110,7 +121,7 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
 
 #[test]
 fn every_solution_passes_every_case() {
-    for number in [3, 4, 5, 7, 8] {
+    for number in [3, 4, 5, 7, 8, 10] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--solution"]);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -188,6 +199,7 @@ fn hints_list_and_bad_input() {
         (5, "exercises/05_ring_allreduce"),
         (7, "exercises/07_packed_broadcast"),
         (8, "exercises/08_sharded_update"),
+        (10, "exercises/10_tree_allreduce"),
     ] {
         assert!(
             r.stdout
@@ -196,15 +208,15 @@ fn hints_list_and_bad_input() {
             "{r}"
         );
     }
-    assert_eq!(r.stdout.lines().count(), 9, "chapters 1 to 9:\n{r}");
+    assert_eq!(r.stdout.lines().count(), 10, "chapters 1 to 10:\n{r}");
 
     let r = workbook(&["check", "1"]).ok();
     assert!(r.stdout.contains("there is no code to check"), "{r}");
 
     for (args, says) in [
         (
-            vec!["check", "10"],
-            "error: there is no exercise 10: the exercises are 1 to 9",
+            vec!["check", "11"],
+            "error: there is no exercise 11: the exercises are 1 to 10",
         ),
         (vec!["hint", "0"], "error: there is no exercise 0"),
         (vec!["check"], "error: say which exercise to check"),
@@ -213,8 +225,8 @@ fn hints_list_and_bad_input() {
             "error: invalid value 'gpu' for '--backend",
         ),
         (
-            vec!["check", "5", "--max-world", "9"],
-            "error: invalid value '9' for '--max-world",
+            vec!["check", "5", "--max-world", "65"],
+            "error: invalid value '65' for '--max-world",
         ),
     ] {
         let r = workbook(&args);
@@ -227,7 +239,7 @@ fn hints_list_and_bad_input() {
 #[test]
 fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
     // The NCCL test double with 4 GPUs: send_recv and the parts go through NCCL groups.
-    for number in ["3", "4", "5", "7", "8"] {
+    for number in ["3", "4", "5", "7", "8", "10"] {
         let args = ["check", number, "--solution", "--backend", "nccl", "--max-world", "4"];
         let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -473,7 +485,7 @@ fn output_to_a_closed_pipe_ends_quietly() {
 
 #[test]
 fn a_hint_nudges_and_more_says_the_solution() {
-    for number in ["3", "4", "5", "7", "8"] {
+    for number in ["3", "4", "5", "7", "8", "10"] {
         let hint = workbook(&["hint", number]).ok();
         let more = workbook(&["hint", number, "--more"]).ok();
         assert!(
@@ -493,4 +505,24 @@ fn a_hint_nudges_and_more_says_the_solution() {
     let (hint, more) = (workbook(&["hint", "3"]).ok(), workbook(&["hint", "3", "--more"]).ok());
     assert!(!hint.stdout.contains("x / n"), "{hint}");
     assert!(more.stdout.contains("x / n"), "{more}");
+    let (hint, more) = (workbook(&["hint", "10"]).ok(), workbook(&["hint", "10", "--more"]).ok());
+    assert!(!hint.stdout.contains("recv_add_part"), "{hint}");
+    assert!(more.stdout.contains("recv_add_part(buf, piece(k), child)"), "{more}");
+}
+
+#[test]
+fn the_starting_tree_passes_one_rank_and_fails_two_as_chapter_10_says() {
+    // EXERCISES.md 10: "you will see it pass on one rank, where there is nothing to send,
+    // and fail on two: `rank 0: element 0 is 1 instead of 3`".
+    let r = workbook(&["check", "10", "--starting"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert_eq!(
+        cases(&r),
+        [
+            (true, "world 1, --count 7".to_string()),
+            (false, "world 2, --count 1".to_string())
+        ],
+        "{r}"
+    );
+    assert!(r.stdout.contains("rank 0: element 0 is 1 instead of 3"), "{r}");
 }

@@ -204,6 +204,7 @@ pub fn all() -> Vec<Claim> {
     all.extend(chapter7());
     all.extend(chapter8());
     all.extend(chapter9());
+    all.extend(chapter10());
     all.extend(perf_section());
     all.extend(tuner());
     all
@@ -761,4 +762,118 @@ fn perf_section() -> Vec<Claim> {
         checks: vec![less(0, 1), less(3, 2)],
         depends: Some("two ranks on two free cores spin; four share them"),
     }]
+}
+
+/// Chapter 10: ring against tree on emulated nodes over a simulated network (`--link`).
+fn chapter10() -> Vec<Claim> {
+    const LINK: &str = "--nproc-per-node 1 --link 50us,10Gbps";
+    let perf = |nodes: usize, algo: &'static str, args: &str| {
+        cmd("07-nccl-perf", &format!("{LINK} --op all_reduce {args} -n 20 -w 3"))
+            .env("NCCL_ALGO", algo)
+            .nodes(nodes)
+    };
+    let us = "/out_of_place/time_us";
+    let mut latency = vec![];
+    for n in [2, 4, 8, 16] {
+        for algo in ["Ring", "Tree"] {
+            latency.push(row(
+                format!("1 KiB on {n} nodes, {algo}"),
+                perf(n, algo, "-b 1K -e 1K"),
+                1024,
+                us,
+            ));
+        }
+    }
+    let sweep = "-b 16K -e 4M -f 4";
+    let crossover = vec![
+        row("8 nodes, 16 KiB, Ring", perf(8, "Ring", sweep), 16 << 10, us),
+        row("8 nodes, 16 KiB, Tree", perf(8, "Tree", sweep), 16 << 10, us),
+        row("8 nodes, 4 MiB, Ring", perf(8, "Ring", sweep), 4 << 20, us),
+        row("8 nodes, 4 MiB, Tree", perf(8, "Tree", sweep), 4 << 20, us),
+        row("4 nodes, 256 KiB, Ring", perf(4, "Ring", sweep), 256 << 10, us),
+        row("4 nodes, 256 KiB, Tree", perf(4, "Tree", sweep), 256 << 10, us),
+        row("4 nodes, 4 MiB, Ring", perf(4, "Ring", sweep), 4 << 20, us),
+        row("4 nodes, 4 MiB, Tree", perf(4, "Tree", sweep), 4 << 20, us),
+    ];
+    let slow = |algo: &'static str| {
+        cmd(
+            "07-nccl-perf",
+            "--nproc-per-node 4 --link 50us,1Gbps --op all_reduce -b 16M -e 16M -n 5 -w 1",
+        )
+        .env("NCCL_ALGO", algo)
+        .nodes(2)
+    };
+    let busbw = "/out_of_place/busbw";
+    let own = |bin: &'static str, size: &str, extra: &str| {
+        cmd(bin, &format!("{LINK} --size {size} --iters 20 {extra}")).nodes(8)
+    };
+    vec![
+        Claim {
+            id: "ch10.latency",
+            place: "EXERCISES.md, answer 10.1",
+            file: "EXERCISES.md",
+            quote: "| ring / tree | 0.91 | 1.33 | 2.2 | 5.8 |",
+            says: "at 1 KiB ring and tree are even on 2 nodes; from 4 nodes the tree leads, by more as the nodes grow",
+            measures: latency,
+            checks: vec![
+                Check::Within {
+                    a: vec![1],
+                    b: vec![0],
+                    factor: 1.5,
+                },
+                less(3, 2),
+                less_by(5, 4, 1.5),
+                less_by(7, 6, 2.0),
+            ],
+            depends: Some("a message's cost on emulated nodes is mostly processes waking on this machine's cores"),
+        },
+        Claim {
+            id: "ch10.crossover",
+            place: "EXERCISES.md, answer 10.2",
+            file: "EXERCISES.md",
+            quote: "On 8 nodes the tree leads up to about 1 MiB",
+            says: "the tree leads at small sizes (8 nodes: 16 KiB; 4 nodes: 256 KiB), the ring at 4 MiB",
+            measures: crossover,
+            checks: vec![less_by(1, 0, 1.5), less(2, 3), less(5, 4), less(6, 7)],
+            depends: None,
+        },
+        Claim {
+            id: "ch10.busbw",
+            place: "EXERCISES.md, answer 10.3",
+            file: "EXERCISES.md",
+            quote: "ring 281 ms, tree 309 ms at 16 MiB, busbw 0.104 and 0.095 GB/s",
+            says: "on 2 nodes of 4 over 1 Gbit/s, neither busbw passes the link's 0.125 GB/s here",
+            measures: vec![
+                row("2x4 ranks, 16 MiB busbw, Ring", slow("Ring"), 16 << 20, busbw),
+                row("2x4 ranks, 16 MiB busbw, Tree", slow("Tree"), 16 << 20, busbw),
+                row("2x4 ranks, 16 MiB, Ring", slow("Ring"), 16 << 20, us),
+                row("2x4 ranks, 16 MiB, Tree", slow("Tree"), 16 << 20, us),
+            ],
+            checks: vec![Check::Below { a: 0, value: 0.125 }, Check::Below { a: 1, value: 0.125 }],
+            depends: None,
+        },
+        Claim {
+            id: "ch10.exercise",
+            place: "EXERCISES.md, answer 10.4",
+            file: "EXERCISES.md",
+            quote: "at 16 KiB the ring took 3.81 ms, the tree 1.08 ms",
+            says: "the solutions on 8 nodes: the tree beats the ring at 16 KiB and 1 MiB; 8 pieces slow it at 16 KiB",
+            measures: vec![
+                time("ring, 16 KiB", own("sol05-ring-allreduce", "16K", "")),
+                time("tree, 16 KiB", own("sol10-tree-allreduce", "16K", "")),
+                time(
+                    "tree in 8 pieces, 16 KiB",
+                    own("sol10-tree-allreduce", "16K", "--pieces 8"),
+                ),
+                time("ring, 1 MiB", own("sol05-ring-allreduce", "1M", "")),
+                time("tree, 1 MiB", own("sol10-tree-allreduce", "1M", "")),
+                time(
+                    "tree in 8 pieces, 1 MiB",
+                    own("sol10-tree-allreduce", "1M", "--pieces 8"),
+                ),
+            ],
+            checks: vec![less_by(1, 0, 2.0), less(1, 2), less(4, 3)],
+            depends: Some("a message's cost on emulated nodes is mostly processes waking on this machine's cores"),
+        },
+    ]
 }
