@@ -79,3 +79,49 @@ fn an_algorithm_the_cpu_backend_lacks_or_a_backend_that_cannot_switch_is_refused
         assert!(lines[0].contains(says), "{r}");
     }
 }
+
+#[test]
+fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
+    // 8 B to 8 MiB by 16 on 2 ranks: the tuner runs more than one algorithm over it.
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8M",
+        "-f",
+        "16",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--fit",
+    ];
+    let r = perf(&[&args[..], &["--format", "json"]].concat()).ok();
+    let doc = r.json();
+    let rows = doc["rows"].as_array().unwrap();
+    let mut ran: Vec<&str> = vec![];
+    for row in rows {
+        let a = row["out_of_place"]["algo"].as_str().unwrap();
+        if ran.last() != Some(&a) {
+            ran.push(a);
+        }
+    }
+    assert!(ran.len() >= 2, "one algorithm over the sweep: {ran:?}");
+    assert!(doc["fit"].is_null(), "one line for several algorithms: {}", doc["fit"]);
+    let fits = doc["fits"].as_array().expect("a fit per algorithm");
+    let names: Vec<&str> = fits.iter().map(|f| f["algo"].as_str().unwrap()).collect();
+    assert_eq!(names, ran, "the fits follow the rows' algorithms, in order");
+    assert_eq!(fits[0]["from_bytes"], rows[0]["size"]);
+    assert_eq!(fits[fits.len() - 1]["to_bytes"], rows[rows.len() - 1]["size"]);
+    let text = perf(&args).ok();
+    assert!(
+        text.stdout
+            .contains("# fit (out of place), one per algorithm the tuner chose:"),
+        "{text}"
+    );
+    assert!(text.stdout.contains(&format!("#   {} (", ran[0])), "{text}");
+}

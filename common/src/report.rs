@@ -95,6 +95,24 @@ pub struct Perf {
     /// The model fitted to its out-of-place times (the benchmark's `--fit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<Fit>,
+    /// `--fit` on a sweep whose sizes ran several algorithms (the tuner's choice): one
+    /// fit per algorithm, over the sizes it ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fits: Vec<AlgoFit>,
+}
+
+/// One algorithm's rows of a sweep that ran several, and the model fitted to them.
+#[derive(Serialize, Debug, Clone, Default, PartialEq)]
+pub struct AlgoFit {
+    /// The algorithm, by the tuner's name.
+    pub algo: String,
+    /// The smallest and the largest size it ran, in bytes.
+    pub from_bytes: usize,
+    /// See `from_bytes`.
+    pub to_bytes: usize,
+    /// Its fit, if its rows make one (two sizes or more, a time that grows).
+    #[serde(flatten)]
+    pub fit: Option<Fit>,
 }
 
 /// time ≈ α + size / β, fitted to a sweep's out-of-place times (least squares of the

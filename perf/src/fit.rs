@@ -8,7 +8,7 @@
 //!
 //! The fit minimises the relative errors, so that a 4 B row and a 4 MiB row weigh alike.
 
-use common::report::{Fit, Perf};
+use common::report::{AlgoFit, Fit, Perf};
 use common::units::human_bytes;
 
 /// The algorithms `p`'s out-of-place rows ran, in order, each once.
@@ -28,12 +28,44 @@ pub fn fit(p: &Perf) -> Option<Fit> {
     if algorithms(p).len() > 1 {
         return None;
     }
-    let points: Vec<(f64, f64)> = p
-        .rows
-        .iter()
-        .map(|r| (r.size as f64, r.out_of_place.time_us))
-        .filter(|(_, t)| *t > 0.0)
-        .collect();
+    fit_points(p.rows.iter().map(|r| (r.size as f64, r.out_of_place.time_us)))
+}
+
+/// When `p`'s sizes ran several algorithms: a fit to each one's rows (a run of sizes
+/// where the tuner chose it), in the order they ran; empty when they ran one.
+pub fn by_algorithm(p: &Perf) -> Vec<AlgoFit> {
+    if algorithms(p).len() < 2 {
+        return vec![];
+    }
+    let mut runs: Vec<AlgoFit> = vec![];
+    let mut points: Vec<Vec<(f64, f64)>> = vec![];
+    for r in &p.rows {
+        let algo = &r.out_of_place.algo;
+        match runs.last_mut() {
+            Some(run) if &run.algo == algo => run.to_bytes = r.size,
+            _ => {
+                runs.push(AlgoFit {
+                    algo: algo.clone(),
+                    from_bytes: r.size,
+                    to_bytes: r.size,
+                    fit: None,
+                });
+                points.push(vec![]);
+            }
+        }
+        if let Some(pts) = points.last_mut() {
+            pts.push((r.size as f64, r.out_of_place.time_us));
+        }
+    }
+    for (run, pts) in runs.iter_mut().zip(points) {
+        run.fit = fit_points(pts.into_iter());
+    }
+    runs
+}
+
+/// The line through `(size, µs)` points, if they make one.
+fn fit_points(points: impl Iterator<Item = (f64, f64)>) -> Option<Fit> {
+    let points: Vec<(f64, f64)> = points.filter(|(_, t)| *t > 0.0).collect();
     let (a, b) = weighted_line(&points)?;
     // A time that does not grow with the size has no bandwidth to say.
     if b <= 0.0 {
@@ -72,23 +104,51 @@ fn weighted_line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((a, b))
 }
 
-/// The line under a sweep: `# fit: time ≈ 12.3 us + size / 4.56 GB/s (every row within 8%)`,
-/// or why there is none.
-pub fn line(p: &Perf) -> String {
-    let ran = algorithms(p);
-    match (&p.fit, &ran[..]) {
-        (Some(f), _) => format!(
-            "# fit (out of place): time ≈ {:.1} us + size / {:.2} GB/s (every row within {:.0}% of it)",
-            f.alpha_us,
-            f.beta_gbps,
-            f.worst_error * 100.0
-        ),
-        (None, [_, _, ..]) => format!(
-            "# fit: none (the rows ran {}: one line fits no two algorithms)",
-            ran.join(", ")
-        ),
-        (None, _) => "# fit: none (two sizes or more, whose time grows with the size, make one)".into(),
+/// `time ≈ 12.3 us + size / 4.56 GB/s (every row within 8% of it)`.
+fn model(f: &Fit) -> String {
+    format!(
+        "time ≈ {:.1} us + size / {:.2} GB/s (every row within {:.0}% of it)",
+        f.alpha_us,
+        f.beta_gbps,
+        f.worst_error * 100.0
+    )
+}
+
+/// The lines under a sweep: `# fit (out of place): time ≈ ...`; for a sweep that ran
+/// several algorithms, one per algorithm and, between two that follow each other, where
+/// the tuner switched and where their fits cross; or why there is none.
+pub fn lines(p: &Perf) -> Vec<String> {
+    if let Some(f) = &p.fit {
+        return vec![format!("# fit (out of place): {}", model(f))];
     }
+    if p.fits.is_empty() {
+        return vec!["# fit: none (two sizes or more, whose time grows with the size, make one)".into()];
+    }
+    let mut out = vec!["# fit (out of place), one per algorithm the tuner chose:".to_string()];
+    for (i, run) in p.fits.iter().enumerate() {
+        let sizes = match run.from_bytes == run.to_bytes {
+            true => human_bytes(run.from_bytes),
+            false => format!("{} to {}", human_bytes(run.from_bytes), human_bytes(run.to_bytes)),
+        };
+        let what = match &run.fit {
+            Some(f) => model(f),
+            None => "no fit (one size, or a time that does not grow)".into(),
+        };
+        out.push(format!("#   {} ({sizes}): {what}", run.algo));
+        if let Some(next) = p.fits.get(i + 1)
+            && let (Some(a), Some(b)) = (&run.fit, &next.fit)
+        {
+            out.push(format!(
+                "#   {} → {} between {} and {} (the tuner); the fits: {}",
+                run.algo,
+                next.algo,
+                human_bytes(run.to_bytes),
+                human_bytes(next.from_bytes),
+                crossing(a, b, &run.algo, &next.algo)
+            ));
+        }
+    }
+    out
 }
 
 /// With `-A`, for every collective, type and operator run by two algorithms or more:
@@ -172,14 +232,43 @@ mod tests {
         let mut p = sweep("ring", 40.0, 5.0);
         p.fit = Some(f);
         assert_eq!(
-            line(&p),
-            "# fit (out of place): time ≈ 40.0 us + size / 5.00 GB/s (every row within 0% of it)"
+            lines(&p),
+            ["# fit (out of place): time ≈ 40.0 us + size / 5.00 GB/s (every row within 0% of it)"]
         );
-        // Rows that ran two algorithms fit no line.
+        // Rows that ran two algorithms fit no one line: a line each.
         p.rows[3].out_of_place.algo = "ring-pipelined".into();
         p.fit = fit(&p);
         assert_eq!(p.fit, None);
-        assert!(line(&p).contains("the rows ran ring, ring-pipelined"), "{}", line(&p));
+        assert!(by_algorithm(&sweep("ring", 40.0, 5.0)).is_empty());
+    }
+
+    #[test]
+    fn a_sweep_of_two_algorithms_gets_a_fit_each_and_where_they_cross() {
+        // direct: α 1 µs, 1 GB/s up to 64 KiB; ring: α 40 µs, 5 GB/s from 1 MiB.
+        let mut p = sweep("direct", 1.0, 1.0);
+        p.rows.truncate(2);
+        let ring = sweep("ring", 40.0, 5.0);
+        p.rows.extend(ring.rows[2..].iter().cloned());
+        p.fit = fit(&p);
+        p.fits = by_algorithm(&p);
+        assert_eq!(p.fits.len(), 2);
+        assert_eq!((p.fits[0].from_bytes, p.fits[0].to_bytes), (4096, 65536));
+        let d = p.fits[0].fit.unwrap();
+        assert!(
+            (d.alpha_us - 1.0).abs() < 1e-6 && (d.beta_gbps - 1.0).abs() < 1e-9,
+            "{d:?}"
+        );
+        // Equal where 1 + x/1000 = 40 + x/5000: x = 48,750 B.
+        assert_eq!(
+            lines(&p),
+            [
+                "# fit (out of place), one per algorithm the tuner chose:",
+                "#   direct (4.0 KiB to 64.0 KiB): time ≈ 1.0 us + size / 1.00 GB/s (every row within 0% of it)",
+                "#   direct → ring between 64.0 KiB and 1.0 MiB (the tuner); the fits: they cross at 47.6 KiB \
+                 (direct faster below, ring above)",
+                "#   ring (1.0 MiB to 16.0 MiB): time ≈ 40.0 us + size / 5.00 GB/s (every row within 0% of it)",
+            ]
+        );
     }
 
     #[test]

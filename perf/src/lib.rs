@@ -308,7 +308,10 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
                     perf.nccl_algo = algo.map(String::from);
                     if args.fit {
                         perf.fit = fit::fit(&perf);
-                        session.say(&fit::line(&perf));
+                        perf.fits = fit::by_algorithm(&perf);
+                        for line in fit::lines(&perf) {
+                            session.say(&line);
+                        }
                     }
                     sweeps.push(perf);
                 }
