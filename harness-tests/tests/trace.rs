@@ -352,7 +352,7 @@ fn a_long_run_of_eight_ranks_is_traced_without_failing() {
     let (r, text) = traced_raw(
         "long-8",
         None,
-        &["--nproc-per-node", "8", "--count", "4", "--iters", "1000"],
+        &["--nproc-per-node", "8", "--count", "4", "--iters", "800"],
     );
     assert_eq!(r.code, Some(0), "{r}");
     assert!(r.stdout.contains("Check: OK"), "{r}");
@@ -371,7 +371,7 @@ fn a_long_run_of_eight_ranks_is_traced_without_failing() {
     let kept = doc["otherData"]["kept"].as_array().expect("otherData.kept");
     assert_eq!(kept.len(), 8);
     eprintln!(
-        "8 ranks × 1000 iterations: {} events, {:.1} MB, in {:?}",
+        "8 ranks × 800 iterations: {} events, {:.1} MB, in {:?}",
         events(&doc).len(),
         text.len() as f64 / 1e6,
         r.elapsed
