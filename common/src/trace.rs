@@ -221,7 +221,7 @@ pub fn grouped(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -248,12 +248,11 @@ pub fn dropped_line(ranks: &[RankTrace]) -> Option<String> {
         _ => format!("{} to {} each", grouped(least), grouped(most)),
     };
     Some(format!(
-        "Trace: {} later events not kept, past the cap of {} events per rank ({} of {}: {each}); the file counts \
-         them per rank (otherData.kept, and on each rank's label)",
-        grouped(total),
+        "Trace: past the cap of {} events per rank, {} later events were not kept: {each} on {}; the file \
+         counts them per rank (otherData.kept, and each rank's label)",
         grouped(cap(ranks.len())),
+        grouped(total),
         crate::rank::list(&who),
-        ranks.len(),
     ))
 }
 

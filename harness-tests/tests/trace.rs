@@ -361,12 +361,25 @@ fn a_long_run_of_eight_ranks_is_traced_without_failing() {
     let doc: Value = serde_json::from_str(&text).expect("the trace is one JSON document");
     // Every rank's own track, and its links, hold events.
     let per = own_track(&doc);
-    assert_eq!(per.keys().copied().collect::<Vec<_>>(), (0..8).collect::<Vec<_>>(), "{r}");
+    assert_eq!(
+        per.keys().copied().collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>(),
+        "{r}"
+    );
     assert!(per.values().all(|n| *n > 1000), "{per:?}");
     assert!(!flows(&doc).is_empty());
     // The count printed is the file's; the file says what each rank kept and dropped.
-    let line = r.stdout.lines().find(|l| l.starts_with("Trace: ")).expect("a Trace line");
-    let said: usize = line["Trace: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Trace: "))
+        .expect("a Trace line");
+    let said: usize = line["Trace: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(said, events(&doc).len(), "{line}");
     let kept = doc["otherData"]["kept"].as_array().expect("otherData.kept");
     assert_eq!(kept.len(), 8);
@@ -390,7 +403,9 @@ fn events_past_the_cap_are_dropped_and_counted_in_the_file_and_on_the_terminal()
     assert_eq!(r.code, Some(0), "{r}");
     assert!(r.stdout.contains("Check: OK"), "{r}");
     let doc: Value = serde_json::from_str(&text.expect("a trace")).expect("the trace is one JSON document");
-    let cap = doc["otherData"]["events_per_rank_cap"].as_u64().expect("the cap in otherData") as usize;
+    let cap = doc["otherData"]["events_per_rank_cap"]
+        .as_u64()
+        .expect("the cap in otherData") as usize;
     let kept = doc["otherData"]["kept"].as_array().expect("otherData.kept");
     let per = own_track(&doc);
     assert_eq!(per.len(), 2, "{per:?}");
@@ -399,7 +414,10 @@ fn events_past_the_cap_are_dropped_and_counted_in_the_file_and_on_the_terminal()
         let (held, dropped) = (k["events"].as_u64().unwrap() as usize, k["dropped"].as_u64().unwrap());
         assert_eq!(k["rank"], rank, "{k}");
         assert_eq!(held, cap, "rank {rank} keeps its first {cap} events: {k}");
-        assert!(dropped > 0, "rank {rank}: 15,000 all-reduces record more than {cap} events: {k}");
+        assert!(
+            dropped > 0,
+            "rank {rank}: 15,000 all-reduces record more than {cap} events: {k}"
+        );
         assert!(per[&(rank as u64)] <= cap, "{per:?}");
         total += dropped;
         // Said on the rank's own label, where a viewer shows it.
@@ -407,13 +425,25 @@ fn events_past_the_cap_are_dropped_and_counted_in_the_file_and_on_the_terminal()
             .iter()
             .find(|e| e["name"] == "process_labels" && e["pid"] == rank)
             .unwrap();
-        assert!(label["args"]["labels"].as_str().unwrap().contains("not kept"), "{label}");
+        assert!(
+            label["args"]["labels"].as_str().unwrap().contains("not kept"),
+            "{label}"
+        );
     }
     let said: Vec<&str> = r.stdout.lines().filter(|l| l.contains("not kept")).collect();
     assert_eq!(said.len(), 1, "one line says what was dropped:\n{r}");
     let total = total.to_string();
-    let grouped = total.as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>();
-    assert!(said[0].contains(&grouped.join(",")), "the line names the {total} events dropped: {}", said[0]);
+    let grouped = total
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>();
+    assert!(
+        said[0].contains(&grouped.join(",")),
+        "the line names the {total} events dropped: {}",
+        said[0]
+    );
 }
 
 /// A trace that cannot be written at the end (the disk is full) is one line naming the
@@ -429,7 +459,10 @@ fn a_trace_that_cannot_be_written_is_one_line_and_the_run_stays_right() {
     assert_eq!(r.code, Some(0), "the run itself went right:\n{r}");
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line:\n{r}");
-    assert!(lines[0].contains("/dev/full") && lines[0].contains("No space left"), "{r}");
+    assert!(
+        lines[0].contains("/dev/full") && lines[0].contains("No space left"),
+        "{r}"
+    );
     assert!(!r.stderr.contains("launcher") && !r.stderr.contains("failed"), "{r}");
 }
 

@@ -114,9 +114,7 @@ impl Session {
                     match serde_json::from_slice::<Vec<crate::record::Event>>(&piece) {
                         Ok(events) => t.events.extend(events),
                         Err(e) => {
-                            failed.get_or_insert_with(|| {
-                                anyhow!("piece {i} of rank {r}'s trace does not parse: {e}")
-                            });
+                            failed.get_or_insert_with(|| anyhow!("piece {i} of rank {r}'s trace does not parse: {e}"));
                         }
                     }
                 }
