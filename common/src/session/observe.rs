@@ -3,7 +3,7 @@
 
 use super::Session;
 use crate::args::Format;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 
 impl Session {
     /// An NVTX range named `name`, on the NCCL backend (Nsight Systems shows it).
@@ -80,51 +80,42 @@ impl Session {
 
     /// `--trace FILE`: every rank's events, read on rank 0 from its own store after the
     /// last meeting (so that no rank waits on it meanwhile), `None` elsewhere or without
-    /// `--trace`. The headers are read in batches and each piece alone. An error of the
-    /// store is the run's; a trace that cannot be read is the trace's alone (`Some(Err)`:
-    /// said in one line at the end, the run's verdict unchanged).
-    pub(super) fn gather_trace(&mut self) -> Result<Option<Result<Vec<crate::trace::RankTrace>>>> {
+    /// `--trace`. The headers are read in batches and each piece alone. The run is over:
+    /// whatever goes wrong here is the trace's alone (`Some(Err)`, said in one line at
+    /// the end, the run's verdict unchanged).
+    pub(super) fn gather_trace(&mut self) -> Option<Result<Vec<crate::trace::RankTrace>>> {
         use crate::trace::RankTrace;
         let (rank, world) = (self.rank(), self.world_size());
         if self.trace.is_none() || rank != 0 {
-            return Ok(None);
+            return None;
         }
+        let store = &mut self.store;
         let mut all: Vec<RankTrace> = Vec::with_capacity(world);
-        let mut failed = None;
         // Headers are small (a host name, clocks): a batch's fits one message many times over.
         const BATCH: usize = 1024;
-        for first in (0..world).step_by(BATCH) {
-            let keys: Vec<_> = (first..world.min(first + BATCH))
-                .map(|r| (format!("trace/{r}"), r))
-                .collect();
-            for (r, head) in (first..).zip(self.store.wait(&keys, "every rank's trace")?) {
-                let mut t: RankTrace = match serde_json::from_slice(&head) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        failed.get_or_insert_with(|| anyhow!("rank {r} sent a trace that does not parse: {e}"));
-                        continue;
+        let mut read = || -> Result<()> {
+            for first in (0..world).step_by(BATCH) {
+                let keys: Vec<_> = (first..world.min(first + BATCH))
+                    .map(|r| (format!("trace/{r}"), r))
+                    .collect();
+                for (r, head) in (first..).zip(store.wait(&keys, "every rank's trace")?) {
+                    let mut t: RankTrace = serde_json::from_slice(&head)
+                        .with_context(|| format!("rank {r} sent a trace that does not parse"))?;
+                    for i in 0..t.pieces {
+                        let piece = store
+                            .wait(&[(format!("trace/{r}/{i}"), r)], "every rank's trace")?
+                            .pop()
+                            .unwrap_or_default();
+                        let events: Vec<crate::record::Event> = serde_json::from_slice(&piece)
+                            .with_context(|| format!("piece {i} of rank {r}'s trace does not parse"))?;
+                        t.events.extend(events);
                     }
-                };
-                for i in 0..t.pieces {
-                    let piece = self
-                        .store
-                        .wait(&[(format!("trace/{r}/{i}"), r)], "every rank's trace")?
-                        .pop()
-                        .unwrap_or_default();
-                    match serde_json::from_slice::<Vec<crate::record::Event>>(&piece) {
-                        Ok(events) => t.events.extend(events),
-                        Err(e) => {
-                            failed.get_or_insert_with(|| anyhow!("piece {i} of rank {r}'s trace does not parse: {e}"));
-                        }
-                    }
+                    all.push(t);
                 }
-                all.push(t);
             }
-        }
-        Ok(Some(match failed {
-            Some(e) => Err(e),
-            None => Ok(all),
-        }))
+            Ok(())
+        };
+        Some(read().map(|()| all))
     }
 
     /// `--trace FILE`, on rank 0 at the very end (the other ranks are done): writes what
