@@ -402,7 +402,7 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
         out.push(m("thread_sort_index", r, json!({"sort_index": 0})));
         if rank.dropped > 0 {
             out.push(
-                json!({"name": format!("{} more events not kept", rank.dropped), "ph": "i", "s": "t",
+                json!({"name": format!("{} later events not kept (past the cap of {} per rank)", grouped(rank.dropped), grouped(cap(ranks.len()))), "ph": "i", "s": "t",
                 "pid": r, "tid": r, "ts": rank.on_store_clock(rank.events.last().map_or(0.0, |e| e.t0 + e.dur)) - zero}),
             );
         }
