@@ -54,7 +54,8 @@ pub fn cap(world: usize) -> usize {
 pub struct RankTrace {
     pub host: String,
     pub events: Vec<Event>,
-    /// Events not kept (past [`crate::record::MAX_EVENTS`]).
+    /// Events not kept: past the [`cap`] (the later ones), or one alone larger than a
+    /// piece ([`PIECE_BYTES`]).
     pub dropped: usize,
     /// Where `events`' times count from: the rank's monotonic clock, in µs, and how far
     /// off that reading may be.
@@ -586,4 +587,76 @@ fn stream(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
         flows: rest["otherData"]["messages"].as_u64().unwrap_or(0) as usize,
         error_us: rest["otherData"]["clock_error_us"].as_f64().unwrap_or(0.0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(parts: usize) -> Event {
+        Event {
+            cat: Cat::Op,
+            name: "send_recv".into(),
+            t0: 1.0,
+            dur: 2.0,
+            phase: None,
+            algorithm: None,
+            bytes: 0,
+            parts: (0..parts)
+                .map(|p| crate::record::Part {
+                    dir: Dir::Send,
+                    peer: p,
+                    bytes: 8,
+                    range: None,
+                    in_send: false,
+                    how: How::Copy,
+                    seq: Some(p as u64),
+                })
+                .collect(),
+            values: None,
+            op: None,
+        }
+    }
+
+    #[test]
+    fn pieces_stay_under_the_limit_and_hold_every_event_in_order() {
+        let events: Vec<Event> = (0..1000).map(|i| op(1 + i % 5)).collect();
+        let (pieces, too_big) = pieces(&events, 4096).unwrap();
+        assert_eq!(too_big, 0);
+        assert!(pieces.len() > 10, "{}", pieces.len());
+        let mut back: Vec<Event> = vec![];
+        for p in &pieces {
+            assert!(p.len() <= 4096, "{}", p.len());
+            back.extend(serde_json::from_slice::<Vec<Event>>(p).unwrap());
+        }
+        assert_eq!(back.len(), events.len());
+        assert!(back.iter().zip(&events).all(|(a, b)| a.parts == b.parts));
+        // One event larger than a piece is left out and counted, the others kept.
+        let (pieces, too_big) = pieces_of(&[op(1), op(500), op(2)], 4096);
+        assert_eq!((pieces, too_big), (2, 1));
+        assert_eq!(super::pieces(&[], 4096).unwrap().0.len(), 0);
+    }
+
+    fn pieces_of(events: &[Event], limit: usize) -> (usize, usize) {
+        let (p, n) = pieces(events, limit).unwrap();
+        (
+            p.iter()
+                .map(|p| serde_json::from_slice::<Vec<Event>>(p).unwrap().len())
+                .sum(),
+            n,
+        )
+    }
+
+    #[test]
+    fn the_cap_is_per_rank_and_a_share_of_the_jobs() {
+        assert_eq!(cap(1), PER_RANK);
+        assert_eq!(cap(8), 20_000);
+        assert_eq!(cap(16), 12_500);
+        assert_eq!(cap(65_536), 3);
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(224_264), "224,264");
+        assert_eq!(grouped(12_345_678), "12,345,678");
+    }
 }
