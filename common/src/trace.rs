@@ -14,6 +14,12 @@
 //! onto its own clock and writes the one file, with how far off each rank's times may be
 //! in its metadata (`otherData.clocks`). Ranks on one machine read one clock: they line
 //! up exactly.
+//!
+//! A trace is bounded, so that it never fails a run and a viewer can open it: each rank
+//! keeps its first [`cap`] events (20,000, or its share of 200,000 for the whole job when
+//! that is fewer), and sends them to rank 0 in pieces of at most [`PIECE_BYTES`] (the
+//! store takes no message over 16 MiB); rank 0 streams the file out entry by entry. What
+//! was not kept is counted, per rank, in the file and on the terminal.
 
 use crate::record::{Cat, Dir, Event, How};
 use crate::rendezvous::Store;
@@ -27,12 +33,29 @@ pub use workbook_runtime::clock::{boot_id, monotonic_ns};
 /// Round trips to the store per measurement: the quickest one is kept.
 const ROUNDS: usize = 16;
 
+/// The most events one rank keeps: what the recorder keeps ([`crate::record::MAX_EVENTS`]).
+pub const PER_RANK: usize = crate::record::MAX_EVENTS;
+/// The most events the whole job keeps: each of `world` ranks keeps its share when that
+/// is less than [`PER_RANK`]. Each event is one to a few entries of the file (a step's
+/// sends and receives, their arrows): about 600,000 entries, 100 MB, which
+/// <https://ui.perfetto.dev> opens.
+pub const PER_JOB: usize = 200_000;
+/// The largest piece of a rank's events sent to rank 0 in one message of the store (whose
+/// limit is 16 MiB): a rank sends as many pieces as it needs.
+pub const PIECE_BYTES: usize = 4 << 20;
+
+/// The events each of `world` ranks keeps: [`PER_RANK`], or its share of [`PER_JOB`].
+pub fn cap(world: usize) -> usize {
+    PER_RANK.min(PER_JOB / world.max(1)).max(1)
+}
+
 /// What each rank sends rank 0 at the end.
 #[derive(Serialize, Deserialize)]
 pub struct RankTrace {
     pub host: String,
     pub events: Vec<Event>,
-    /// Events not kept (past [`crate::record::MAX_EVENTS`]).
+    /// Events not kept: past the [`cap`] (the later ones), or one alone larger than a
+    /// piece ([`PIECE_BYTES`]).
     pub dropped: usize,
     /// Where `events`' times count from: the rank's monotonic clock, in µs, and how far
     /// off that reading may be.
@@ -43,13 +66,23 @@ pub struct RankTrace {
     /// machines drift apart, some µs a second).
     pub start: Option<Clock>,
     pub clock: Clock,
+    /// How many pieces of events follow ([`pieces`]): the rank's events travel apart
+    /// from this, its header.
+    #[serde(default)]
+    pub pieces: usize,
 }
 
 impl RankTrace {
-    /// This rank's trace: what it recorded ([`crate::record::take_all`]) and its clock,
-    /// measured now through `store`.
-    pub(crate) fn new(store: &mut Store, rank: usize, host: String) -> Result<RankTrace> {
-        let (events, dropped, (origin, origin_error)) = crate::record::take_all();
+    /// This rank's trace, one of `world`: what it recorded ([`crate::record::take_all`]),
+    /// its first [`cap`] events kept and the others counted, and its clock, measured now
+    /// through `store`.
+    pub(crate) fn new(store: &mut Store, rank: usize, world: usize, host: String) -> Result<RankTrace> {
+        let (mut events, mut dropped, (origin, origin_error)) = crate::record::take_all();
+        let keep = cap(world);
+        if events.len() > keep {
+            dropped += events.len() - keep;
+            events.truncate(keep);
+        }
         let clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
         let start = START.lock().unwrap_or_else(|p| p.into_inner()).take();
         Ok(RankTrace {
@@ -59,6 +92,7 @@ impl RankTrace {
             origin: (origin + skew_ns(rank) as f64 / 1e3, origin_error),
             start: start.filter(|s| !s.shared && !clock.shared),
             clock,
+            pieces: 0,
         })
     }
 
@@ -156,26 +190,123 @@ fn skew_ns(rank: usize) -> i64 {
         .map_or(0, |us| (us * 1e3) as i64)
 }
 
-/// Refuses, before any rank starts, a FILE that cannot be written: its folder missing,
-/// or a folder itself.
+/// `events` as JSON arrays of at most `limit` bytes each, in order, and how many events
+/// were left out because one alone is larger than that (an operation with thousands of
+/// parts): what a rank sends rank 0, one message of the store each.
+pub(crate) fn pieces(events: &[Event], limit: usize) -> Result<(Vec<Vec<u8>>, usize)> {
+    let (mut out, mut piece, mut too_big) = (vec![], vec![b'['], 0);
+    for e in events {
+        let json = serde_json::to_vec(e)?;
+        if json.len() + 2 > limit {
+            too_big += 1;
+            continue;
+        }
+        if piece.len() + json.len() + 2 > limit {
+            piece.push(b']');
+            out.push(std::mem::replace(&mut piece, vec![b'[']));
+        }
+        if piece.len() > 1 {
+            piece.push(b',');
+        }
+        piece.extend_from_slice(&json);
+    }
+    if piece.len() > 1 {
+        piece.push(b']');
+        out.push(piece);
+    }
+    Ok((out, too_big))
+}
+
+/// `n` with its thousands grouped: 1,234,567.
+pub fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What was not kept, in one line (`None`: everything was): how many events in all, past
+/// which cap, and which ranks dropped how many.
+pub fn dropped_line(ranks: &[RankTrace]) -> Option<String> {
+    let dropped: Vec<(u64, usize)> = (0..ranks.len() as u64).zip(ranks.iter().map(|t| t.dropped)).collect();
+    let total: usize = dropped.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let who: Vec<u64> = dropped.iter().filter(|(_, n)| *n > 0).map(|(r, _)| *r).collect();
+    let (least, most) = dropped
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .fold((usize::MAX, 0), |(a, b), (_, n)| (a.min(*n), b.max(*n)));
+    let each = match (who.len(), least == most) {
+        (1, _) => grouped(most),
+        (_, true) => format!("{} each", grouped(most)),
+        _ => format!("{} to {} each", grouped(least), grouped(most)),
+    };
+    Some(format!(
+        "Trace: past the cap of {} events per rank, {} later events were not kept: {each} on {}; the file \
+         counts them per rank (otherData.kept, and each rank's label)",
+        grouped(cap(ranks.len())),
+        grouped(total),
+        crate::rank::list(&who),
+    ))
+}
+
+/// Refuses, before any rank starts, a FILE that cannot be written: its folder missing, a
+/// folder itself, something other than a regular file (a FIFO would hold the writer
+/// until someone reads it; a character device such as `/dev/null` is taken), a file this
+/// process may not write, or a folder it may not create files in (tried with a file of
+/// its own, removed at once). An existing file is not truncated: the run may still fail.
 pub fn check_path(path: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
     let shown = path.display();
+    let refuse = |why: String| Err(crate::error::usage(format!("--trace {shown}: {why}")));
     if path.is_dir() {
-        return Err(crate::error::usage(format!(
-            "--trace {shown}: that is a folder; give a file name"
-        )));
+        return refuse("that is a folder; give a file name".into());
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     if !parent.is_dir() {
-        return Err(crate::error::usage(format!(
-            "--trace {shown}: the folder {} does not exist",
-            parent.display()
-        )));
+        return refuse(format!("the folder {} does not exist", parent.display()));
     }
-    Ok(())
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.file_type().is_char_device() => {
+            let t = m.file_type();
+            let kind = if t.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if t.is_socket() {
+                "a socket"
+            } else if t.is_block_device() {
+                "a block device"
+            } else {
+                "not a regular file"
+            };
+            refuse(format!("that is {kind}: a trace is written to a regular file"))
+        }
+        Ok(_) => match std::fs::OpenOptions::new().write(true).open(path) {
+            Ok(_) => Ok(()),
+            Err(e) => refuse(format!("cannot write it ({e})")),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let name = path.file_name().map_or("trace".into(), |n| n.to_string_lossy());
+            let probe = parent.join(format!(".{name}.{}.probe", std::process::id()));
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&probe);
+                    Ok(())
+                }
+                Err(e) => refuse(format!("cannot write in the folder {} ({e})", parent.display())),
+            }
+        }
+        Err(e) => refuse(format!("cannot write it ({e})")),
+    }
 }
 
 /// The thread of a rank's sends to `peer` (`Dir::Send`) or receives from it.
@@ -207,8 +338,23 @@ pub struct Written {
     pub error_us: f64,
 }
 
-/// The Chrome trace of every rank's events (`ranks[r]`), on rank 0's clock.
+/// The Chrome trace of every rank's events (`ranks[r]`), on rank 0's clock, as one
+/// document (a test's size; [`write`] streams it out).
 pub fn chrome(ranks: &[RankTrace]) -> Value {
+    let mut all = vec![];
+    let mut rest = entries(ranks, &mut |v| {
+        all.push(v);
+        Ok(())
+    })
+    .unwrap_or_else(|_| json!({}));
+    rest["traceEvents"] = Value::Array(all);
+    rest
+}
+
+/// Every entry of the trace of `ranks`, given to `emit` one by one (each rank's in turn,
+/// so that only one event's entries are held at a time), then the rest of the document:
+/// `displayTimeUnit` and `otherData`.
+fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<()>) -> std::io::Result<Value> {
     let mut out = vec![];
     let names = crate::steps::step_names(&ranks.iter().map(|r| r.events.as_slice()).collect::<Vec<_>>());
     // Each rank's times (from its own start) onto rank 0's, and how far off that may be.
@@ -239,17 +385,25 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
             |what: &str, tid: usize, args: Value| json!({"name": what, "ph": "M", "pid": r, "tid": tid, "args": args});
         out.push(m("process_name", r, json!({"name": name})));
         out.push(m("process_sort_index", r, json!({"sort_index": r})));
-        let label = match (r, rank.clock.shared) {
+        let mut label = match (r, rank.clock.shared) {
             (0, _) => "rank 0's clock".to_string(),
             (_, true) => "one clock with rank 0".to_string(),
             _ => format!("clock aligned ±{:.1} µs", error(r)),
         };
+        if rank.dropped > 0 {
+            label += &format!(
+                "; {} events kept, {} later ones not kept (the cap: {} per rank)",
+                grouped(rank.events.len()),
+                grouped(rank.dropped),
+                grouped(cap(ranks.len()))
+            );
+        }
         out.push(m("process_labels", r, json!({"labels": label})));
         out.push(m("thread_name", r, json!({"name": name})));
         out.push(m("thread_sort_index", r, json!({"sort_index": 0})));
         if rank.dropped > 0 {
             out.push(
-                json!({"name": format!("{} more events not kept", rank.dropped), "ph": "i", "s": "t",
+                json!({"name": format!("{} later events not kept (past the cap of {} per rank)", grouped(rank.dropped), grouped(cap(ranks.len()))), "ph": "i", "s": "t",
                 "pid": r, "tid": r, "ts": rank.on_store_clock(rank.events.last().map_or(0.0, |e| e.t0 + e.dur)) - zero}),
             );
         }
@@ -321,6 +475,9 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
                     }
                 }
             }
+            for v in out.drain(..) {
+                emit(v)?;
+            }
         }
         for (recv, peer) in links {
             let (dir, arrow) = if recv { (Dir::Recv, '←') } else { (Dir::Send, '→') };
@@ -331,6 +488,9 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
                 json!({"name": format!("rank {r} {arrow} rank {peer}")}),
             ));
             out.push(m("thread_sort_index", tid, json!({"sort_index": tid})));
+        }
+        for v in out.drain(..) {
+            emit(v)?;
         }
     }
     let worst = (0..ranks.len()).map(error).fold(0.0, f64::max);
@@ -354,8 +514,12 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
                 }})
         })
         .collect();
-    json!({
-        "traceEvents": out,
+    let kept: Vec<Value> = ranks
+        .iter()
+        .enumerate()
+        .map(|(r, t)| json!({"rank": r, "events": t.events.len(), "dropped": t.dropped}))
+        .collect();
+    Ok(json!({
         "displayTimeUnit": "ns",
         "otherData": {
             "clock": format!(
@@ -366,19 +530,133 @@ pub fn chrome(ranks: &[RankTrace]) -> Value {
             "clock_error_us": worst,
             "clocks": clocks,
             "messages": flows,
+            "events_per_rank_cap": cap(ranks.len()),
+            "cap": format!(
+                "each rank keeps its first {} events (collectives, steps of their algorithms, waits, calls): {} \
+                 per rank, or its share of {} for the whole job when that is fewer; `kept` counts, per rank, the \
+                 events kept and the later ones dropped",
+                grouped(cap(ranks.len())),
+                grouped(PER_RANK),
+                grouped(PER_JOB)
+            ),
+            "kept": kept,
         },
+    }))
+}
+
+/// Writes the trace of `ranks` to `path`, entry by entry (the file's size is never held
+/// in memory), and says what it wrote. A write that fails (the disk full) removes what it
+/// had written of a regular file: no half a trace is left for a viewer to choke on.
+pub fn write(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
+    let result = stream(path, ranks);
+    if result.is_err() && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+fn stream(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
+    use std::io::Write;
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    file.write_all(b"{\"traceEvents\":[")?;
+    let mut events = 0usize;
+    let rest = entries(ranks, &mut |v| {
+        if events > 0 {
+            file.write_all(b",\n")?;
+        }
+        events += 1;
+        serde_json::to_writer(&mut file, &v).map_err(std::io::Error::other)
+    })?;
+    file.write_all(b"]")?;
+    if let Value::Object(fields) = &rest {
+        for (k, v) in fields {
+            write!(file, ",{}:", Value::String(k.clone()))?;
+            serde_json::to_writer(&mut file, v).map_err(std::io::Error::other)?;
+        }
+    }
+    file.write_all(b"}\n")?;
+    file.into_inner().map_err(|e| e.into_error())?.sync_all().or_else(|e| {
+        // A character device (/dev/null) cannot be synced: what was written is written.
+        match e.raw_os_error() {
+            Some(22) => Ok(()),
+            _ => Err(e),
+        }
+    })?;
+    Ok(Written {
+        events,
+        flows: rest["otherData"]["messages"].as_u64().unwrap_or(0) as usize,
+        error_us: rest["otherData"]["clock_error_us"].as_f64().unwrap_or(0.0),
     })
 }
 
-/// Writes the trace of `ranks` to `path`, and says what it wrote.
-pub fn write(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
-    let doc = chrome(ranks);
-    let written = Written {
-        events: doc["traceEvents"].as_array().map_or(0, Vec::len),
-        flows: doc["otherData"]["messages"].as_u64().unwrap_or(0) as usize,
-        error_us: doc["otherData"]["clock_error_us"].as_f64().unwrap_or(0.0),
-    };
-    let text = serde_json::to_string(&doc).map_err(std::io::Error::other)?;
-    std::fs::write(path, text)?;
-    Ok(written)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(parts: usize) -> Event {
+        Event {
+            cat: Cat::Op,
+            name: "send_recv".into(),
+            t0: 1.0,
+            dur: 2.0,
+            phase: None,
+            algorithm: None,
+            bytes: 0,
+            parts: (0..parts)
+                .map(|p| crate::record::Part {
+                    dir: Dir::Send,
+                    peer: p,
+                    bytes: 8,
+                    range: None,
+                    in_send: false,
+                    how: How::Copy,
+                    seq: Some(p as u64),
+                })
+                .collect(),
+            values: None,
+            op: None,
+        }
+    }
+
+    #[test]
+    fn pieces_stay_under_the_limit_and_hold_every_event_in_order() {
+        let events: Vec<Event> = (0..1000).map(|i| op(1 + i % 5)).collect();
+        let (pieces, too_big) = pieces(&events, 4096).unwrap();
+        assert_eq!(too_big, 0);
+        assert!(pieces.len() > 10, "{}", pieces.len());
+        let mut back: Vec<Event> = vec![];
+        for p in &pieces {
+            assert!(p.len() <= 4096, "{}", p.len());
+            back.extend(serde_json::from_slice::<Vec<Event>>(p).unwrap());
+        }
+        assert_eq!(back.len(), events.len());
+        assert!(back.iter().zip(&events).all(|(a, b)| a.parts == b.parts));
+        // One event larger than a piece is left out and counted, the others kept.
+        let (pieces, too_big) = pieces_of(&[op(1), op(500), op(2)], 4096);
+        assert_eq!((pieces, too_big), (2, 1));
+        assert_eq!(super::pieces(&[], 4096).unwrap().0.len(), 0);
+    }
+
+    fn pieces_of(events: &[Event], limit: usize) -> (usize, usize) {
+        let (p, n) = pieces(events, limit).unwrap();
+        (
+            p.iter()
+                .map(|p| serde_json::from_slice::<Vec<Event>>(p).unwrap().len())
+                .sum(),
+            n,
+        )
+    }
+
+    #[test]
+    fn the_cap_is_per_rank_and_a_share_of_the_jobs() {
+        assert_eq!(cap(1), PER_RANK);
+        assert_eq!(cap(8), 20_000);
+        assert_eq!(cap(16), 12_500);
+        assert_eq!(cap(65_536), 3);
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(224_264), "224,264");
+        assert_eq!(grouped(12_345_678), "12,345,678");
+    }
 }

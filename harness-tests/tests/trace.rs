@@ -320,3 +320,171 @@ fn the_printed_count_is_the_number_of_events_in_the_file() {
         assert_eq!(said, events(&doc).len(), "{line}");
     }
 }
+
+/// Runs the all-reduce on the CPU backend tracing into `file` (created in a fresh folder
+/// when `file` is `None`): the run, and the file's text if there is one.
+fn traced_raw(name: &str, file: Option<&str>, args: &[&str]) -> (Run, Option<String>) {
+    let dir = std::env::temp_dir().join(format!("nccl-workbook-trace-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = file.map_or_else(|| dir.join("trace.json"), std::path::PathBuf::from);
+    let mut all = vec!["--backend", "cpu", "--trace", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let r = finish(spawn(command(BIN, &all)), LIMIT);
+    let text = file.is_none().then(|| std::fs::read_to_string(&path).ok()).flatten();
+    let _ = std::fs::remove_dir_all(&dir);
+    (r, text)
+}
+
+/// The events of each rank's own track (its collectives, steps, waits): what the cap counts.
+fn own_track(doc: &Value) -> BTreeMap<u64, usize> {
+    let mut out = BTreeMap::new();
+    for e in events(doc).iter().filter(|e| e["ph"] == "X" && e["pid"] == e["tid"]) {
+        *out.entry(e["pid"].as_u64().unwrap()).or_default() += 1;
+    }
+    out
+}
+
+/// Issue 30, item 2: 8 ranks and 1,000 iterations gathered 28 MB of trace in one frame of
+/// the store (its limit is 16 MiB), and the job died with every rank blaming another. The
+/// trace is gathered in bounded pieces: the run ends as it would without `--trace`.
+#[test]
+fn a_long_run_of_eight_ranks_is_traced_without_failing() {
+    let (r, text) = traced_raw(
+        "long-8",
+        None,
+        &["--nproc-per-node", "8", "--count", "4", "--iters", "800"],
+    );
+    assert_eq!(r.code, Some(0), "{r}");
+    assert!(r.stdout.contains("Check: OK"), "{r}");
+    assert!(!r.stderr.contains("error") && !r.stderr.contains("launcher:"), "{r}");
+    let text = text.unwrap_or_else(|| panic!("no trace written:\n{r}"));
+    let doc: Value = serde_json::from_str(&text).expect("the trace is one JSON document");
+    // Every rank's own track, and its links, hold events.
+    let per = own_track(&doc);
+    assert_eq!(
+        per.keys().copied().collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>(),
+        "{r}"
+    );
+    assert!(per.values().all(|n| *n > 1000), "{per:?}");
+    assert!(!flows(&doc).is_empty());
+    // The count printed is the file's; the file says what each rank kept and dropped.
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Trace: "))
+        .expect("a Trace line");
+    let said: usize = line["Trace: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(said, events(&doc).len(), "{line}");
+    let kept = doc["otherData"]["kept"].as_array().expect("otherData.kept");
+    assert_eq!(kept.len(), 8);
+    eprintln!(
+        "8 ranks × 800 iterations: {} events, {:.1} MB, in {:?}",
+        events(&doc).len(),
+        text.len() as f64 / 1e6,
+        r.elapsed
+    );
+}
+
+/// Past the cap of events per rank, the later events are dropped: counted per rank in the
+/// file (its metadata, and a label on the rank) and said in one line on the terminal.
+#[test]
+fn events_past_the_cap_are_dropped_and_counted_in_the_file_and_on_the_terminal() {
+    let (r, text) = traced_raw(
+        "cap-2",
+        None,
+        &["--nproc-per-node", "2", "--count", "4", "--iters", "15000"],
+    );
+    assert_eq!(r.code, Some(0), "{r}");
+    assert!(r.stdout.contains("Check: OK"), "{r}");
+    let doc: Value = serde_json::from_str(&text.expect("a trace")).expect("the trace is one JSON document");
+    let cap = doc["otherData"]["events_per_rank_cap"]
+        .as_u64()
+        .expect("the cap in otherData") as usize;
+    let kept = doc["otherData"]["kept"].as_array().expect("otherData.kept");
+    let per = own_track(&doc);
+    assert_eq!(per.len(), 2, "{per:?}");
+    let mut total = 0;
+    for (rank, k) in kept.iter().enumerate() {
+        let (held, dropped) = (k["events"].as_u64().unwrap() as usize, k["dropped"].as_u64().unwrap());
+        assert_eq!(k["rank"], rank, "{k}");
+        assert_eq!(held, cap, "rank {rank} keeps its first {cap} events: {k}");
+        assert!(
+            dropped > 0,
+            "rank {rank}: 15,000 all-reduces record more than {cap} events: {k}"
+        );
+        assert!(per[&(rank as u64)] <= cap, "{per:?}");
+        total += dropped;
+        // Said on the rank's own label, where a viewer shows it.
+        let label = events(&doc)
+            .iter()
+            .find(|e| e["name"] == "process_labels" && e["pid"] == rank)
+            .unwrap();
+        assert!(
+            label["args"]["labels"].as_str().unwrap().contains("not kept"),
+            "{label}"
+        );
+    }
+    let said: Vec<&str> = r.stdout.lines().filter(|l| l.contains("not kept")).collect();
+    assert_eq!(said.len(), 1, "one line says what was dropped:\n{r}");
+    let total = total.to_string();
+    let grouped = total
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>();
+    assert!(
+        said[0].contains(&grouped.join(",")),
+        "the line names the {total} events dropped: {}",
+        said[0]
+    );
+}
+
+/// A trace that cannot be written at the end (the disk is full) is one line naming the
+/// file, after the run's output: the ranks did not fail, and nothing says they did.
+#[test]
+fn a_trace_that_cannot_be_written_is_one_line_and_the_run_stays_right() {
+    let (r, _) = traced_raw(
+        "full",
+        Some("/dev/full"),
+        &["--nproc-per-node", "2", "--count", "4", "--iters", "3"],
+    );
+    assert!(r.stdout.contains("Check: OK"), "{r}");
+    assert_eq!(r.code, Some(0), "the run itself went right:\n{r}");
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line:\n{r}");
+    assert!(
+        lines[0].contains("/dev/full") && lines[0].contains("No space left"),
+        "{r}"
+    );
+    assert!(!r.stderr.contains("launcher") && !r.stderr.contains("failed"), "{r}");
+}
+
+/// Outputs that cannot be written are refused before the run, in one line: a FIFO (which
+/// would block the writer), a folder nobody may create files in.
+#[test]
+fn a_trace_path_that_cannot_be_written_is_refused_before_the_run() {
+    let dir = std::env::temp_dir().join(format!("nccl-workbook-trace-test-{}-fifo", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("pipe.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    for (path, says) in [
+        (fifo.to_str().unwrap(), "FIFO"),
+        ("/proc/trace.json", "cannot write in the folder /proc"),
+    ] {
+        let (r, _) = traced_raw("refused", Some(path), &["--nproc-per-node", "2", "--count", "4"]);
+        assert_eq!(r.code, Some(2), "{path}: {r}");
+        assert!(!r.stdout.contains("Check"), "{path}: refused before the run: {r}");
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{path}: one line: {r}");
+        assert!(lines[0].contains(path) && lines[0].contains(says), "{path}: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,7 +8,7 @@ use crate::device::{self};
 use crate::error::SharedError;
 use crate::transport::Via;
 use crate::units::human_bytes;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -159,26 +159,19 @@ impl Session {
     /// still needs it), then rank 0 prints the JSON report.
     #[doc(hidden)]
     pub fn finish(mut self) -> Result<()> {
-        let (rank, world) = (self.rank(), self.world_size());
+        let rank = self.rank();
         self.flush_steps(true)?;
-        let trace = self.gather_trace()?;
+        self.send_trace()?;
         // The last meeting: every rank's point-to-point accounts, compared.
         let unreceived = self.settle_p2p()?;
         self.comm.close()?;
+        // Rank 0 reads every rank's trace from its store: every rank put it there before
+        // the last meeting, and none waits for rank 0 any more.
+        let trace = self.gather_trace();
         crate::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
-        // Written once the others are done: a file that cannot be written fails rank 0 alone.
-        if let (Some(path), Some(all)) = (&self.trace, trace) {
-            let w =
-                crate::trace::write(path, &all).with_context(|| format!("writing the trace to {}", path.display()))?;
-            self.say(&format!(
-                "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's within \
-                 {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",
-                w.events,
-                w.flows,
-                w.error_us,
-                path.display()
-            ));
-        }
+        // Written once the others are done: a file that cannot be written is the trace's
+        // failure alone, said in one line; it never fails the run.
+        self.write_trace(trace);
         if rank == 0 && self.format == Format::Json {
             print_out(&serde_json::to_string_pretty(&self.report)?);
         }

@@ -2,7 +2,8 @@
 //! steps), `--trace` (every rank's timeline gathered into one file) and NVTX ranges.
 
 use super::Session;
-use anyhow::Result;
+use crate::args::Format;
+use anyhow::{Context, Result};
 
 impl Session {
     /// An NVTX range named `name`, on the NCCL backend (Nsight Systems shows it).
@@ -53,26 +54,105 @@ impl Session {
         Ok(())
     }
 
-    /// `--trace FILE`: every rank's events, gathered on rank 0 (`None` elsewhere, or
-    /// without `--trace`).
-    pub(super) fn gather_trace(&mut self) -> Result<Option<Vec<crate::trace::RankTrace>>> {
+    /// `--trace FILE`, on every rank before the last meeting: puts this rank's events in
+    /// the store, in pieces ([`crate::trace::pieces`], each far under the store's limit
+    /// of a message), then a header that counts them. No message grows with the run's
+    /// length or the number of ranks.
+    pub(super) fn send_trace(&mut self) -> Result<()> {
+        use crate::trace::{PIECE_BYTES, RankTrace, pieces};
         if self.trace.is_none() {
-            return Ok(None);
+            return Ok(());
         }
         self.say_p2p()?;
         let (rank, world) = (self.rank(), self.world_size());
-        let mine = crate::trace::RankTrace::new(&mut self.store, rank, self.members[rank].host.clone())?;
-        self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)?;
-        if rank != 0 {
-            return Ok(None);
+        let mut mine = RankTrace::new(&mut self.store, rank, world, self.members[rank].host.clone())?;
+        let (parts, too_big) =
+            pieces(&mine.events, PIECE_BYTES).with_context(|| format!("rank {rank}: writing down its trace"))?;
+        mine.events.clear();
+        mine.dropped += too_big;
+        mine.pieces = parts.len();
+        for (i, piece) in parts.iter().enumerate() {
+            self.store.set(&format!("trace/{rank}/{i}"), piece)?;
         }
-        let keys: Vec<_> = (0..world).map(|r| (format!("trace/{r}"), r)).collect();
-        let all: Vec<crate::trace::RankTrace> = self
-            .store
-            .wait(&keys, "every rank's trace")?
-            .iter()
-            .map(|v| serde_json::from_slice(v))
-            .collect::<Result<_, _>>()?;
-        Ok(Some(all))
+        // The header last: once it is there, every piece is.
+        self.store.set(&format!("trace/{rank}"), &serde_json::to_vec(&mine)?)
+    }
+
+    /// `--trace FILE`: every rank's events, read on rank 0 from its own store after the
+    /// last meeting (so that no rank waits on it meanwhile), `None` elsewhere or without
+    /// `--trace`. The headers are read in batches and each piece alone. The run is over:
+    /// whatever goes wrong here is the trace's alone (`Some(Err)`, said in one line at
+    /// the end, the run's verdict unchanged).
+    pub(super) fn gather_trace(&mut self) -> Option<Result<Vec<crate::trace::RankTrace>>> {
+        use crate::trace::RankTrace;
+        let (rank, world) = (self.rank(), self.world_size());
+        if self.trace.is_none() || rank != 0 {
+            return None;
+        }
+        let store = &mut self.store;
+        let mut all: Vec<RankTrace> = Vec::with_capacity(world);
+        // Headers are small (a host name, clocks): a batch's fits one message many times over.
+        const BATCH: usize = 1024;
+        let mut read = || -> Result<()> {
+            for first in (0..world).step_by(BATCH) {
+                let keys: Vec<_> = (first..world.min(first + BATCH))
+                    .map(|r| (format!("trace/{r}"), r))
+                    .collect();
+                for (r, head) in (first..).zip(store.wait(&keys, "every rank's trace")?) {
+                    let mut t: RankTrace = serde_json::from_slice(&head)
+                        .with_context(|| format!("rank {r} sent a trace that does not parse"))?;
+                    for i in 0..t.pieces {
+                        let piece = store
+                            .wait(&[(format!("trace/{r}/{i}"), r)], "every rank's trace")?
+                            .pop()
+                            .unwrap_or_default();
+                        let events: Vec<crate::record::Event> = serde_json::from_slice(&piece)
+                            .with_context(|| format!("piece {i} of rank {r}'s trace does not parse"))?;
+                        t.events.extend(events);
+                    }
+                    all.push(t);
+                }
+            }
+            Ok(())
+        };
+        Some(read().map(|()| all))
+    }
+
+    /// `--trace FILE`, on rank 0 at the very end (the other ranks are done): writes what
+    /// [`Session::gather_trace`] gathered, and says so; says what was not kept. A trace
+    /// that could not be gathered or written is one line naming the file, on stderr: the
+    /// run itself went as its own output says, and its exit status stays what it is.
+    pub(super) fn write_trace(&self, gathered: Option<Result<Vec<crate::trace::RankTrace>>>) {
+        let (Some(path), Some(gathered)) = (&self.trace, gathered) else {
+            return;
+        };
+        let world = self.world_size();
+        let written = gathered.and_then(|all| {
+            let w = crate::trace::write(path, &all)?;
+            Ok((w, crate::trace::dropped_line(&all)))
+        });
+        match written {
+            Ok((w, dropped)) => {
+                self.say(&format!(
+                    "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's \
+                     within {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",
+                    w.events,
+                    w.flows,
+                    w.error_us,
+                    path.display()
+                ));
+                if let Some(line) = dropped {
+                    match self.format {
+                        Format::Text => self.say(&line),
+                        Format::Json => crate::error::say_line(&line),
+                    }
+                }
+            }
+            Err(e) => crate::error::say_line(&format!(
+                "warning: --trace {}: the trace was not written ({}); the run itself is not affected",
+                path.display(),
+                crate::error::line(None, &e).trim_start_matches("error: ")
+            )),
+        }
     }
 }
