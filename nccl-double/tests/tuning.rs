@@ -120,7 +120,11 @@ fn one_rank_reads_neither_variable() {
             &[("NCCL_PROTO", "LL256")],
             &[("NCCL_ALGO", "ring;tree")],
             &[("NCCL_ALGO", "allreduce:^tree,ring")],
-            &[("NCCL_ALGO", "NVLS"), ("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "ENV")],
+            &[
+                ("NCCL_ALGO", "NVLS"),
+                ("NCCL_DEBUG", "INFO"),
+                ("NCCL_DEBUG_SUBSYS", "ENV"),
+            ],
         ] {
             let out = bare_on(1, version, env);
             assert_eq!(out.code, Some(0), "{version} {env:?}: {out}");

@@ -6,7 +6,7 @@
 
 use crate::args::{Format, RunArgs};
 use crate::collective::Collective;
-use crate::collective::tuner::{self, Algorithm, Allowed, Facts};
+use crate::collective::tuner::{self, Algorithm, Allowed, Facts, Protocol, Protocols};
 use crate::error::SharedError;
 use crate::launch::Identity;
 use crate::rendezvous::Store;
@@ -25,6 +25,8 @@ pub struct Cpu {
     comm: Comm,
     /// What `NCCL_ALGO` allows ([`tuner::Allowed`]).
     allowed: Allowed,
+    /// What `NCCL_PROTO` allows ([`tuner::Protocols`]).
+    protos: Protocols,
     /// `NCCL_DEBUG=INFO` on rank 0, text output: each distinct choice is printed once.
     debug: bool,
     /// What ran last, and the choices printed so far ([`Cpu::ran`]).
@@ -36,7 +38,11 @@ pub struct Cpu {
 #[derive(Default)]
 struct Ran {
     last: Option<Algorithm>,
-    said: BTreeSet<(u8, usize, &'static str)>,
+    /// The protocol set on the links by the last choice, and the one the last
+    /// collective ran with.
+    set: Option<Protocol>,
+    last_proto: Option<Protocol>,
+    said: BTreeSet<(u8, usize, &'static str, &'static str)>,
 }
 
 impl std::ops::Deref for Cpu {
@@ -60,11 +66,21 @@ impl Cpu {
         names: fn(u8) -> &'static str,
     ) -> Result<(Cpu, BTreeMap<String, Via>)> {
         let allowed = Allowed::from_env().map_err(|message| SharedError { message, usage: true })?;
+        let protos = Protocols::from_env().map_err(|message| SharedError { message, usage: true })?;
         let (comm, pairs) = Comm::connect(store, id, host, run.transport, run.timeout, run.link, names)?;
+        if comm.world() > 1 && !comm.has_protocols() && protos.without_simple() {
+            let text = std::env::var("NCCL_PROTO").unwrap_or_default();
+            return Err(SharedError {
+                message: tcp_is_simple(&format!("NCCL_PROTO={text}")),
+                usage: true,
+            }
+            .into());
+        }
         let debug = id.rank == 0 && run.format == Format::Text && debug_info();
         let cpu = Cpu {
             comm,
             allowed,
+            protos,
             debug,
             ran: Mutex::default(),
         };
@@ -81,8 +97,16 @@ impl Cpu {
             oversubscribed: self.oversubscribed(),
             steps: crate::record::steps_on(),
             nodes: self.nodes().iter().max().map_or(1, |m| m + 1),
+            protocols: self.has_protocols(),
         };
-        tuner::choose(coll, bytes, &facts, &self.allowed)
+        let (algo, proto) = tuner::choose_with(coll, bytes, &facts, &self.allowed, &self.protos);
+        // Set before any message moves, alike on every rank (every input is the same).
+        let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
+        if ran.set != Some(proto) {
+            self.comm.set_protocol(proto);
+            ran.set = Some(proto);
+        }
+        algo
     }
 
     /// Notes that `algo` runs `coll` on `bytes` (what [`Cpu::choose`] said, or what a
@@ -93,9 +117,16 @@ impl Cpu {
         crate::record::algorithm(algo.label(coll));
         let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
         ran.last = Some(algo);
-        if self.debug && ran.said.insert((coll.tag, bytes, algo.name())) {
+        // The single copy reads buffers where they lie (counted as Simple); the rest go
+        // by what the links were set to.
+        let proto = match algo {
+            Algorithm::SingleCopy => Protocol::Simple,
+            _ => ran.set.unwrap_or(Protocol::Simple),
+        };
+        ran.last_proto = Some(proto);
+        if self.debug && ran.said.insert((coll.tag, bytes, algo.name(), proto.name())) {
             use std::io::Write;
-            let _ = writeln!(std::io::stdout(), "{}", tuner::debug_line(coll, bytes, algo));
+            let _ = writeln!(std::io::stdout(), "{}", tuner::debug_line(coll, bytes, algo, proto));
         }
     }
 
@@ -109,4 +140,28 @@ impl Cpu {
     pub fn last_algorithm(&self) -> Option<Algorithm> {
         self.ran.lock().unwrap_or_else(|p| p.into_inner()).last
     }
+
+    /// From now on, chooses among the protocols `protos` allows (the benchmark's `-P`:
+    /// one `NCCL_PROTO` value per sweep; every rank is told the same). Where some pair
+    /// of ranks talks over TCP, only Simple can run: anything else is refused.
+    pub fn allow_protocols(&mut self, protos: Protocols, said: &str) -> Result<(), String> {
+        if self.world() > 1 && !self.has_protocols() && protos.without_simple() {
+            return Err(tcp_is_simple(said));
+        }
+        self.protos = protos;
+        Ok(())
+    }
+
+    /// The protocol of the last collective this rank ran (LL, LL128 or Simple).
+    pub fn last_protocol(&self) -> Option<Protocol> {
+        self.ran.lock().unwrap_or_else(|p| p.into_inner()).last_proto
+    }
+}
+
+/// Why `said` (`NCCL_PROTO=LL`, `-P ll`) cannot run on a job with TCP links, in one line.
+fn tcp_is_simple(said: &str) -> String {
+    format!(
+        "{said}: some ranks talk over TCP, which has the Simple protocol only (LL and LL128 run on shared memory: \
+         every rank on one host, --transport auto or shm)"
+    )
 }
