@@ -151,9 +151,9 @@ pub struct Placement {
     pub algo: String,
     /// The protocol it ran with (`ll`, `ll128`, `simple`; on NCCL, "NCCL's choice").
     pub proto: String,
-    /// Steps (LL, LL128) or pieces (Simple) rank 0 sent over shared memory by that
-    /// protocol during the timed runs: what shows the protocol ran (null off the CPU
-    /// backend).
+    /// Steps (LL, LL128) or pieces (Simple) the ranks sent over shared memory by that
+    /// protocol during the timed runs, all together: what shows the protocol ran (null
+    /// off the CPU backend).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proto_steps: Option<u64>,
     /// Single calls (nccl-tests' `-I`): the median of each call's slowest rank, µs

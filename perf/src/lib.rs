@@ -476,7 +476,9 @@ impl Sweep {
         let algo = s.algorithm().to_string();
         let ran = s.protocol();
         let proto = ran.map_or("NCCL's choice", |p| p.name()).to_string();
-        let proto_steps = ran.map(|p| after[p as usize] - before[p as usize]);
+        let mine = ran.map_or(0, |p| after[p as usize] - before[p as usize]);
+        let all = s.share_f64(mine as f64, "steps sent by the protocol")?;
+        let proto_steps = ran.map(|_| all.iter().sum::<f64>() as u64);
         if args.cputime == 1 {
             let issued = s.issue_time();
             times = s.share_f64(issued, "every rank's time to issue the calls")?;
