@@ -722,7 +722,21 @@ impl Link for ShmLink {
 
     /// A message that fits a slot is written in place: `fill` gets the free slot itself.
     fn send_with(&self, tag: u8, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
-        if len > SLOT_BYTES || self.protocol_for(tag) != Protocol::Simple {
+        if let p @ (Protocol::Ll | Protocol::Ll128) = self.protocol_for(tag) {
+            // The lines hold flags between the data: `fill` writes into a buffer of this
+            // thread's, kept from call to call (a fresh one would cost page faults).
+            thread_local! {
+                static OUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+            }
+            let mut buf = OUT.take();
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let sent = fill(&mut buf[..len]).and_then(|()| self.send_steps(p, tag, &buf[..len]));
+            OUT.set(buf);
+            return sent;
+        }
+        if len > SLOT_BYTES {
             let mut buf = vec![0u8; len];
             fill(&mut buf)?;
             return self.send(tag, &buf);

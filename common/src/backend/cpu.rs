@@ -14,6 +14,7 @@ use crate::transport::Via;
 use anyhow::Result;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 pub use workbook_cpu::comm::{Signal, chunk_range, debug_info, info_level, keep, split_two};
 pub use workbook_cpu::{Comm, SMALL};
@@ -31,6 +32,9 @@ pub struct Cpu {
     debug: bool,
     /// What ran last, and the choices printed so far ([`Cpu::ran`]).
     ran: Mutex<Ran>,
+    /// The protocol set on the links by the last choice ([`Protocol`] as a number; 255:
+    /// none yet): a collective's choice sets it only when it changes.
+    set: AtomicU8,
 }
 
 /// What a rank ran: its last algorithm, and the choices `NCCL_DEBUG=INFO` has printed (a
@@ -38,9 +42,7 @@ pub struct Cpu {
 #[derive(Default)]
 struct Ran {
     last: Option<Algorithm>,
-    /// The protocol set on the links by the last choice, and the one the last
-    /// collective ran with.
-    set: Option<Protocol>,
+    /// The protocol the last collective ran with.
     last_proto: Option<Protocol>,
     said: BTreeSet<(u8, usize, &'static str, &'static str)>,
 }
@@ -83,6 +85,7 @@ impl Cpu {
             protos,
             debug,
             ran: Mutex::default(),
+            set: AtomicU8::new(u8::MAX),
         };
         Ok((cpu, pairs))
     }
@@ -101,10 +104,8 @@ impl Cpu {
         };
         let (algo, proto) = tuner::choose_with(coll, bytes, &facts, &self.allowed, &self.protos);
         // Set before any message moves, alike on every rank (every input is the same).
-        let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
-        if ran.set != Some(proto) {
+        if self.set.swap(proto as u8, Relaxed) != proto as u8 {
             self.comm.set_protocol(proto);
-            ran.set = Some(proto);
         }
         algo
     }
@@ -121,7 +122,10 @@ impl Cpu {
         // by what the links were set to.
         let proto = match algo {
             Algorithm::SingleCopy => Protocol::Simple,
-            _ => ran.set.unwrap_or(Protocol::Simple),
+            _ => match self.set.load(Relaxed) {
+                u8::MAX => Protocol::Simple,
+                p => Protocol::from_index(p),
+            },
         };
         ran.last_proto = Some(proto);
         if self.debug && ran.said.insert((coll.tag, bytes, algo.name(), proto.name())) {

@@ -267,19 +267,16 @@ pub fn choose_with(
 }
 
 /// The protocol `algo` runs `coll` on `bytes` with: Simple where the links have no other
-/// (TCP) and for the single copy; else, of those `protos` allows, LL up to [`LL_UP_TO`],
-/// then Simple (LL128 when Simple is left out, LL when both are).
-///
-/// Measured on this project's 2-core AMD EPYC VM, 2026-11-26 (`07-nccl-perf
-/// --nproc-per-node 2 -b 8 -e 4M -f 4 -P ll,ll128,simple`, release build): see
-/// [`LL_UP_TO`].
-pub fn protocol_for(coll: &Collective, _bytes: usize, algo: Algorithm, facts: &Facts, protos: &Protocols) -> Protocol {
+/// (TCP) and for the single copy; else, of those `protos` allows, LL below [`LL_BELOW`]
+/// (on this project's machine, never: see there), then Simple, LL128 when Simple is left
+/// out, LL when both are.
+pub fn protocol_for(coll: &Collective, bytes: usize, algo: Algorithm, facts: &Facts, protos: &Protocols) -> Protocol {
     if !facts.protocols || algo == Algorithm::SingleCopy {
         return Protocol::Simple;
     }
     let ok = |p: Protocol| protos.allows(coll, p);
     match () {
-        _ if ok(Protocol::Ll) && _bytes <= LL_UP_TO => Protocol::Ll,
+        _ if ok(Protocol::Ll) && LL_BELOW.is_some_and(|below| bytes < below) => Protocol::Ll,
         _ if ok(Protocol::Simple) => Protocol::Simple,
         _ if ok(Protocol::Ll128) => Protocol::Ll128,
         _ if ok(Protocol::Ll) => Protocol::Ll,
@@ -287,9 +284,20 @@ pub fn protocol_for(coll: &Collective, _bytes: usize, algo: Algorithm, facts: &F
     }
 }
 
-/// Up to this size (the collective's larger buffer) the tuner sends by LL, when
-/// `NCCL_PROTO` leaves the choice to it ([`protocol_for`]).
-pub const LL_UP_TO: usize = 0;
+/// Below this size (the collective's larger buffer) the tuner sends by LL when
+/// `NCCL_PROTO` leaves the choice to it ([`protocol_for`]): `None`, never, on this machine.
+///
+/// LL pays on a GPU because a GPU's flag after data needs a fence across the system bus
+/// (`__threadfence_system`, microseconds), which LL's flag in every 8-byte store saves. On
+/// x86 a Release store is a plain store (the CPU keeps stores in order): Simple's flag
+/// costs nothing more than LL's, and its messages of up to 32 bytes already travel inside
+/// their flag's cache line. What LL adds is work per 4 bytes on both sides and twice the
+/// lines. Measured on this project's 2-core AMD EPYC VM, 2026-11-26 (`07-nccl-perf
+/// --nproc-per-node 2 -b 8 -e 4M -f 4 -A ring -P ll,ll128,simple`, release build, load
+/// average 8 from other builds; µs out of place, LL / LL128 / Simple): FIGURES.
+/// LL was never faster than Simple; LL128 was level with it up to a few KiB and slower
+/// past it. So the tuner keeps Simple, and LL and LL128 run when `NCCL_PROTO` asks.
+pub const LL_BELOW: Option<usize> = None;
 
 /// Which protocols `NCCL_PROTO` allows, per collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -686,6 +694,79 @@ mod tests {
             ..nodes(8)
         };
         assert_eq!(choose(&ALL_REDUCE, 256 << 10, &steps, &all), Ring);
+    }
+
+    #[test]
+    fn nccl_proto_reads_as_nccl_algo_does_and_refuses_what_nccl_lacks() {
+        let p = |t: &str| Protocols::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+        assert_eq!(p(""), Protocols::default());
+        assert_eq!(p("ll,LL128,SIMPLE"), Protocols::default());
+        let ll = p("LL");
+        assert!(ll.allows(&ALL_REDUCE, Protocol::Ll) && !ll.allows(&ALL_REDUCE, Protocol::Simple));
+        assert!(ll.without_simple() && !p("^LL128").without_simple());
+        let no128 = p("^ll128");
+        assert!(!no128.allows(&BROADCAST, Protocol::Ll128) && no128.allows(&BROADCAST, Protocol::Ll));
+        let per = p("simple;allreduce:ll");
+        assert!(per.allows(&ALL_REDUCE, Protocol::Ll) && !per.allows(&ALL_REDUCE, Protocol::Simple));
+        assert!(per.allows(&REDUCE, Protocol::Simple) && !per.allows(&REDUCE, Protocol::Ll));
+        for (text, says) in [
+            ("Bogus", "unknown protocol 'Bogus': LL, LL128 or Simple"),
+            ("LL;simple", "every list but the first must name its collective"),
+            ("gather:LL", "unknown collective 'gather'"),
+        ] {
+            let e = Protocols::parse(text).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_protocol_is_chosen_with_the_algorithm_and_tcp_and_the_single_copy_are_simple() {
+        let all = Allowed::default();
+        let any = Protocols::default();
+        let only = |t: &str| Protocols::parse(t).unwrap();
+        // Left to the tuner: LL below LL_BELOW (on this machine, never), Simple from it.
+        for bytes in [0, 4, 4096, 32 << 10] {
+            let want = match LL_BELOW.is_some_and(|below| bytes < below) {
+                true => Protocol::Ll,
+                false => Protocol::Simple,
+            };
+            assert_eq!(
+                choose_with(&ALL_REDUCE, bytes, &ONE_HOST, &all, &any).1,
+                want,
+                "{bytes}"
+            );
+        }
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 1 << 20, &ONE_HOST, &all, &any),
+            (SingleCopy, Protocol::Simple)
+        );
+        // NCCL_PROTO=LL leaves out the single copy, which is Simple: the ring runs by LL.
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 1 << 20, &ONE_HOST, &all, &only("LL")),
+            (RingPipelined, Protocol::Ll)
+        );
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 4, &ONE_HOST, &all, &only("LL128")),
+            (Direct, Protocol::Ll128)
+        );
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 4, &ONE_HOST, &all, &only("^LL")).1,
+            Protocol::Simple
+        );
+        // NCCL_ALGO=single-copy with NCCL_PROTO=Simple: the copy.
+        let copy = with("single-copy");
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 4, &ONE_HOST, &copy, &only("simple")).0,
+            SingleCopy
+        );
+        // Over TCP (some pair without shared memory): Simple, whatever is allowed.
+        let tcp = Facts {
+            protocols: false,
+            ring_in_memory: false,
+            reads_peers: false,
+            ..ONE_HOST
+        };
+        assert_eq!(choose_with(&ALL_REDUCE, 4, &tcp, &all, &only("LL")).1, Protocol::Simple);
     }
 
     #[test]

@@ -12,6 +12,12 @@
 //! A step starts with two header lines (the collective's tag and the step's length; the
 //! message's length, low 32 bits) that the receiver checks before it reads any data, as
 //! the Simple path checks its metadata.
+//!
+//! One CPU cache line holds 8 LL lines. Written in order, a cache line would travel to
+//! the polling receiver up to 8 times, once per LL line. So the sender writes each cache
+//! line's LL lines last to first: when the receiver sees the first one's flag, the others
+//! are there too (on x86, which keeps stores in order; elsewhere the receiver still checks
+//! every flag, so the order is a speed-up, never a condition).
 
 use super::{StepHeader, Wait, arrive};
 use std::io;
@@ -25,8 +31,11 @@ pub const DATA: usize = 4;
 const HEADER_LINES: usize = 2;
 /// Data bytes per step.
 pub const STEP_DATA: usize = 32 << 10;
-/// Lines per step: the header, then the data.
-pub const STEP_LINES: usize = HEADER_LINES + STEP_DATA / DATA;
+/// Lines per step: the header, then the data, padded to a multiple of 16 lines so that
+/// every step starts on a 128-byte boundary (its cache lines are its own).
+pub const STEP_LINES: usize = (HEADER_LINES + STEP_DATA / DATA).next_multiple_of(16);
+/// LL lines per CPU cache line.
+const PER_CACHE_LINE: usize = 64 / LINE;
 /// Steps in flight per channel: 16 × 32 KiB = 512 KiB of data may wait for the receiver,
 /// one piece of the pipelined algorithms (which send a piece before they receive one).
 pub const STEPS: usize = 16;
@@ -41,18 +50,24 @@ fn line(data: u32, flag: u32) -> u64 {
 /// every line flagged `flag`. The last line is padded with zeros.
 pub fn write(step: &[AtomicU64], flag: u32, h: StepHeader, data: &[u8]) {
     assert!(data.len() == h.len && h.len <= STEP_DATA && step.len() >= STEP_LINES);
-    step[0].store(line(h.tag as u32 | (h.len as u32) << 8, flag), Relaxed);
-    step[1].store(line(h.message_len as u32, flag), Relaxed);
     let (whole, rest) = data.as_chunks::<DATA>();
-    let lines = &step[HEADER_LINES..];
-    for (l, c) in lines.iter().zip(whole) {
-        // One 8-byte store: the receiver sees the data and the flag together or neither.
-        l.store(line(u32::from_le_bytes(*c), flag), Relaxed);
-    }
-    if !rest.is_empty() {
-        let mut last = [0u8; DATA];
-        last[..rest.len()].copy_from_slice(rest);
-        lines[whole.len()].store(line(u32::from_le_bytes(last), flag), Relaxed);
+    let mut last = [0u8; DATA];
+    last[..rest.len()].copy_from_slice(rest);
+    // The data word of line i.
+    let word = |i: usize| match i {
+        0 => h.tag as u32 | (h.len as u32) << 8,
+        1 => h.message_len as u32,
+        i => whole
+            .get(i - HEADER_LINES)
+            .map_or(u32::from_le_bytes(last), |c| u32::from_le_bytes(*c)),
+    };
+    let lines = HEADER_LINES + data.len().div_ceil(DATA);
+    for first in (0..lines).step_by(PER_CACHE_LINE) {
+        // Each cache line's LL lines last to first (see the module's doc). One 8-byte
+        // store each: the receiver sees the data and the flag together or neither.
+        for i in (first..(first + PER_CACHE_LINE).min(lines)).rev() {
+            step[i].store(line(word(i), flag), Relaxed);
+        }
     }
 }
 

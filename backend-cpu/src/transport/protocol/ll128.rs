@@ -56,7 +56,12 @@ impl Line {
         // SAFETY: `this` points to a line in the mapping; no one reads its data now (see
         // the contract above); the copy stays within its 120 data bytes.
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), (&raw mut (*this).data).cast::<u8>(), data.len());
+            let to = &raw mut (*this).data;
+            match <&[u8; DATA]>::try_from(data) {
+                // A whole line: a copy of fixed size, which the compiler unrolls.
+                Ok(whole) => to.write(*whole),
+                Err(_) => std::ptr::copy_nonoverlapping(data.as_ptr(), to.cast::<u8>(), data.len()),
+            }
             // The flag last, Release: whoever sees it (Acquire) sees the data above.
             (*this).flag.store(flag, Release);
         }
@@ -80,7 +85,13 @@ impl Line {
         }
         // SAFETY: the flag was seen with Acquire after the sender's Release, so the data
         // is written and will not change until the step is handed back; dst.len() <= 120.
-        unsafe { std::ptr::copy_nonoverlapping((&raw const (*this).data).cast::<u8>(), dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            let from = &raw const (*this).data;
+            match <&mut [u8; DATA]>::try_from(&mut *dst) {
+                Ok(whole) => *whole = from.read(),
+                Err(_) => std::ptr::copy_nonoverlapping(from.cast::<u8>(), dst.as_mut_ptr(), dst.len()),
+            }
+        }
         Ok(())
     }
 }
