@@ -104,7 +104,8 @@ impl Cpu {
         };
         let (algo, proto) = tuner::choose_with(coll, bytes, &facts, &self.allowed, &self.protos);
         // Set before any message moves, alike on every rank (every input is the same).
-        if self.set.swap(proto as u8, Relaxed) != proto as u8 {
+        if self.set.load(Relaxed) != proto as u8 {
+            self.set.store(proto as u8, Relaxed);
             self.comm.set_protocol(proto);
         }
         algo

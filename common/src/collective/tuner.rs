@@ -258,6 +258,11 @@ pub fn choose_with(
     allowed: &Allowed,
     protos: &Protocols,
 ) -> (Algorithm, Protocol) {
+    if protos.every || !facts.protocols {
+        // NCCL_PROTO unset (or TCP): the algorithm as before, no copy of `allowed`.
+        let algo = choose(coll, bytes, facts, allowed);
+        return (algo, protocol_for(coll, bytes, algo, facts, protos));
+    }
     let mut allowed = allowed.clone();
     if facts.protocols && !protos.allows(coll, Protocol::Simple) {
         allowed.forbid(coll, Family::SingleCopy);
@@ -273,6 +278,12 @@ pub fn choose_with(
 pub fn protocol_for(coll: &Collective, bytes: usize, algo: Algorithm, facts: &Facts, protos: &Protocols) -> Protocol {
     if !facts.protocols || algo == Algorithm::SingleCopy {
         return Protocol::Simple;
+    }
+    if protos.every {
+        return match LL_BELOW.is_some_and(|below| bytes < below) {
+            true => Protocol::Ll,
+            false => Protocol::Simple,
+        };
     }
     let ok = |p: Protocol| protos.allows(coll, p);
     match () {
@@ -304,12 +315,15 @@ pub const LL_BELOW: Option<usize> = None;
 pub struct Protocols {
     /// `[collective in ALL order][protocol]`.
     per: [[bool; 3]; ALL.len()],
+    /// Every protocol for every collective (`NCCL_PROTO` unset): the tuner's fast path.
+    every: bool,
 }
 
 impl Default for Protocols {
     fn default() -> Protocols {
         Protocols {
             per: [[true; 3]; ALL.len()],
+            every: true,
         }
     }
 }
@@ -346,7 +360,8 @@ impl Protocols {
                 "unknown protocol '{name}': LL, LL128 or Simple (NCCL's protocols)"
             ))
         })?;
-        Ok(Protocols { per })
+        let every = per.iter().flatten().all(|ok| *ok);
+        Ok(Protocols { per, every })
     }
 }
 
