@@ -305,9 +305,20 @@ pub fn protocol_for(coll: &Collective, bytes: usize, algo: Algorithm, facts: &Fa
 /// their flag's cache line. What LL adds is work per 4 bytes on both sides and twice the
 /// lines. Measured on this project's 2-core AMD EPYC VM, 2026-11-26 (`07-nccl-perf
 /// --nproc-per-node 2 -b 8 -e 4M -f 4 -A ring -P ll,ll128,simple`, release build, load
-/// average 8 from other builds; µs out of place, LL / LL128 / Simple): FIGURES.
-/// LL was never faster than Simple; LL128 was level with it up to a few KiB and slower
-/// past it. So the tuner keeps Simple, and LL and LL128 run when `NCCL_PROTO` asks.
+/// average 4-5 from other builds; out of place, medians of 3 runs, LL / LL128 / Simple):
+///
+/// | size    | µs                    | busbw GB/s         |
+/// |---------|-----------------------|--------------------|
+/// | 8 B     | 1.33 / 0.76 / 0.95    |                    |
+/// | 512 B   | 2.66 / 0.82 / 1.23    |                    |
+/// | 8 KiB   | 12.7 / 4.3 / 2.9      | 0.65 / 1.93 / 2.84 |
+/// | 128 KiB | 186 / 43 / 20         | 0.71 / 3.02 / 6.63 |
+/// | 2 MiB   | 4966 / 1436 / 876     | 0.42 / 1.46 / 2.39 |
+///
+/// (Without `-A ring`, the direct exchange at 8 B: 1.05 / 0.94 / 1.19 µs; the small sizes
+/// move by ±50% from run to run.) LL was never faster than Simple beyond that noise;
+/// LL128 was level with it below 1 KiB and slower past a few KiB. So the tuner keeps
+/// Simple, and LL and LL128 run when `NCCL_PROTO` asks.
 pub const LL_BELOW: Option<usize> = None;
 
 /// Which protocols `NCCL_PROTO` allows, per collective.
