@@ -149,7 +149,8 @@ pub struct Placement {
     pub wrong: Option<u64>,
     /// The algorithm that ran (the tuner's name; on NCCL, "NCCL's choice").
     pub algo: String,
-    /// The protocol it ran with (`ll`, `ll128`, `simple`; on NCCL, "NCCL's choice").
+    /// The protocol it ran with (`ll`, `ll128`, `simple`; on NCCL empty: NCCL chooses,
+    /// as `algo` says).
     pub proto: String,
     /// Steps (LL, LL128) or pieces (Simple) the ranks sent over shared memory by that
     /// protocol during the timed runs, all together: what shows the protocol ran (null

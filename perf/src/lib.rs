@@ -475,7 +475,8 @@ impl Sweep {
         let mut times = runs.means;
         let algo = s.algorithm().to_string();
         let ran = s.protocol();
-        let proto = ran.map_or("NCCL's choice", |p| p.name()).to_string();
+        // On NCCL, NCCL chooses both: `algo` says so, the protocol stays empty.
+        let proto = ran.map_or("", |p| p.name()).to_string();
         let mine = ran.map_or(0, |p| after[p as usize] - before[p as usize]);
         let all = s.share_f64(mine as f64, "steps sent by the protocol")?;
         let proto_steps = ran.map(|_| all.iter().sum::<f64>() as u64);
