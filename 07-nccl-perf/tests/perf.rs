@@ -326,7 +326,7 @@ fn the_table_has_nccl_tests_columns() {
         lines.iter().any(|l| l.split_whitespace().collect::<Vec<_>>()
             == [
                 "#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-                "busbw", "#wrong", "algo"
+                "busbw", "#wrong", "algo", "proto"
             ]),
         "{r}"
     );
@@ -535,13 +535,17 @@ fn every_row_names_the_algorithm_that_ran_as_the_tuner_chose_it() {
         ],
         "{r}"
     );
-    // For people: a last column, `algo`, with both names where the placements differ.
+    // For people: a last column, `algo proto`, with both names where the placements
+    // differ, then the protocol (the single copy and the pairwise exchange both Simple).
     let r = perf("--nproc-per-node 3 --op alltoall -b 4M -e 4M -w 0 -n 1", &[cores]).ok();
     assert!(
         r.stdout
             .lines()
-            .any(|l| l.starts_with("# ") && l.ends_with("#wrong  algo")),
+            .any(|l| l.starts_with("# ") && l.ends_with("#wrong  algo proto")),
         "{r}"
     );
-    assert!(r.stdout.lines().any(|l| l.ends_with("  single-copy/pairwise")), "{r}");
+    assert!(
+        r.stdout.lines().any(|l| l.ends_with("  single-copy/pairwise simple")),
+        "{r}"
+    );
 }

@@ -58,6 +58,8 @@ pub struct Comm {
     /// Every other rank's arena, mapped here, when all ranks share one host and every
     /// rank mapped every other one's: the single-copy algorithms read peers' buffers.
     peer_arenas: Option<Vec<Option<PeerArena>>>,
+    /// Every pair of ranks shares memory: NCCL's three protocols can run ([`Comm::set_protocol`]).
+    protocols: bool,
 }
 
 impl Comm {
@@ -85,6 +87,27 @@ impl Comm {
             names,
             scratch: Mutex::new((vec![], vec![])),
             peer_arenas: None,
+            protocols: false,
+        }
+    }
+
+    /// The same rank, on a job whose every pair of ranks shares memory (or not): the
+    /// links have NCCL's three protocols (LL, LL128, Simple), not Simple alone.
+    pub fn with_protocols(self, protocols: bool) -> Comm {
+        Comm { protocols, ..self }
+    }
+
+    /// Whether the links have NCCL's three protocols: every pair of ranks shares memory
+    /// (the TCP transport has Simple alone). The same on every rank.
+    pub fn has_protocols(&self) -> bool {
+        self.protocols
+    }
+
+    /// Sends the collectives' messages by `proto` from now on, on every link: the tuner's
+    /// choice, made alike on every rank before a collective moves any data.
+    pub fn set_protocol(&self, proto: crate::transport::protocol::Protocol) {
+        for link in self.links.iter().flatten() {
+            link.set_protocol(proto);
         }
     }
 
@@ -488,6 +511,7 @@ impl Comm {
         let comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local)
             .with_peer_arenas(arenas)
             .oversubscribed_by(oversubscribed)
+            .with_protocols(world > 1 && every().all(|v| *v == Via::Shm))
             .on_nodes(number_machines(&keys));
         Ok((comm, pairs))
     }

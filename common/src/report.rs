@@ -54,6 +54,10 @@ pub struct Report {
     /// NCCL "NCCL's choice".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub algo: Option<String>,
+    /// The protocol it ran with on the CPU backend: `ll`, `ll128` or `simple` (NCCL's
+    /// LL, LL128, Simple).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proto: Option<String>,
     /// The same timed calls one by one: median, p99 and how many slept (CPU backend).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub single_calls: Option<SingleCalls>,
@@ -92,6 +96,9 @@ pub struct Perf {
     /// The `NCCL_ALGO` value the sweep ran under (the benchmark's `-A`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_algo: Option<String>,
+    /// The `NCCL_PROTO` value the sweep ran under (the benchmark's `-P`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_proto: Option<String>,
     /// The model fitted to its out-of-place times (the benchmark's `--fit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<Fit>,
@@ -160,6 +167,14 @@ pub struct Placement {
     pub wrong: Option<u64>,
     /// The algorithm that ran (the tuner's name; on NCCL, "NCCL's choice").
     pub algo: String,
+    /// The protocol it ran with (`ll`, `ll128`, `simple`; on NCCL empty: NCCL chooses,
+    /// as `algo` says).
+    pub proto: String,
+    /// Steps (LL, LL128) or pieces (Simple) the ranks sent over shared memory by that
+    /// protocol during the timed runs, all together: what shows the protocol ran (null
+    /// off the CPU backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proto_steps: Option<u64>,
     /// Single calls (nccl-tests' `-I`): the median of each call's slowest rank, µs
     /// (null on NCCL, whose calls are queued, not finished, when they return).
     pub median_us: Option<f64>,

@@ -82,6 +82,12 @@ pub struct PerfArgs {
     /// (`-A ring,tree`: the ring, then the tree), to set them side by side.
     #[arg(short = 'A', long = "algos", value_name = "ALGO,...", value_delimiter = ',')]
     pub algos: Vec<String>,
+    /// CPU backend: run every sweep once per protocol, as `NCCL_PROTO` set to each would
+    /// (`-P ll,ll128,simple`: NCCL's LL, then LL128, then Simple), to set them side by
+    /// side (with `-A`, every protocol for each algorithm). Shared memory only: TCP has
+    /// Simple alone.
+    #[arg(short = 'P', long = "protos", value_name = "PROTO,...", value_delimiter = ',')]
+    pub protos: Vec<String>,
     /// Fit time ≈ α + size/β to each sweep's out-of-place times and print it under the
     /// sweep (with `-A`, where the algorithms' fits cross).
     #[arg(long)]
@@ -279,11 +285,26 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     for algo in algos.iter().filter(|a| a.is_some()) {
         session.allow_algorithms(*algo)?;
     }
+    // -P likewise, inside each -A value.
+    let protos: Vec<Option<&str>> = match args.protos.is_empty() {
+        true => vec![None],
+        false => args.protos.iter().map(|p| Some(p.as_str())).collect(),
+    };
+    for proto in protos.iter().filter(|p| p.is_some()) {
+        session.allow_protocols(*proto)?;
+    }
     let mut sweeps = vec![];
-    for algo in &algos {
+    let passes = algos.iter().flat_map(|a| protos.iter().map(move |p| (*a, *p)));
+    for (algo, proto) in passes {
         if let Some(a) = algo {
             session.allow_algorithms(Some(a))?;
             session.say(&format!("#\n# -A {a}: every sweep below as NCCL_ALGO={a} would run it"));
+        }
+        if let Some(p) = proto {
+            session.allow_protocols(Some(p))?;
+            session.say(&format!(
+                "#\n# -P {p}: every sweep below as NCCL_PROTO={p} would run it"
+            ));
         }
         for coll in args.op.iter() {
             let ops = if coll.reduces {
@@ -306,6 +327,7 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
                         DataType::Bfloat16 => sweep.run::<half::bf16>(session, args, memcpy_gbps)?,
                     };
                     perf.nccl_algo = algo.map(String::from);
+                    perf.nccl_proto = proto.map(String::from);
                     if args.fit {
                         perf.fit = fit::fit(&perf);
                         perf.fits = fit::by_algorithm(&perf);
@@ -317,6 +339,9 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
                 }
             }
         }
+    }
+    if !args.protos.is_empty() {
+        session.allow_protocols(None)?;
     }
     if !args.algos.is_empty() {
         session.allow_algorithms(None)?;
@@ -460,9 +485,19 @@ impl Sweep {
         let (coll, root, op) = (self.coll, self.root, self.op);
         let once = |s: &mut Session, recv: &mut common::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
+        // Steps sent by each protocol during the timed runs: the one that ran shows.
+        let sent = || common::transport::protocol::Protocol::ALL.map(common::transport::shm::sent_by);
+        let before = sent();
         let runs = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
+        let after = sent();
         let mut times = runs.means;
         let algo = s.algorithm().to_string();
+        let ran = s.protocol();
+        // On NCCL, NCCL chooses both: `algo` says so, the protocol stays empty.
+        let proto = ran.map_or("", |p| p.name()).to_string();
+        let mine = ran.map_or(0, |p| after[p as usize] - before[p as usize]);
+        let all = s.share_f64(mine as f64, "steps sent by the protocol")?;
+        let proto_steps = ran.map(|_| all.iter().sum::<f64>() as u64);
         if args.cputime == 1 {
             let issued = s.issue_time();
             times = s.share_f64(issued, "every rank's time to issue the calls")?;
@@ -496,6 +531,8 @@ impl Sweep {
             busbw: t.busbw,
             wrong,
             algo,
+            proto,
+            proto_steps,
             median_us: runs.single.map(|c| c.median_us),
             p99_us: runs.single.map(|c| c.p99_us),
             slept: runs.single.and_then(|c| c.slept),
@@ -682,7 +719,7 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
             "", "", "", "", "", "out-of-place", "in-place"
         ),
         format!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}  algo",
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}  algo proto",
             "size", "count", "type", "redop", "root", COLUMNS, COLUMNS
         ),
         format!(
@@ -750,10 +787,16 @@ fn format_row(row: &PerfRow) -> String {
     };
     // The algorithm, as NCCL's tuner names its choice: one name, or out-of-place's and
     // in-place's when they differ (an in-place all-to-all has no single copy).
-    let algo = match (&row.out_of_place.algo, &row.in_place.algo) {
+    let both = |o: &String, i: &String| match (o, i) {
         (o, i) if o == i => o.clone(),
         (o, i) => format!("{o}/{i}"),
     };
+    let mut algo = both(&row.out_of_place.algo, &row.in_place.algo);
+    // Then the protocol, as NCCL's tuner line says `Algo ring proto LL`.
+    let proto = both(&row.out_of_place.proto, &row.in_place.proto);
+    if !proto.is_empty() {
+        algo = format!("{algo} {proto}");
+    }
     format!(
         "  {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {}  {algo}",
         row.size,

@@ -8,6 +8,7 @@
 //! that run different collectives, or the same one with different sizes, get an error
 //! saying so instead of mixing their data.
 
+pub mod protocol;
 pub mod shm;
 pub mod simulated;
 pub mod tcp;
@@ -43,6 +44,14 @@ pub trait Link: Send + Sync {
     }
     /// Where the peer is, for messages.
     fn describe(&self) -> String;
+    /// Sends (and expects) the collectives' messages by `proto` from now on: the tuner's
+    /// choice, made alike on both ends. Only shared memory has NCCL's three protocols
+    /// ([`protocol`]); the TCP transport has Simple alone and ignores this.
+    fn set_protocol(&self, _proto: protocol::Protocol) {}
+    /// The protocol the collectives' messages go by ([`Link::set_protocol`]).
+    fn protocol(&self) -> protocol::Protocol {
+        protocol::Protocol::Simple
+    }
     /// The largest message `send` hands over without waiting for the peer to receive
     /// it (the "eager" size: what the socket's buffer or the shared ring holds). A ring
     /// step may send such a message and then receive, in one thread, without deadlock;

@@ -19,13 +19,22 @@
 //! whole `--timeout` has not passed, so a crashed peer ends the wait at once instead of
 //! hanging it. Every wait that went to sleep is counted ([`waits_slept`]): the benchmark
 //! shows how many calls slept.
+//!
+//! The slots are NCCL's Simple protocol: data, then a flag per piece. Each channel also
+//! has a buffer for each of NCCL's two others ([`super::protocol`]): LL's 8-byte lines
+//! and LL128's 128-byte lines, each line flagged, each buffer a ring of steps with its own
+//! counters ([`Fifo`]). The link sends a collective's messages by the protocol the tuner
+//! set ([`Link::set_protocol`]); both ends set the same, so the receiver looks where the
+//! sender wrote. Point-to-point messages go by Simple. Steps and pieces sent by each
+//! protocol are counted ([`sent_by`]).
 
+use super::protocol::{Protocol, StepHeader, ll, ll128};
 use super::{Link, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
 use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::CString;
 use std::io;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 /// Bytes per slot: one piece of a message.
@@ -54,7 +63,12 @@ pub const SMALL_PIECE: usize = 4096;
 const DATA_OFFSET: usize = SMALL_OFFSET + PIECES * SMALL_PIECE;
 /// A piece of at most this many bytes travels inline, in its metadata line.
 pub const INLINE: usize = 32;
-const CHANNEL_BYTES: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
+/// Where the LL buffer starts: after the slots, on a 128-byte line.
+const LL_OFFSET: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
+/// Where the LL128 buffer starts: after LL's.
+const LL128_OFFSET: usize = LL_OFFSET + ll::BYTES;
+const CHANNEL_BYTES: usize = LL128_OFFSET + ll128::BYTES;
+const _: () = assert!(LL_OFFSET.is_multiple_of(128) && LL128_OFFSET.is_multiple_of(128));
 /// How long a waiting side with a core of its own spins before it sleeps: far longer
 /// than a peer on another core takes to answer a small message (a fraction of a
 /// microsecond), so that two ranks calling back to back never sleep, and short enough
@@ -87,6 +101,23 @@ struct Header {
     /// The core the sender last waited on, plus one (0: not known yet). Written by the
     /// sender only when it changes, so the line stays in both sides' caches.
     sender_cpu: AtomicU32,
+    _pad3: [u64; 7],
+    /// The counters of the LL and LL128 buffers ([`Protocol::Ll`] and
+    /// [`Protocol::Ll128`] as index).
+    fifos: [Fifo; 2],
+}
+
+/// The counters of one protocol's ring of steps (LL's or LL128's), as the header's `head`
+/// and `tail` are the slots': steps written by the sender, steps read by the receiver,
+/// each also a futex word to sleep on. The receiver does not poll `head`: it polls the
+/// lines' flags, and sleeps on `head` only after a long wait.
+#[repr(C, align(64))]
+struct Fifo {
+    head: AtomicU32,
+    receiver_sleeping: AtomicU32,
+    _pad0: [u64; 7],
+    tail: AtomicU32,
+    sender_sleeping: AtomicU32,
 }
 
 /// What a piece is: which message and which part of it, and a small piece itself. One
@@ -107,6 +138,7 @@ struct PieceMeta {
 
 const _: () = assert!(size_of::<PieceMeta>() == 64);
 const _: () = assert!(size_of::<Header>() <= META_OFFSET && META_OFFSET + PIECES * 64 <= SMALL_OFFSET);
+const _: () = assert!(size_of::<Fifo>() == 128);
 
 /// One direction between two ranks, mapped in this process.
 struct Channel {
@@ -208,6 +240,21 @@ impl Channel {
         // SAFETY: slot < SLOTS, inside the mapping.
         unsafe { self.base.add(DATA_OFFSET + slot * SLOT_BYTES) }
     }
+
+    /// The LL lines of step number `step` (of the ring of [`ll::STEPS`]).
+    fn ll_step(&self, step: u32) -> &[AtomicU64] {
+        let at = LL_OFFSET + (step as usize % ll::STEPS) * ll::STEP_LINES * ll::LINE;
+        // SAFETY: the step's lines lie inside the LL buffer, 8-byte aligned, in the
+        // mapping that lives as long as `self`; they are only ever accessed as atomics.
+        unsafe { std::slice::from_raw_parts(self.base.add(at).cast::<AtomicU64>(), ll::STEP_LINES) }
+    }
+
+    /// The first LL128 line of step number `step` (of the ring of [`ll128::STEPS`]).
+    fn ll128_step(&self, step: u32) -> *mut ll128::Line {
+        let at = LL128_OFFSET + (step as usize % ll128::STEPS) * ll128::STEP_LINES * ll128::LINE;
+        // SAFETY: the step's lines lie inside the LL128 buffer, 128-byte aligned.
+        unsafe { self.base.add(at).cast() }
+    }
 }
 
 impl Drop for Channel {
@@ -232,9 +279,24 @@ pub struct ShmLink {
     timeout: Duration,
     /// The receiver's `tail` as this side last read it (only the sending thread uses it).
     tail_seen: AtomicU32,
+    /// The same for the LL and LL128 rings ([`Fifo`]).
+    fifo_tail_seen: [AtomicU32; 2],
     /// How long a wait spins: [`SPIN_FOR`], or nothing when this host runs more ranks
     /// than it has cores (the peer may be waiting for this very core).
     spin: Duration,
+    /// The protocol of the collective's messages ([`Protocol`] as a number), set by
+    /// [`Link::set_protocol`] on both ends alike.
+    proto: AtomicU8,
+}
+
+/// Steps (LL, LL128) and pieces (Simple) this process has sent over shared memory, per
+/// protocol.
+static SENT: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// How many steps (LL, LL128) or pieces (Simple) this process has sent by `proto` so far:
+/// what shows that a protocol really ran (the benchmark's `proto_steps`).
+pub fn sent_by(proto: Protocol) -> u64 {
+    SENT[proto as usize].load(Relaxed)
 }
 
 /// Waits, over every shared-memory link of this process, that went to sleep on the futex.
@@ -444,6 +506,184 @@ impl ShmLink {
     }
 }
 
+/// LL and LL128: a message goes in steps, each written line by line into the protocol's
+/// ring of steps and read line by line as each line's flag arrives.
+impl ShmLink {
+    /// The protocol a message tagged `tag` goes by: the collective's, Simple for
+    /// point-to-point messages (which no tuner chose a protocol for).
+    fn protocol_for(&self, tag: u8) -> Protocol {
+        match tag {
+            crate::SEND_RECV_TAG => Protocol::Simple,
+            _ => Protocol::from_index(self.proto.load(Relaxed)),
+        }
+    }
+
+    /// Data bytes per step of `p` (LL or LL128).
+    fn step_data(p: Protocol) -> usize {
+        match p {
+            Protocol::Ll => ll::STEP_DATA,
+            _ => ll128::STEP_DATA,
+        }
+    }
+
+    /// Waits until the next step of `p` may be written (fewer than the ring's steps are
+    /// unread) and returns its number.
+    fn free_step(&self, p: Protocol) -> io::Result<u32> {
+        let f = &self.out.header().fifos[p as usize];
+        let steps = match p {
+            Protocol::Ll => ll::STEPS,
+            _ => ll128::STEPS,
+        } as u32;
+        let head = f.head.load(Relaxed);
+        let seen = &self.fifo_tail_seen[p as usize];
+        // The receiver's `tail` as last read: while it shows room, its line stays unread.
+        if head.wrapping_sub(seen.load(Relaxed)) < steps {
+            return Ok(head);
+        }
+        self.wait(
+            &self.out,
+            &f.tail,
+            &f.sender_sleeping,
+            || {
+                let tail = f.tail.load(Acquire);
+                seen.store(tail, Relaxed);
+                head.wrapping_sub(tail) < steps
+            },
+            io::ErrorKind::BrokenPipe,
+        )?;
+        Ok(head)
+    }
+
+    /// Sends `data` by `p` (LL or LL128), step by step.
+    fn send_steps(&self, p: Protocol, tag: u8, data: &[u8]) -> io::Result<()> {
+        let mut offset = 0;
+        loop {
+            let n = Self::step_data(p).min(data.len() - offset);
+            let step = self.free_step(p)?;
+            let h = StepHeader {
+                tag,
+                len: n,
+                message_len: data.len() as u64,
+            };
+            let flag = step.wrapping_add(1);
+            let piece = &data[offset..offset + n];
+            match p {
+                Protocol::Ll => ll::write(self.out.ll_step(step), flag, h, piece),
+                // SAFETY: `free_step` said the receiver has handed this step back.
+                _ => unsafe { ll128::write(self.out.ll128_step(step), flag as u64, h, piece) },
+            }
+            // The lines carry their own news; `head` is for a receiver asleep on it.
+            let f = &self.out.header().fifos[p as usize];
+            f.head.fetch_add(1, SeqCst);
+            if f.receiver_sleeping.load(SeqCst) != 0 {
+                futex_wake(&f.head);
+            }
+            SENT[p as usize].fetch_add(1, Relaxed);
+            offset += n;
+            if offset >= data.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Receives the step of `p` that holds bytes `offset..offset + dst.len()` of a
+    /// message of `len` bytes into `dst`, checking its header first.
+    fn recv_step(&self, p: Protocol, tag: u8, len: usize, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+        let f = &self.inbox.header().fifos[p as usize];
+        let step = f.tail.load(Relaxed);
+        let flag = step.wrapping_add(1);
+        let mut wait = |ready: &dyn Fn() -> bool| {
+            self.wait(
+                &self.inbox,
+                &f.head,
+                &f.receiver_sleeping,
+                ready,
+                io::ErrorKind::UnexpectedEof,
+            )
+        };
+        let (h, expected) = match p {
+            Protocol::Ll => (
+                ll::read_header(self.inbox.ll_step(step), flag, &mut wait)?,
+                len as u32 as u64, // LL's header holds the low 32 bits
+            ),
+            // SAFETY: this step is the receiver's until `tail` moves past it.
+            _ => (
+                unsafe { ll128::read_header(self.inbox.ll128_step(step), flag as u64, &mut wait)? },
+                len as u64,
+            ),
+        };
+        if h.tag != tag {
+            return Err(op_mismatch(self.peer, h.tag, tag));
+        }
+        if h.message_len != expected {
+            return Err(len_mismatch(self.peer, h.message_len, len));
+        }
+        if h.len != dst.len() || offset + h.len > len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the shared-memory channel is corrupt",
+            ));
+        }
+        match p {
+            Protocol::Ll => ll::read_data(self.inbox.ll_step(step), flag, dst, &mut wait)?,
+            // SAFETY: as above.
+            _ => unsafe { ll128::read_data(self.inbox.ll128_step(step), flag as u64, dst, &mut wait)? },
+        }
+        f.tail.fetch_add(1, SeqCst);
+        if f.sender_sleeping.load(SeqCst) != 0 {
+            futex_wake(&f.tail);
+        }
+        Ok(())
+    }
+
+    /// Receives a message of `len` bytes by `p` into `dst`, step by step.
+    fn recv_steps_into(&self, p: Protocol, tag: u8, dst: &mut [u8]) -> io::Result<()> {
+        let len = dst.len();
+        let mut offset = 0;
+        loop {
+            let n = Self::step_data(p).min(len - offset);
+            self.recv_step(p, tag, len, offset, &mut dst[offset..offset + n])?;
+            offset += n;
+            if offset >= len {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Receives a message of `len` bytes by `p`, handing each step to `each` from a
+    /// buffer of this thread's (the lines hold flags between the data: no step can be
+    /// read where it lies, as a Simple slot is).
+    fn recv_steps_pieces(
+        &self,
+        p: Protocol,
+        tag: u8,
+        len: usize,
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<()> {
+        thread_local! {
+            static STAGING: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        let mut buf = STAGING.take();
+        let mut offset = 0;
+        let result = loop {
+            let n = Self::step_data(p).min(len - offset);
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
+            if let Err(e) = self.recv_step(p, tag, len, offset, &mut buf[..n]) {
+                break Err(e);
+            }
+            each(offset, &buf[..n]);
+            offset += n;
+            if offset >= len {
+                break Ok(());
+            }
+        };
+        STAGING.set(buf);
+        result
+    }
+}
+
 impl ShmLink {
     /// The rank at the other end.
     pub fn peer(&self) -> usize {
@@ -452,7 +692,19 @@ impl ShmLink {
 }
 
 impl Link for ShmLink {
+    fn set_protocol(&self, proto: Protocol) {
+        self.proto.store(proto as u8, Relaxed);
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::from_index(self.proto.load(Relaxed))
+    }
+
     fn send(&self, tag: u8, data: &[u8]) -> io::Result<()> {
+        let p = self.protocol_for(tag);
+        if p != Protocol::Simple {
+            return self.send_steps(p, tag, data);
+        }
         let mut offset = 0;
         loop {
             let n = SLOT_BYTES.min(data.len() - offset);
@@ -460,6 +712,7 @@ impl Link for ShmLink {
             // SAFETY: the piece's place is free (see `free_slot`) and holds n bytes.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.place(piece, n), n) };
             self.publish(piece, tag, n, data.len(), offset);
+            SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
             offset += n;
             if offset >= data.len() {
                 return Ok(());
@@ -469,6 +722,20 @@ impl Link for ShmLink {
 
     /// A message that fits a slot is written in place: `fill` gets the free slot itself.
     fn send_with(&self, tag: u8, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> io::Result<()>) -> io::Result<()> {
+        if let p @ (Protocol::Ll | Protocol::Ll128) = self.protocol_for(tag) {
+            // The lines hold flags between the data: `fill` writes into a buffer of this
+            // thread's, kept from call to call (a fresh one would cost page faults).
+            thread_local! {
+                static OUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+            }
+            let mut buf = OUT.take();
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let sent = fill(&mut buf[..len]).and_then(|()| self.send_steps(p, tag, &buf[..len]));
+            OUT.set(buf);
+            return sent;
+        }
         if len > SLOT_BYTES {
             let mut buf = vec![0u8; len];
             fill(&mut buf)?;
@@ -479,10 +746,15 @@ impl Link for ShmLink {
         // receiver will not read it before `publish`.
         fill(unsafe { std::slice::from_raw_parts_mut(self.out.place(piece, len), len) })?;
         self.publish(piece, tag, len, len, 0);
+        SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
         Ok(())
     }
 
     fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
+        let p = self.protocol_for(tag);
+        if p != Protocol::Simple {
+            return self.recv_steps_into(p, tag, dst);
+        }
         let len = dst.len();
         self.recv_pieces(tag, len, &mut |off, piece| {
             dst[off..off + piece.len()].copy_from_slice(piece)
@@ -493,6 +765,10 @@ impl Link for ShmLink {
     /// reading the destination into the cache: on a large buffer, a third less memory
     /// traffic than a plain copy.
     fn recv_into_streaming(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
+        let p = self.protocol_for(tag);
+        if p != Protocol::Simple {
+            return self.recv_steps_into(p, tag, dst);
+        }
         let len = dst.len();
         self.recv_pieces(tag, len, &mut |off, piece| {
             copy_around_cache(&mut dst[off..off + piece.len()], piece)
@@ -501,6 +777,10 @@ impl Link for ShmLink {
 
     /// Zero-copy: `each` reads each piece in its slot (`scratch` is not needed).
     fn recv_pieces(&self, tag: u8, len: usize, each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+        let p = self.protocol_for(tag);
+        if p != Protocol::Simple {
+            return self.recv_steps_pieces(p, tag, len, each);
+        }
         let mut offset = 0;
         loop {
             let (at, n) = self.next_piece(tag, len, offset)?;
@@ -519,9 +799,14 @@ impl Link for ShmLink {
         format!("rank {} over shared memory", self.peer)
     }
 
-    /// The whole ring: the sender can fill every slot before the receiver takes one.
+    /// The whole ring of the link's protocol: the sender can fill every slot (or step)
+    /// before the receiver takes one.
     fn eager_limit(&self) -> usize {
-        SLOTS * SLOT_BYTES
+        match self.protocol() {
+            Protocol::Simple => SLOTS * SLOT_BYTES,
+            Protocol::Ll => ll::STEPS * ll::STEP_DATA,
+            Protocol::Ll128 => ll128::STEPS * ll128::STEP_DATA,
+        }
     }
 }
 
@@ -603,7 +888,9 @@ pub fn connect(
                 inbox,
                 timeout,
                 tail_seen: AtomicU32::new(0),
+                fifo_tail_seen: Default::default(),
                 spin,
+                proto: AtomicU8::new(Protocol::Simple as u8),
             });
         }
         store.barrier("shm/mapped", rank, world)?;
@@ -830,7 +1117,9 @@ mod tests {
             inbox: Channel::map(inbox, create).unwrap(),
             timeout: Duration::from_secs(5),
             tail_seen: AtomicU32::new(0),
+            fifo_tail_seen: Default::default(),
             spin: SPIN_FOR,
+            proto: AtomicU8::new(Protocol::Simple as u8),
         };
         let a = link(&ab, &ba, true);
         let b = link(&ab, &ba, false);
@@ -878,6 +1167,60 @@ mod tests {
                 );
             }
         });
+    }
+
+    #[test]
+    fn every_protocol_carries_every_size_in_order_and_counts_its_steps() {
+        let sizes = [
+            0,
+            1,
+            7,
+            119,
+            121,
+            4093,
+            ll::STEP_DATA + 1,
+            ll128::STEP_DATA * 3 + 5,
+            3 << 20,
+        ];
+        for p in Protocol::ALL {
+            let (a, b) = pair(&format!("proto-{}", p.name()));
+            a.set_protocol(p);
+            b.set_protocol(p);
+            assert_eq!(b.protocol(), p);
+            let before = sent_by(p);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for (i, n) in sizes.iter().enumerate() {
+                        let msg: Vec<u8> = (0..*n).map(|k| (k * 13 + i) as u8).collect();
+                        a.send(4, &msg).unwrap();
+                        a.send(4, &msg).unwrap();
+                    }
+                });
+                for (i, n) in sizes.iter().enumerate() {
+                    let want: Vec<u8> = (0..*n).map(|k| (k * 13 + i) as u8).collect();
+                    let mut got = vec![0u8; *n];
+                    b.recv_into(4, &mut got).unwrap();
+                    assert!(got == want, "{} message {i}, {n} bytes", p.name());
+                    let mut pieces = vec![0u8; *n];
+                    b.recv_pieces(4, *n, &mut |off, piece| {
+                        pieces[off..off + piece.len()].copy_from_slice(piece)
+                    })
+                    .unwrap();
+                    assert!(pieces == want, "{} pieces {i}, {n} bytes", p.name());
+                }
+            });
+            assert!(sent_by(p) >= before + 2 * sizes.len() as u64, "{} counted", p.name());
+            // Point-to-point messages go by Simple whatever the collectives use.
+            let simple = sent_by(Protocol::Simple);
+            a.send(crate::SEND_RECV_TAG, &[1, 2]).unwrap();
+            let mut got = [0u8; 2];
+            b.recv_into(crate::SEND_RECV_TAG, &mut got).unwrap();
+            assert_eq!((got, sent_by(Protocol::Simple)), ([1, 2], simple + 1));
+            // A mismatch is named by every protocol.
+            a.send(1, &[1, 2, 3]).unwrap();
+            let err = b.recv_into(2, &mut [0; 3]).unwrap_err();
+            assert!(err.to_string().contains("(tag 1) than this rank (tag 2)"), "{err}");
+        }
     }
 
     #[test]

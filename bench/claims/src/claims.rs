@@ -207,6 +207,7 @@ pub fn all() -> Vec<Claim> {
     all.extend(chapter10());
     all.extend(perf_section());
     all.extend(tuner());
+    all.extend(protocols());
     all
 }
 
@@ -876,4 +877,40 @@ fn chapter10() -> Vec<Claim> {
             depends: Some("a message's cost on emulated nodes is mostly processes waking on this machine's cores"),
         },
     ]
+}
+
+/// EXERCISES.md, chapter 11, "Protocols": the same pipelined ring by LL, LL128 and Simple on 2 ranks.
+/// LL at most half of Simple's busbw at 2 MiB, LL128 below Simple, and LL no faster than
+/// Simple at 8 B (within 15%: the small sizes move by ±50% from run to run).
+fn protocols() -> Vec<Claim> {
+    let c = |proto: &str| {
+        cmd(
+            "07-nccl-perf",
+            &format!("--nproc-per-node 2 -b 8 -e 4M -f 4 -A ring -P {proto}"),
+        )
+    };
+    vec![Claim {
+        id: "proto",
+        place: "EXERCISES.md, chapter 11",
+        file: "EXERCISES.md",
+        quote: "LL at 2 MiB reached 0.18 of Simple's busbw (0.42 against 2.39 GB/s)",
+        says: "LL under half of Simple's busbw at 2 MiB, LL128 under Simple; LL no faster at 8 B",
+        measures: vec![
+            row("2 MiB busbw by LL", c("ll"), 2 << 20, "/out_of_place/busbw"),
+            row("2 MiB busbw by LL128", c("ll128"), 2 << 20, "/out_of_place/busbw"),
+            row("2 MiB busbw by Simple", c("simple"), 2 << 20, "/out_of_place/busbw"),
+            row("8 B by LL", c("ll"), 8, "/out_of_place/time_us"),
+            row("8 B by Simple", c("simple"), 8, "/out_of_place/time_us"),
+        ],
+        checks: vec![
+            less_by(0, 2, 2.0),
+            less(1, 2),
+            Check::Less {
+                a: vec![4],
+                b: vec![3],
+                by: 0.87,
+            },
+        ],
+        depends: Some("a CPU's protocols cost its cores' work per byte, not a link's width: other CPUs differ"),
+    }]
 }

@@ -13,9 +13,16 @@
 //! CPU backend's ring-shaped algorithms, and two names of its own (`direct`,
 //! `single-copy`) pick the others. README's "Which algorithm runs" maps the names onto
 //! NCCL's.
+//!
+//! The protocol ([`Protocol`]: NCCL's LL, LL128 or Simple, `workbook_cpu`'s
+//! `transport::protocol`) is chosen with the algorithm ([`choose_with`]), from
+//! `NCCL_PROTO` read with the same grammar ([`Protocols::parse`]) and the size
+//! ([`protocol_for`]). Only shared memory has the three; where a pair of ranks talks over
+//! TCP every message goes by Simple, and `NCCL_PROTO` without Simple is refused.
 
 use super::{ALL, Collective};
 use crate::backend::cpu::SMALL;
+pub use crate::transport::protocol::Protocol;
 
 /// One way of running a collective on the CPU backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +115,9 @@ pub struct Facts {
     pub steps: bool,
     /// How many machines (NCCL's nodes) the ranks run on.
     pub nodes: usize,
+    /// Every pair of ranks shares memory: the links have NCCL's three protocols (over
+    /// TCP, Simple alone).
+    pub protocols: bool,
 }
 
 /// Which algorithm runs `coll` on `bytes` (its larger buffer, as nccl-tests sizes it),
@@ -235,6 +245,199 @@ pub fn single_copy_from(_coll: &Collective, _ranks: usize, _oversubscribed: bool
     64 << 10
 }
 
+/// Which algorithm and which protocol run `coll` on `bytes`, among those `allowed`
+/// (`NCCL_ALGO`) and `protos` (`NCCL_PROTO`): as NCCL's tuner picks the pair. The single
+/// copy reads the other ranks' buffers where they lie, outside the links' protocols: it
+/// counts as Simple, and is no candidate when `NCCL_PROTO` leaves Simple out (as NCCL's
+/// Simple-only algorithms, PAT and NVLS, are not under `NCCL_PROTO=LL`). The protocol is
+/// then [`protocol_for`]'s.
+pub fn choose_with(
+    coll: &Collective,
+    bytes: usize,
+    facts: &Facts,
+    allowed: &Allowed,
+    protos: &Protocols,
+) -> (Algorithm, Protocol) {
+    if protos.every || !facts.protocols {
+        // NCCL_PROTO unset (or TCP): the algorithm as before, no copy of `allowed`.
+        let algo = choose(coll, bytes, facts, allowed);
+        return (algo, protocol_for(coll, bytes, algo, facts, protos));
+    }
+    let mut allowed = allowed.clone();
+    if facts.protocols && !protos.allows(coll, Protocol::Simple) {
+        allowed.forbid(coll, Family::SingleCopy);
+    }
+    let algo = choose(coll, bytes, facts, &allowed);
+    (algo, protocol_for(coll, bytes, algo, facts, protos))
+}
+
+/// The protocol `algo` runs `coll` on `bytes` with: Simple where the links have no other
+/// (TCP) and for the single copy; else, of those `protos` allows, LL below [`LL_BELOW`]
+/// (on this project's machine, never: see there), then Simple, LL128 when Simple is left
+/// out, LL when both are.
+pub fn protocol_for(coll: &Collective, bytes: usize, algo: Algorithm, facts: &Facts, protos: &Protocols) -> Protocol {
+    if !facts.protocols || algo == Algorithm::SingleCopy {
+        return Protocol::Simple;
+    }
+    if protos.every {
+        return match LL_BELOW.is_some_and(|below| bytes < below) {
+            true => Protocol::Ll,
+            false => Protocol::Simple,
+        };
+    }
+    let ok = |p: Protocol| protos.allows(coll, p);
+    match () {
+        _ if ok(Protocol::Ll) && LL_BELOW.is_some_and(|below| bytes < below) => Protocol::Ll,
+        _ if ok(Protocol::Simple) => Protocol::Simple,
+        _ if ok(Protocol::Ll128) => Protocol::Ll128,
+        _ if ok(Protocol::Ll) => Protocol::Ll,
+        _ => Protocol::Simple,
+    }
+}
+
+/// Below this size (the collective's larger buffer) the tuner sends by LL when
+/// `NCCL_PROTO` leaves the choice to it ([`protocol_for`]): `None`, never, on this machine.
+///
+/// LL pays on a GPU because a GPU's flag after data needs a fence across the system bus
+/// (`__threadfence_system`, microseconds), which LL's flag in every 8-byte store saves. On
+/// x86 a Release store is a plain store (the CPU keeps stores in order): Simple's flag
+/// costs nothing more than LL's, and its messages of up to 32 bytes already travel inside
+/// their flag's cache line. What LL adds is work per 4 bytes on both sides and twice the
+/// lines. Measured on this project's 2-core AMD EPYC VM, 2026-11-26 (`07-nccl-perf
+/// --nproc-per-node 2 -b 8 -e 4M -f 4 -A ring -P ll,ll128,simple`, release build, load
+/// average 4-5 from other builds; out of place, medians of 3 runs, LL / LL128 / Simple):
+///
+/// | size    | µs                    | busbw GB/s         |
+/// |---------|-----------------------|--------------------|
+/// | 8 B     | 1.33 / 0.76 / 0.95    |                    |
+/// | 512 B   | 2.66 / 0.82 / 1.23    |                    |
+/// | 8 KiB   | 12.7 / 4.3 / 2.9      | 0.65 / 1.93 / 2.84 |
+/// | 128 KiB | 186 / 43 / 20         | 0.71 / 3.02 / 6.63 |
+/// | 2 MiB   | 4966 / 1436 / 876     | 0.42 / 1.46 / 2.39 |
+///
+/// (Without `-A ring`, the direct exchange at 8 B: 1.05 / 0.94 / 1.19 µs; the small sizes
+/// move by ±50% from run to run.) LL was never faster than Simple beyond that noise;
+/// LL128 was level with it below 1 KiB and slower past a few KiB. So the tuner keeps
+/// Simple, and LL and LL128 run when `NCCL_PROTO` asks.
+pub const LL_BELOW: Option<usize> = None;
+
+/// Which protocols `NCCL_PROTO` allows, per collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protocols {
+    /// `[collective in ALL order][protocol]`.
+    per: [[bool; 3]; ALL.len()],
+    /// Every protocol for every collective (`NCCL_PROTO` unset): the tuner's fast path.
+    every: bool,
+}
+
+impl Default for Protocols {
+    fn default() -> Protocols {
+        Protocols {
+            per: [[true; 3]; ALL.len()],
+            every: true,
+        }
+    }
+}
+
+impl Protocols {
+    /// Whether `proto` may run `coll`.
+    pub fn allows(&self, coll: &Collective, proto: Protocol) -> bool {
+        let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+        self.per[i][proto as usize]
+    }
+
+    /// Whether some collective may not run Simple (which TCP links need).
+    pub fn without_simple(&self) -> bool {
+        self.per.iter().any(|row| !row[Protocol::Simple as usize])
+    }
+
+    /// `NCCL_PROTO` from the environment (every protocol when unset or empty).
+    pub fn from_env() -> Result<Protocols, String> {
+        match std::env::var("NCCL_PROTO") {
+            Ok(text) if !text.trim().is_empty() => {
+                Protocols::parse(&text).map_err(|why| format!("NCCL_PROTO={text}: {why}"))
+            }
+            _ => Ok(Protocols::default()),
+        }
+    }
+
+    /// Reads `NCCL_PROTO` as NCCL's `parseList` does, as [`Allowed::parse`] reads
+    /// `NCCL_ALGO`: `LL`, `LL128`, `Simple`, `^LL128`, `allreduce:LL;broadcast:Simple`,
+    /// case not mattering.
+    pub fn parse(text: &str) -> Result<Protocols, String> {
+        let names = Protocol::ALL.map(|p| p.name());
+        let per = parse_list(text, &names, |name, _exclude| {
+            Err(format!(
+                "unknown protocol '{name}': LL, LL128 or Simple (NCCL's protocols)"
+            ))
+        })?;
+        let every = per.iter().flatten().all(|ok| *ok);
+        Ok(Protocols { per, every })
+    }
+}
+
+/// NCCL's `parseList` over `names`: `;`-separated lists, each `[collective:][^]name,name…`;
+/// a list without a collective (only the first may lack one) is for every collective; `^`
+/// allows all but the names; case, `-` and `_` do not matter. `other(name, excluded)`
+/// answers a name not in `names`: `Ok` to pass over it, or the error. Returns, per
+/// collective in [`ALL`]'s order, which names are allowed.
+fn parse_list<const N: usize>(
+    text: &str,
+    names: &[&str; N],
+    other: impl Fn(&str, bool) -> Result<(), String>,
+) -> Result<[[bool; N]; ALL.len()], String> {
+    let mut per = [[true; N]; ALL.len()];
+    for (k, entry) in text.split(';').enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let (prefix, list) = match entry.split_once(':') {
+            Some((p, l)) => (Some(p.trim()), l.trim()),
+            None if k == 0 => (None, entry),
+            None => {
+                return Err(format!(
+                    "'{entry}': every list but the first must name its collective (allreduce:{})",
+                    names[0]
+                ));
+            }
+        };
+        let (exclude, list) = match list.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, list),
+        };
+        let mut named = [false; N];
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let squashed = name.replace(['-', '_'], "");
+            match names
+                .iter()
+                .position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed))
+            {
+                Some(f) => named[f] = true,
+                None => other(name, exclude)?,
+            }
+        }
+        let row = named.map(|n| n != exclude);
+        let squashed = |s: &str| s.replace(['-', '_'], "").to_lowercase();
+        let which: Vec<usize> = match prefix {
+            None => (0..ALL.len()).collect(),
+            Some(p) => match PREFIXES.iter().position(|q| squashed(q) == squashed(p)) {
+                Some(i) => vec![i],
+                None => {
+                    return Err(format!(
+                        "unknown collective '{p}': one of {}",
+                        PREFIXES.map(|p| p.to_lowercase()).join(", ")
+                    ));
+                }
+            },
+        };
+        for i in which {
+            per[i] = row;
+        }
+    }
+    Ok(per)
+}
+
 /// Which families of algorithms `NCCL_ALGO` allows, per collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allowed {
@@ -302,66 +505,26 @@ impl Allowed {
     /// backend's own. NCCL's other algorithms (`CollNetDirect`, …) have no counterpart here:
     /// allowing one is refused (excluding one with `^` changes nothing).
     pub fn parse(text: &str) -> Result<Allowed, String> {
-        let mut allowed = Allowed::default();
-        for (k, entry) in text.split(';').enumerate() {
-            let entry = entry.trim();
-            if entry.is_empty() {
-                continue;
+        let per = parse_list(text, &FAMILY_NAMES, |name, exclude| {
+            match NCCL_ONLY.iter().find(|a| a.eq_ignore_ascii_case(name)) {
+                Some(_) if exclude => Ok(()),
+                Some(nccl) => Err(format!(
+                    "the CPU backend has no {nccl}: it has ring and tree (NCCL's Ring and Tree), direct and \
+                     single-copy"
+                )),
+                None => Err(format!(
+                    "unknown algorithm '{name}': ring or tree (NCCL's Ring and Tree), direct or single-copy \
+                     (NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT need GPUs)"
+                )),
             }
-            let (prefix, list) = match entry.split_once(':') {
-                Some((p, l)) => (Some(p.trim()), l.trim()),
-                None if k == 0 => (None, entry),
-                None => {
-                    return Err(format!(
-                        "'{entry}': every list but the first must name its collective (allreduce:ring)"
-                    ));
-                }
-            };
-            let (exclude, list) = match list.strip_prefix('^') {
-                Some(rest) => (true, rest),
-                None => (false, list),
-            };
-            let mut named = [false; FAMILIES];
-            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let squashed = name.replace(['-', '_'], "");
-                if let Some(f) = FAMILY_NAMES
-                    .iter()
-                    .position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed))
-                {
-                    named[f] = true;
-                } else if let Some(nccl) = NCCL_ONLY.iter().find(|a| a.eq_ignore_ascii_case(name)) {
-                    if !exclude {
-                        return Err(format!(
-                            "the CPU backend has no {nccl}: it has ring and tree (NCCL's Ring and Tree), direct and \
-                             single-copy"
-                        ));
-                    }
-                } else {
-                    return Err(format!(
-                        "unknown algorithm '{name}': ring or tree (NCCL's Ring and Tree), direct or single-copy \
-                         (NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT need GPUs)"
-                    ));
-                }
-            }
-            let row = named.map(|n| n != exclude);
-            let squashed = |s: &str| s.replace(['-', '_'], "").to_lowercase();
-            let which: Vec<usize> = match prefix {
-                None => (0..ALL.len()).collect(),
-                Some(p) => match PREFIXES.iter().position(|q| squashed(q) == squashed(p)) {
-                    Some(i) => vec![i],
-                    None => {
-                        return Err(format!(
-                            "unknown collective '{p}': one of {}",
-                            PREFIXES.map(|p| p.to_lowercase()).join(", ")
-                        ));
-                    }
-                },
-            };
-            for i in which {
-                allowed.per[i] = row;
-            }
-        }
-        Ok(allowed)
+        })?;
+        Ok(Allowed { per })
+    }
+
+    /// Forbids `family` for `coll`.
+    fn forbid(&mut self, coll: &Collective, family: Family) {
+        let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+        self.per[i][family as usize] = false;
     }
 }
 
@@ -371,13 +534,14 @@ pub fn nccl_func(coll: &Collective) -> &'static str {
     PREFIXES[i]
 }
 
-/// The `NCCL_DEBUG=INFO` line of a choice, worded as NCCL's (`enqueue.cc`): every CPU
-/// message is one protocol, data then a flag saying it is there, as NCCL's Simple.
-pub fn debug_line(coll: &Collective, bytes: usize, algo: Algorithm) -> String {
+/// The `NCCL_DEBUG=INFO` line of a choice, worded as NCCL's (`enqueue.cc`): the
+/// algorithm and the protocol that ran.
+pub fn debug_line(coll: &Collective, bytes: usize, algo: Algorithm, proto: Protocol) -> String {
     format!(
-        "cpu INFO {}: {bytes} Bytes -> Algo {} proto simple",
+        "cpu INFO {}: {bytes} Bytes -> Algo {} proto {}",
         nccl_func(coll),
-        algo.name()
+        algo.name(),
+        proto.name()
     )
 }
 
@@ -394,6 +558,7 @@ mod tests {
         oversubscribed: false,
         steps: false,
         nodes: 1,
+        protocols: true,
     };
 
     fn with(text: &str) -> Allowed {
@@ -558,10 +723,87 @@ mod tests {
     }
 
     #[test]
+    fn nccl_proto_reads_as_nccl_algo_does_and_refuses_what_nccl_lacks() {
+        let p = |t: &str| Protocols::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+        assert_eq!(p(""), Protocols::default());
+        assert_eq!(p("ll,LL128,SIMPLE"), Protocols::default());
+        let ll = p("LL");
+        assert!(ll.allows(&ALL_REDUCE, Protocol::Ll) && !ll.allows(&ALL_REDUCE, Protocol::Simple));
+        assert!(ll.without_simple() && !p("^LL128").without_simple());
+        let no128 = p("^ll128");
+        assert!(!no128.allows(&BROADCAST, Protocol::Ll128) && no128.allows(&BROADCAST, Protocol::Ll));
+        let per = p("simple;allreduce:ll");
+        assert!(per.allows(&ALL_REDUCE, Protocol::Ll) && !per.allows(&ALL_REDUCE, Protocol::Simple));
+        assert!(per.allows(&REDUCE, Protocol::Simple) && !per.allows(&REDUCE, Protocol::Ll));
+        for (text, says) in [
+            ("Bogus", "unknown protocol 'Bogus': LL, LL128 or Simple"),
+            ("LL;simple", "every list but the first must name its collective"),
+            ("gather:LL", "unknown collective 'gather'"),
+        ] {
+            let e = Protocols::parse(text).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_protocol_is_chosen_with_the_algorithm_and_tcp_and_the_single_copy_are_simple() {
+        let all = Allowed::default();
+        let any = Protocols::default();
+        let only = |t: &str| Protocols::parse(t).unwrap();
+        // Left to the tuner: LL below LL_BELOW (on this machine, never), Simple from it.
+        for bytes in [0, 4, 4096, 32 << 10] {
+            let want = match LL_BELOW.is_some_and(|below| bytes < below) {
+                true => Protocol::Ll,
+                false => Protocol::Simple,
+            };
+            assert_eq!(
+                choose_with(&ALL_REDUCE, bytes, &ONE_HOST, &all, &any).1,
+                want,
+                "{bytes}"
+            );
+        }
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 1 << 20, &ONE_HOST, &all, &any),
+            (SingleCopy, Protocol::Simple)
+        );
+        // NCCL_PROTO=LL leaves out the single copy, which is Simple: the ring runs by LL.
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 1 << 20, &ONE_HOST, &all, &only("LL")),
+            (RingPipelined, Protocol::Ll)
+        );
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 4, &ONE_HOST, &all, &only("LL128")),
+            (Direct, Protocol::Ll128)
+        );
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 4, &ONE_HOST, &all, &only("^LL")).1,
+            Protocol::Simple
+        );
+        // NCCL_ALGO=single-copy with NCCL_PROTO=Simple: the copy.
+        let copy = with("single-copy");
+        assert_eq!(
+            choose_with(&ALL_REDUCE, 4, &ONE_HOST, &copy, &only("simple")).0,
+            SingleCopy
+        );
+        // Over TCP (some pair without shared memory): Simple, whatever is allowed.
+        let tcp = Facts {
+            protocols: false,
+            ring_in_memory: false,
+            reads_peers: false,
+            ..ONE_HOST
+        };
+        assert_eq!(choose_with(&ALL_REDUCE, 4, &tcp, &all, &only("LL")).1, Protocol::Simple);
+    }
+
+    #[test]
     fn the_debug_line_is_worded_as_nccls_tuning_line() {
         assert_eq!(
-            debug_line(&ALL_REDUCE, 1024, Direct),
+            debug_line(&ALL_REDUCE, 1024, Direct, Protocol::Simple),
             "cpu INFO AllReduce: 1024 Bytes -> Algo direct proto simple"
+        );
+        assert_eq!(
+            debug_line(&ALL_REDUCE, 8, Direct, Protocol::Ll),
+            "cpu INFO AllReduce: 8 Bytes -> Algo direct proto ll"
         );
         assert_eq!(nccl_func(&ALL_TO_ALL), "AllToAll");
     }

@@ -114,6 +114,46 @@ impl Session {
         }
     }
 
+    /// The protocol of the last collective on the CPU backend (LL, LL128, Simple); on
+    /// NCCL, `None` (NCCL chooses; `NCCL_DEBUG=INFO` shows it).
+    #[doc(hidden)]
+    pub fn protocol(&self) -> Option<crate::collective::tuner::Protocol> {
+        match &self.comm {
+            Communicator::Cpu(c) => c.last_protocol(),
+            Communicator::Nccl(_) => None,
+        }
+    }
+
+    /// Runs the collectives from now on as `NCCL_PROTO=nccl_proto` would (`None`: as the
+    /// environment says): the benchmark's `-P`, one value per sweep, as
+    /// [`Session::allow_algorithms`] for `-A`. A value that names no protocol, or leaves
+    /// out Simple where some ranks talk over TCP, is the user's mistake, said in one line.
+    #[doc(hidden)]
+    pub fn allow_protocols(&mut self, nccl_proto: Option<&str>) -> Result<()> {
+        use crate::collective::tuner::Protocols;
+        let usage = |message: String| SharedError { message, usage: true };
+        let Communicator::Cpu(cpu) = &mut self.comm else {
+            return Err(usage(
+                "-P: NCCL reads NCCL_PROTO once, when its communicator starts: run the benchmark once per protocol \
+                 (NCCL_PROTO=LL 07-nccl-perf ...)"
+                    .into(),
+            )
+            .into());
+        };
+        let (protos, said) = match nccl_proto {
+            Some(text) => (
+                Protocols::parse(text).map_err(|why| usage(format!("-P {text}: {why}")))?,
+                format!("-P {text}"),
+            ),
+            None => (
+                Protocols::from_env().map_err(usage)?,
+                format!("NCCL_PROTO={}", std::env::var("NCCL_PROTO").unwrap_or_default()),
+            ),
+        };
+        cpu.allow_protocols(protos, &said).map_err(usage)?;
+        Ok(())
+    }
+
     /// Runs the collectives from now on as `NCCL_ALGO=nccl_algo` would (`None`: as the
     /// environment says): the benchmark's `-A`, one value per sweep. The CPU backend only:
     /// NCCL reads `NCCL_ALGO` once, when its communicator starts. A value the CPU backend

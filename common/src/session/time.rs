@@ -34,6 +34,7 @@ impl Session {
         self.report.algbw_gbps = Some(t.algbw);
         self.report.busbw_gbps = Some(t.busbw);
         self.report.algo = Some(self.algorithm().into());
+        self.report.proto = self.protocol().map(|p| p.name().into());
         let overlap = single_calls::overlap(coll, world, iters);
         self.report.single_calls = runs.single;
         self.report.calls_overlap = overlap.map(str::to_string);
@@ -52,11 +53,16 @@ impl Session {
             .map(|why| format!("; calls may overlap: {why}"))
             .unwrap_or_default();
         self.say(&format!(
-            "Time: {:.1} us per {} of {} via {} (slowest of {world} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
+            "Time: {:.1} us per {} of {} via {}{} (slowest of {world} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
             coll.title,
             human_bytes(bytes),
             self.algorithm(),
+            // The protocol when it is not Simple, as NCCL's tuner names its choice.
+            match self.protocol() {
+                Some(p) if p != crate::collective::tuner::Protocol::Simple => format!(" proto {}", p.name()),
+                _ => String::new(),
+            },
             t.algbw,
             t.busbw,
         ));
