@@ -15,7 +15,8 @@
 //!   workbook (nccl-tests writes the whole environment, tokens and all);
 //! - one file holds every sweep of the run (`--op all`, `-d all`, `-A ring,tree`): each
 //!   result names its own in `experiment_name` (`all_reduce float sum`, with
-//!   `NCCL_ALGO=tree` where `-A` set it), and says `collective` and `nccl_algo` too;
+//!   `NCCL_ALGO=tree` where `-A` set it and `NCCL_PROTO=ll` where `-P` did), and says
+//!   `collective`, `nccl_algo` and `nccl_proto` too;
 //! - `nccl_version` is null on the CPU backend, which runs no NCCL, and `backend` says
 //!   which ran; `device_hex` (the GPU's PCI address) is empty;
 //! - an existing file is replaced (nccl-tests writes `FILE.0`, `FILE.1`, ... beside it).
@@ -158,6 +159,7 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
                     "experiment_name": experiment(perf),
                     "collective": perf.op,
                     "nccl_algo": perf.nccl_algo,
+                    "nccl_proto": perf.nccl_proto,
                 })
             })
         })
