@@ -103,7 +103,12 @@ fn experiment(perf: &Perf) -> String {
         .as_ref()
         .map(|a| format!(", NCCL_ALGO={a}"))
         .unwrap_or_default();
-    format!("{} {} {}{algo}", perf.op, perf.datatype, perf.redop)
+    let proto = perf
+        .nccl_proto
+        .as_ref()
+        .map(|p| format!(", NCCL_PROTO={p}"))
+        .unwrap_or_default();
+    format!("{} {} {}{algo}{proto}", perf.op, perf.datatype, perf.redop)
 }
 
 /// The whole document: the run's `report` (ranks, backend, NCCL's version), the flags,
