@@ -69,6 +69,7 @@ fn files_left_by_dead_processes_are_removed_by_the_next_job() {
     let live = format!("/dev/shm/nccl-workbook-{}-0-to-1", std::process::id());
     for f in [&stale, &live] {
         std::fs::write(f, b"left behind").unwrap();
+        aged(f);
     }
     let r = finish(spawn(command(BIN, &["--backend", "cpu", "--timeout", "20"])), LIMIT);
     let (stale_left, live_left) = (
@@ -80,6 +81,82 @@ fn files_left_by_dead_processes_are_removed_by_the_next_job() {
     assert_eq!(r.code, Some(0), "{r}");
     assert!(!stale_left, "the dead process's file is still there");
     assert!(live_left, "a live process's file was removed");
+}
+
+/// Makes file `f` a minute old, as a file left by a job that died earlier is (a file
+/// younger than 2 s may be a live job's that its creator has not locked yet).
+fn aged(f: &str) {
+    let minute_ago = std::time::SystemTime::now() - Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(f)
+        .unwrap()
+        .set_modified(minute_ago)
+        .unwrap();
+}
+
+/// A channel file named for process `pid` and locked as a live rank locks the files it
+/// made (a shared `flock`, held until the returned file is dropped).
+fn held_channel_file(pid: u32) -> (String, std::fs::File) {
+    let name = format!("/dev/shm/nccl-workbook-{pid}-0-to-1");
+    std::fs::write(&name, b"a live job's").unwrap();
+    aged(&name);
+    let f = std::fs::File::open(&name).unwrap();
+    f.lock_shared().unwrap();
+    (name, f)
+}
+
+#[test]
+fn a_file_whose_creator_holds_its_lock_is_kept_whatever_its_pid_says() {
+    // Issue 30, item 3: a job in another pid namespace has pids this one cannot see. Here
+    // a pid that is gone names the file, but a live process holds its lock, as the ranks
+    // of such a job hold theirs: the next job must leave it.
+    let _alone = CHANNEL_FILES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let (name, lock) = held_channel_file(dead);
+    let r = finish(spawn(command(BIN, &["--backend", "cpu", "--timeout", "20"])), LIMIT);
+    let kept = std::path::Path::new(&name).exists();
+    drop(lock);
+    let r2 = finish(spawn(command(BIN, &["--backend", "cpu", "--timeout", "20"])), LIMIT);
+    let then = std::path::Path::new(&name).exists();
+    let _ = std::fs::remove_file(&name);
+    assert_eq!(r.code, Some(0), "{r}");
+    assert_eq!(r2.code, Some(0), "{r2}");
+    assert!(
+        kept,
+        "a locked file (its creator alive, in a namespace of its own) was removed"
+    );
+    assert!(!then, "once its lock was released, the dead process's file stayed");
+}
+
+#[test]
+fn a_job_in_a_new_pid_namespace_leaves_a_live_jobs_files_alone() {
+    // Two jobs, one in a new pid namespace (unshare -p, as a container is): there, this
+    // process's pid names nothing in /proc. It used to remove this job's live files.
+    let can = std::process::Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can {
+        eprintln!("skipped: `unshare -p -f --mount-proc` is not allowed here (it needs root or user namespaces)");
+        return;
+    }
+    let _alone = CHANNEL_FILES.lock().unwrap_or_else(|p| p.into_inner());
+    let (name, lock) = held_channel_file(std::process::id());
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-p", "-f", "--mount-proc", BIN, "--backend", "cpu", "--timeout", "20"]);
+    testkit::clear_job_env(&mut cmd);
+    let r = finish(spawn(cmd), LIMIT);
+    let kept = std::path::Path::new(&name).exists();
+    drop(lock);
+    let _ = std::fs::remove_file(&name);
+    assert_eq!(r.code, Some(0), "{r}");
+    assert!(
+        kept,
+        "the job in the new pid namespace removed a live job's channel file"
+    );
 }
 
 #[test]

@@ -143,6 +143,10 @@ const _: () = assert!(size_of::<Fifo>() == 128);
 /// One direction between two ranks, mapped in this process.
 struct Channel {
     base: *mut u8,
+    /// The creator's open file, holding a shared `flock` on it for as long as the channel
+    /// lives (-1 for the peer that only maps it): how any process, in any pid namespace,
+    /// tells a live channel file from one that a dead job left ([`remove_dead_files`]).
+    lock: libc::c_int,
 }
 
 // SAFETY: the mapping is shared memory made for two processes; every access that races
@@ -164,6 +168,14 @@ impl Channel {
             let fd = libc::open(c_path.as_ptr(), flags, 0o600);
             if fd < 0 {
                 return Err(io::Error::last_os_error());
+            }
+            // The creator holds a shared lock while it lives: the kernel drops it when the
+            // process ends, however it ends, and every namespace sees it (a pid does not).
+            if create && libc::flock(fd, libc::LOCK_SH) != 0 {
+                let e = io::Error::last_os_error();
+                libc::close(fd);
+                libc::unlink(c_path.as_ptr());
+                return Err(e);
             }
             // Reserve the memory now: a file only sized (ftruncate) on a full tmpfs would
             // map fine and then kill this process with SIGBUS at its first write.
@@ -191,11 +203,21 @@ impl Channel {
                 fd,
                 0,
             );
-            libc::close(fd);
+            let lock = match create {
+                true => fd,
+                false => {
+                    libc::close(fd);
+                    -1
+                }
+            };
             if base == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
+                let e = io::Error::last_os_error();
+                if lock >= 0 {
+                    libc::close(lock);
+                }
+                return Err(e);
             }
-            let channel = Channel { base: base.cast() };
+            let channel = Channel { base: base.cast(), lock };
             if create {
                 channel.header().magic.store(MAGIC, Release);
             } else if channel.header().magic.load(Acquire) != MAGIC {
@@ -263,8 +285,14 @@ impl Drop for Channel {
         h.closed.store(1, SeqCst);
         futex_wake(&h.head);
         futex_wake(&h.tail);
-        // SAFETY: the mapping was made by `map` with this length and is not used again.
-        unsafe { libc::munmap(self.base.cast(), CHANNEL_BYTES) };
+        // SAFETY: the mapping was made by `map` with this length and is not used again;
+        // `lock` is this channel's own descriptor (or -1), closed once, here.
+        unsafe {
+            libc::munmap(self.base.cast(), CHANNEL_BYTES);
+            if self.lock >= 0 {
+                libc::close(self.lock);
+            }
+        }
     }
 }
 
@@ -1018,16 +1046,51 @@ fn futex_wake(word: &AtomicU32) {
 
 /// Removes every channel file that `pids` created (the launcher, once its ranks ended).
 pub fn remove_files_of(pids: &[u32]) {
-    remove_files(|owner| pids.contains(&owner));
+    remove_files(|owner, _| pids.contains(&owner));
 }
 
 /// Removes the channel files of processes that are gone: what a job killed with its
-/// launcher (or killed in the instant before its ranks opened them) left behind.
+/// launcher (or killed in the instant before its ranks opened them) left behind. A file
+/// is gone only if its creator's pid is not alive *and* no process holds its lock: a job
+/// in another pid namespace (a container, `unshare -p`) has pids this one cannot see,
+/// but its ranks hold the locks of the files they made ([`Channel`]'s `lock`). A file
+/// younger than [`SETTLING`] is left too: its creator may not hold its lock yet.
 pub fn remove_dead_files() {
-    remove_files(|owner| !process_alive(owner));
+    remove_files(|owner, path| !process_alive(owner) && settled(path) && !locked(path));
 }
 
-fn remove_files(of: impl Fn(u32) -> bool) {
+/// How long a channel file may go unlocked after it is made (its creator opens it, then
+/// locks it, microseconds apart).
+const SETTLING: Duration = Duration::from_secs(2);
+
+/// Whether `path` was last changed at least [`SETTLING`] ago.
+fn settled(path: &std::path::Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= SETTLING)
+}
+
+/// Whether some process holds the lock of the channel file at `path` (its live creator).
+fn locked(path: &std::path::Path) -> bool {
+    let Ok(c_path) = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())) else {
+        return true;
+    };
+    // SAFETY: plain system calls on a path we name and a descriptor we own and close.
+    unsafe {
+        let fd = libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW);
+        if fd < 0 {
+            // Gone already, or not ours to read: not ours to remove either.
+            return true;
+        }
+        let held = libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) != 0;
+        libc::close(fd);
+        held
+    }
+}
+
+fn remove_files(of: impl Fn(u32, &std::path::Path) -> bool) {
     let Ok(dir) = std::fs::read_dir(DIR) else {
         return;
     };
@@ -1045,7 +1108,7 @@ fn remove_files(of: impl Fn(u32) -> bool) {
             .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me);
         if let Some(owner) = owner
             && mine
-            && of(owner)
+            && of(owner, &entry.path())
         {
             let _ = std::fs::remove_file(entry.path());
         }
