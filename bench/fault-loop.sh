@@ -139,7 +139,7 @@ run_one() {
     while ((alive)) && (($(date +%s%N) - start < (timeout_s + 12) * 1000000000)); do
       alive=0
       for k in "${kids[@]}"; do if running "$k"; then alive=1; fi; done
-      ((alive)) && sleep 0.05
+      if ((alive)); then sleep 0.05; fi
     done
     ms=$((($(date +%s%N) - start) / 1000000))
     if ((alive)); then why="$why; ranks still running ${ms} ms after the signal"; fi
@@ -148,7 +148,7 @@ run_one() {
   # Bounded: past --timeout + 12 s the job is killed and the run counted as failed.
   (sleep $((timeout_s + 12)) && kill -9 "$launcher" "${kids[@]}" 2>/dev/null) &
   local guard=$!
-  wait "$launcher" || rc=$?
+  wait "$launcher" 2>/dev/null || rc=$?
   kill "$guard" 2>/dev/null || true
   wait "$guard" 2>/dev/null || true
   if [ "$victim" != launcher ]; then ms=$((($(date +%s%N) - start) / 1000000)); fi
