@@ -110,6 +110,9 @@ run_one() {
   if ((launcher_too && RANDOM % 4 == 0)); then victim=launcher; fi
   if ((RANDOM % 2)) || [ "$victim" = launcher ]; then sig=KILL; else sig=STOP; fi
   delay_ms=$((RANDOM % 2000))
+  # The shell's notices of killed jobs ("Killed") would be noise: its stderr goes nowhere
+  # until this run is checked (the job's own goes to a file).
+  exec 4>&2 2>/dev/null
   "$@" --timeout "$timeout_s" >"$out/stdout" 2>"$out/stderr" &
   launcher=$!
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
@@ -123,6 +126,7 @@ run_one() {
     # Ended (or never started its ranks) before the signal: nothing to check but its status.
     rc=0
     wait "$launcher" || rc=$?
+    exec 2>&4 4>&-
     if [ "$rc" != 0 ]; then
       bad=$((bad + 1))
       echo "run $label: exit $rc before any signal: $(head -c 300 "$out/stderr" | tr '\n' ' ')"
@@ -146,11 +150,17 @@ run_one() {
   fi
   rc=0
   # Bounded: past --timeout + 12 s the job is killed and the run counted as failed.
-  (sleep $((timeout_s + 12)) && kill -9 "$launcher" "${kids[@]}" 2>/dev/null) &
+  (
+    trap - EXIT
+    for ((t = 0; t < (timeout_s + 12) * 10; t++)); do
+      running "$launcher" || exit 0
+      sleep 0.1
+    done
+    kill -9 "$launcher" "${kids[@]}" 2>/dev/null
+  ) &
   local guard=$!
   wait "$launcher" 2>/dev/null || rc=$?
-  kill "$guard" 2>/dev/null || true
-  wait "$guard" 2>/dev/null || true
+  wait "$guard" || true
   if [ "$victim" != launcher ]; then ms=$((($(date +%s%N) - start) / 1000000)); fi
   if [ "$sig" = STOP ]; then kill -9 "$target" 2>/dev/null || true; fi
   if [ "$victim" = launcher ]; then
@@ -166,6 +176,7 @@ run_one() {
     fi
   fi
   sleep 0.2
+  exec 2>&4 4>&-
   local p
   for p in "$launcher" "${kids[@]}"; do
     if running "$p"; then why="$why; pid $p left running"; fi
