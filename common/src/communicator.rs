@@ -125,7 +125,7 @@ impl Communicator {
     pub fn download_range<T: Element>(&self, buf: &Buffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
         let range = range.start.min(buf.len())..range.end.min(buf.len());
         match (&buf.storage, self) {
-            (Storage::Host(v), _) => Ok(v[range].to_vec()),
+            (Storage::Host(v), _) => crate::limits::try_copy(&v[range], "a copy of a buffer to read"),
             (Storage::Device(s), Communicator::Nccl(nc)) => nc.download(s, range),
             (Storage::Device(_), Communicator::Cpu(_)) => unreachable!("device buffers only come from NCCL"),
         }

@@ -27,7 +27,7 @@ pub use workbook_cpu::transport;
 pub use workbook_nccl::{device, nccl_library, nvtx, simulate};
 #[doc(hidden)]
 pub use workbook_runtime::{
-    clock, deadline, element, error, fault, launch, launcher, rank, record, rendezvous, units, wire,
+    clock, deadline, element, error, fault, launch, launcher, limits, rank, record, rendezvous, units, wire,
 };
 
 pub use args::{DataArgs, Init, RunArgs};
@@ -142,7 +142,14 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
         },
         launch::Role::Rank(id) => {
             let (rank, source) = (id.rank, id.source);
-            match rank_part(id, run) {
+            // Said before the rank runs out of descriptors (a launcher said it already).
+            let short = limits::open_files_short(id.world_size, rank == 0).map(|line| {
+                anyhow::Error::new(error::SharedError {
+                    message: line,
+                    usage: true,
+                })
+            });
+            match short.map_or_else(|| rank_part(id, run), Err) {
                 Ok(()) => ExitCode::SUCCESS,
                 // An error every rank meets alike is said once, by rank 0.
                 Err(e) if error::is_shared(&e) && rank != 0 && source.shared_output() => {
@@ -181,6 +188,10 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
     };
     let what = format!("--nproc-per-node {nproc} × --nnodes {} =", plan.nnodes);
     rank::check_world(nproc.saturating_mul(plan.nnodes), &what).map_err(error::usage)?;
+    // Its ranks inherit this process's limit of open files, raised to the hard one.
+    if let Some(line) = limits::open_files_short(nproc.saturating_mul(plan.nnodes), plan.node_rank == 0) {
+        return Err(error::usage(line));
+    }
     if cpu {
         fits_in_shared_memory(run, nproc)?;
     }

@@ -648,3 +648,100 @@ fn a_low_soft_limit_of_open_files_is_raised_to_the_hard_one() {
     assert_eq!(r.code, Some(0), "{r}");
     assert!(r.stdout.contains("Check: OK, all 16 ranks hold"), "{r}");
 }
+
+/// The probe run as `sh -c 'LIMITS; exec BIN ARGS...'` (with `env` set), bounded by LIMIT.
+fn under_limits(limits: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &format!("{limits} && exec \"$0\" \"$@\""), BIN])
+        .args(args)
+        .args(["--timeout", testkit::TIMEOUT]);
+    testkit::clear_job_env(&mut cmd);
+    cmd.envs(env.iter().copied());
+    finish(spawn(cmd), LIMIT)
+}
+
+/// No Rust abort, no backtrace, no panic: what a refused allocation used to print.
+fn no_abort(r: &Run) {
+    for abort in ["memory allocation of", "stack backtrace", "panicked", "signal 6"] {
+        assert!(!r.stderr.contains(abort), "{abort:?} in:\n{r}");
+    }
+}
+
+#[test]
+fn buffers_beyond_ulimit_v_are_refused_before_they_are_made() {
+    // Needs `ulimit -v` (RLIMIT_AS), which any user may lower. 2 ranks of --size 384M hold
+    // 768 MiB each (the buffer and the copy its check reads back), over the 600 MB they
+    // may map. Before: the memory check counted only the host's free memory, so the run
+    // went on and ended in "memory allocation of 402653184 bytes failed", a 45-line
+    // backtrace and SIGABRT.
+    let args = ["--backend", "cpu", "--size", "384M", "--iters", "1"];
+    let r = under_limits("ulimit -v 600000", &args, &[]);
+    assert_eq!(r.code, Some(2), "{r}");
+    no_abort(&r);
+    assert!(
+        r.stderr.contains("--size 384M: a rank would hold 768.0 MiB in buffers")
+            && r.stderr
+                .contains("address space is limited to 585.9 MiB (ulimit -v, RLIMIT_AS)"),
+        "{r}"
+    );
+}
+
+#[test]
+fn an_allocation_refused_at_run_time_is_one_line_naming_rank_size_and_limit() {
+    // Needs `ulimit -v`. With the check before start skipped (the test hook), the 256 MiB
+    // copy that the check reads back does not fit under the limit: that allocation must
+    // fail in one line naming the rank, the size and the limit, exit 1. Before: "memory
+    // allocation of 268435456 bytes failed", a backtrace and SIGABRT.
+    let args = ["--backend", "cpu", "--size", "256M", "--iters", "1"];
+    let r = under_limits("ulimit -v 500000", &args, &[("NCCL_WORKBOOK_FAULT", "no-memory-check")]);
+    assert_eq!(r.code, Some(1), "{r}");
+    no_abort(&r);
+    let said = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("could not allocate 256.0 MiB"))
+        .unwrap_or_else(|| panic!("no line says the allocation:\n{r}"));
+    assert!(said.starts_with("error: rank "), "{said}");
+    assert!(
+        said.contains("address space is limited to 488.3 MiB (ulimit -v, RLIMIT_AS)"),
+        "{said}"
+    );
+    assert!(r.stderr.contains("launcher: rank "), "{r}");
+}
+
+#[test]
+fn a_hard_limit_of_open_files_too_low_for_the_job_is_said_before_it_starts() {
+    // `ulimit -n 20` sets the hard limit too: 16 ranks cannot be given what they need
+    // (rank 0: about 2 per rank). Before: the ranks ran out of descriptors, rank 0's
+    // "Too many open files" was never printed, the others said a foreign store answered
+    // and the launcher blamed another rank. Now: one line naming the limit, exit 2, at
+    // once (by the launcher; by rank 0 when the ranks are started by hand).
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        "16",
+        "--count",
+        "4",
+        "--iters",
+        "1",
+    ];
+    let r = under_limits("ulimit -n 20", &args, &[]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
+    assert!(
+        r.stderr
+            .contains("ulimit -n: a process here may hold 20 open files (its hard limit")
+            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 48"),
+        "{r}"
+    );
+    let by_hand = ["--backend", "cpu", "--world-size", "16", "--rank", "0", "--count", "4"];
+    let r = under_limits("ulimit -n 20", &by_hand, &[]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
+    assert!(
+        r.stderr
+            .starts_with("error: rank 0: ulimit -n: a process here may hold 20"),
+        "{r}"
+    );
+}

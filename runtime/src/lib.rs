@@ -15,6 +15,7 @@ pub mod error;
 pub mod fault;
 pub mod launch;
 pub mod launcher;
+pub mod limits;
 pub mod rank;
 pub mod record;
 pub mod rendezvous;

@@ -16,12 +16,30 @@ impl Session {
     /// Checks, before anything is allocated, that `bytes` per rank (its buffers at their
     /// peak) fit in the memory this host has available, every rank of the host taking as
     /// much; `what` names the flag that asked for them. Without it a too large `--size`
-    /// ends as "killed by signal 9" (the out-of-memory killer). CPU backend only: NCCL's
-    /// buffers live on the GPU.
+    /// ends as "killed by signal 9" (the out-of-memory killer). This process's own limit
+    /// of address space (`ulimit -v`) counts too: past it an allocation fails. CPU backend
+    /// only: NCCL's buffers live on the GPU.
     #[doc(hidden)]
     pub fn ensure_memory(&self, bytes: u64, what: &str) -> Result<()> {
         if self.comm.name() != "cpu" {
             return Ok(());
+        }
+        // The test hook `NCCL_WORKBOOK_FAULT=no-memory-check`: buffers are made unchecked,
+        // so that a refused allocation can be seen failing as it must (in one line).
+        if crate::fault::asked("no-memory-check", None).is_some() {
+            return Ok(());
+        }
+        if let Some((limit, left)) = crate::limits::address_space_left()
+            && bytes > left
+        {
+            return Err(crate::error::usage(format!(
+                "rank {}: {what}: a rank would hold {} in buffers, and this process's address space is limited to {} \
+                 (ulimit -v, RLIMIT_AS), {} of it left: ask for less, or raise the limit",
+                self.rank(),
+                human_bytes(bytes as usize),
+                human_bytes(limit as usize),
+                human_bytes(left as usize)
+            )));
         }
         let host = &self.members[self.rank()].host;
         let local = self.members.iter().filter(|m| &m.host == host).count() as u64;

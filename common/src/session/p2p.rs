@@ -272,7 +272,9 @@ impl Session {
         self.ensure_memory(2 * (blocks * count * size_of::<T>()) as u64, &data.what())?;
         self.show = Some(data.show.unwrap_or(count.min(8)).min(count));
         self.report.count = Some(count);
-        self.comm.upload((0..blocks * count).map(value).collect())
+        let what = format!("{}: the buffer", data.what());
+        self.comm
+            .upload(crate::limits::try_collect(blocks * count, &what, value)?)
     }
 
     /// A buffer holding `data`, placed where the backend computes (on NCCL, copied to the GPU).
@@ -396,8 +398,9 @@ impl Session {
             let got = match how {
                 Arrive::Replace => c.recv(dst, peer),
                 Arrive::Add => {
-                    let mut tmp = vec![T::default(); dst.len()];
-                    c.recv(&mut tmp, peer).map(|()| add(dst, &tmp))
+                    let what = format!("recv_add_part from rank {peer}: room to receive");
+                    crate::limits::try_collect(dst.len(), &what, |_| T::default())
+                        .and_then(|mut tmp| c.recv(&mut tmp, peer).map(|()| add(dst, &tmp)))
                 }
             };
             got.map(|()| record::op(t, name, &[(Dir::Recv, peer, as_bytes(dst), noted)]))
@@ -439,8 +442,9 @@ impl Session {
             let done = match how {
                 Arrive::Replace => cpu_exchange(c, out, to, dst, from),
                 Arrive::Add => {
-                    let mut tmp = vec![T::default(); dst.len()];
-                    cpu_exchange(c, out, to, &mut tmp, from).map(|()| add(dst, &tmp))
+                    let what = format!("exchange with rank {from}: room to receive");
+                    crate::limits::try_collect(dst.len(), &what, |_| T::default())
+                        .and_then(|mut tmp| cpu_exchange(c, out, to, &mut tmp, from).map(|()| add(dst, &tmp)))
                 }
             };
             let parts = [
@@ -468,11 +472,21 @@ impl Session {
         let mut host = self.to_host(buf)?;
         // NCCL moves nothing for an empty part; neither do we (no zero-sized allocations).
         let out = match &send {
-            Some((r, to)) if !r.is_empty() => Some((self.comm.upload(host[r.clone()].to_vec())?, *to)),
+            Some((r, to)) if !r.is_empty() => Some((
+                self.comm
+                    .upload(crate::limits::try_copy(&host[r.clone()], "the part to send")?)?,
+                *to,
+            )),
             _ => None,
         };
         let mut inp = match &recv {
-            Some((r, from, _)) if !r.is_empty() => Some((self.comm.upload(vec![T::default(); r.len()])?, *from)),
+            Some((r, from, _)) if !r.is_empty() => Some((
+                self.comm
+                    .upload(crate::limits::try_collect(r.len(), "room to receive", |_| {
+                        T::default()
+                    })?)?,
+                *from,
+            )),
             _ => None,
         };
         let grouped = out.is_some() && inp.is_some();
