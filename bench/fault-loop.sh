@@ -27,8 +27,8 @@ Usage: bench/fault-loop.sh [--cpu | --simulate-gpus | --all] [--runs N] [--timeo
   --runs N          runs per transport (cpu) or runs (simulated GPUs); default 100
   --timeout S       the jobs' --timeout in seconds; default 3
   --debug           use the debug build (target/debug) instead of --release
-  --short           a quick look that ends within about 60 s once built: 4 runs per
-                    transport and 6 on simulated GPUs, --timeout 2
+  --short           a quick look that ends within about 60 s once built: 3 runs per
+                    transport and 5 on simulated GPUs, --timeout 2
   -h, --help        this text
 
 Exit status 0 when every run passed every check, 1 otherwise (each failed run is one
@@ -61,7 +61,7 @@ if ((${#positional[@]} > 0)); then runs=${positional[0]}; fi
 if ((${#positional[@]} > 1)); then timeout_s=${positional[1]}; fi
 if ((${#positional[@]} > 2)); then echo "fault-loop: too many arguments (see --help)" >&2; exit 2; fi
 sim_runs=$runs
-if ((short)); then runs=4; sim_runs=6; timeout_s=2; fi
+if ((short)); then runs=3; sim_runs=5; timeout_s=2; fi
 for n in "$runs" "$timeout_s"; do
   if ! [[ "$n" =~ ^[0-9]+$ ]] || ((n == 0)); then
     echo "fault-loop: '$n' is not a positive whole number (see --help)" >&2
