@@ -1,8 +1,9 @@
 //! The test hook, read in one place: `NCCL_WORKBOOK_FAULT=NAME[:RANK[:VALUE]]` makes one
 //! fault happen where real processes cannot be made to fail on cue (a corrupted element,
 //! a rank held during setup, a full `/dev/shm`, a rank late to its first collective,
-//! buffers outside the shared arenas). Tests set it, and `bench/compare-mpi.sh` for its
-//! CPU-time measurement; nothing else does.
+//! buffers outside the shared arenas, buffers made without the memory check before start:
+//! `no-memory-check`). Tests set it, and `bench/compare-mpi.sh` for its CPU-time
+//! measurement; nothing else does.
 
 /// The hook's value when it names fault `name` and, if given, `rank`: the fields after
 /// the rank (empty when there are none). `None` when this fault is not asked for here.
