@@ -669,19 +669,19 @@ fn no_abort(r: &Run) {
 
 #[test]
 fn buffers_beyond_ulimit_v_are_refused_before_they_are_made() {
-    // Needs `ulimit -v` (RLIMIT_AS), which any user may lower. 2 ranks of --size 384M hold
-    // 768 MiB each (the buffer and the copy its check reads back), over the 600 MB they
-    // may map. Before: the memory check counted only the host's free memory, so the run
-    // went on and ended in "memory allocation of 402653184 bytes failed", a 45-line
-    // backtrace and SIGABRT.
-    let args = ["--backend", "cpu", "--size", "384M", "--iters", "1"];
-    let r = under_limits("ulimit -v 600000", &args, &[]);
+    // Needs `ulimit -v` (RLIMIT_AS), which any user may lower. 2 ranks of --size 1G hold
+    // 2 GiB each (the buffer and the copy its check reads back), over the 1.5 GB they may
+    // map; nothing that large is made. Before: the memory check counted only the host's
+    // free memory, so the run went on and ended in "memory allocation of 1073741824 bytes
+    // failed", a 45-line backtrace and SIGABRT.
+    let args = ["--backend", "cpu", "--size", "1G", "--iters", "1"];
+    let r = under_limits("ulimit -v 1500000", &args, &[]);
     assert_eq!(r.code, Some(2), "{r}");
     no_abort(&r);
     assert!(
-        r.stderr.contains("--size 384M: a rank would hold 768.0 MiB in buffers")
+        r.stderr.contains("--size 1G: a rank would hold 2.00 GiB in buffers")
             && r.stderr
-                .contains("address space is limited to 585.9 MiB (ulimit -v, RLIMIT_AS)"),
+                .contains("address space is limited to 1.43 GiB (ulimit -v, RLIMIT_AS)"),
         "{r}"
     );
 }
