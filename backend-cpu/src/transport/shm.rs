@@ -217,7 +217,10 @@ impl Channel {
                 }
                 return Err(e);
             }
-            let channel = Channel { base: base.cast(), lock };
+            let channel = Channel {
+                base: base.cast(),
+                lock,
+            };
             if create {
                 channel.header().magic.store(MAGIC, Release);
             } else if channel.header().magic.load(Acquire) != MAGIC {
