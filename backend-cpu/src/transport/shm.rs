@@ -31,10 +31,11 @@
 use super::protocol::{Protocol, StepHeader, ll, ll128};
 use super::{Link, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, bail};
 use std::ffi::CString;
 use std::io;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Bytes per slot: one piece of a message.
@@ -298,12 +299,18 @@ impl Drop for Channel {
 
 /// A shared-memory link to one peer on this host: a channel each way.
 pub struct ShmLink {
+    /// This rank.
+    rank: usize,
     peer: usize,
     peer_pid: u32,
-    /// This rank writes, the peer reads.
-    out: Channel,
-    /// The peer writes, this rank reads.
-    inbox: Channel,
+    /// This rank writes, the peer reads: made by this rank at its first send to the peer
+    /// ([`ShmLink::out`]).
+    out: OnceLock<Channel>,
+    /// The peer writes, this rank reads: made by the peer at its first send, opened here
+    /// at this rank's first receive ([`ShmLink::inbox`]).
+    inbox: OnceLock<Channel>,
+    /// Held while `out` is made, and while `inbox` is looked for (one thread each).
+    making: [Mutex<()>; 2],
     timeout: Duration,
     /// The receiver's `tail` as this side last read it (only the sending thread uses it).
     tail_seen: AtomicU32,
@@ -372,11 +379,14 @@ impl ShmLink {
         }
         let start = Instant::now();
         let mine = current_cpu();
-        let told = &self.out.header().sender_cpu;
-        if told.load(Relaxed) != mine {
-            told.store(mine, Relaxed);
+        if let Some(out) = self.out.get() {
+            let told = &out.header().sender_cpu;
+            if told.load(Relaxed) != mine {
+                told.store(mine, Relaxed);
+            }
         }
-        let peer_here = mine != 0 && self.inbox.header().sender_cpu.load(Relaxed) == mine;
+        let peer_here = mine != 0
+            && (self.inbox.get()).is_some_and(|inbox| inbox.header().sender_cpu.load(Relaxed) == mine);
         if !peer_here {
             while start.elapsed() < self.spin {
                 for _ in 0..16 {
@@ -437,14 +447,14 @@ impl ShmLink {
     /// bytes have arrived, and returns where it lies (its slot, or its metadata line)
     /// and its length.
     fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(*const u8, usize)> {
-        let h = self.inbox.header();
+        let h = self.inbox()?.header();
         let tail = h.tail.load(Relaxed);
-        let m = self.inbox.meta(tail);
+        let m = self.inbox()?.meta(tail);
         // SAFETY: `seq` is an atomic in the mapping, written by the sender alone.
         let seq = unsafe { &(*m).seq };
         let next = tail.wrapping_add(1);
         self.wait(
-            &self.inbox,
+            self.inbox()?,
             &h.head,
             &h.receiver_sleeping,
             || seq.load(Acquire) == next,
@@ -473,14 +483,14 @@ impl ShmLink {
                 "the shared-memory channel is corrupt",
             ));
         }
-        Ok((self.inbox.place(tail, n), n))
+        Ok((self.inbox()?.place(tail, n), n))
     }
 
     /// Waits until piece number `head` (the next) of `len` bytes can go: fewer than
     /// [`PIECES`] pieces are unread, and for a piece that needs a large slot, fewer than
     /// [`SLOTS`]. Returns that number.
     fn free_slot(&self, len: usize) -> io::Result<u32> {
-        let h = self.out.header();
+        let h = self.out()?.header();
         let head = h.head.load(Relaxed);
         let room = if len <= SMALL_PIECE { PIECES } else { SLOTS } as u32;
         // The receiver's `tail` as last read: while it shows room, this side need not
@@ -489,7 +499,7 @@ impl ShmLink {
             return Ok(head);
         }
         self.wait(
-            &self.out,
+            self.out()?,
             &h.tail,
             &h.sender_sleeping,
             || {
@@ -505,8 +515,9 @@ impl ShmLink {
     /// Publishes piece number `head`, filled: `len` bytes at `offset` of a
     /// `message_len`-byte message.
     fn publish(&self, head: u32, tag: u8, len: usize, message_len: usize, offset: usize) {
-        let h = self.out.header();
-        let m = self.out.meta(head);
+        let out = self.out.get().expect("a channel made by free_slot");
+        let h = out.header();
+        let m = out.meta(head);
         // SAFETY: the slot is ours until the receiver has seen `seq` and moved `tail`.
         unsafe {
             (*m).op = tag as u32;
@@ -526,7 +537,7 @@ impl ShmLink {
 
     /// Hands the slot back to the sender.
     fn release(&self) {
-        let h = self.inbox.header();
+        let h = self.inbox.get().expect("a channel opened by next_piece").header();
         h.tail.fetch_add(1, SeqCst);
         if h.sender_sleeping.load(SeqCst) != 0 {
             futex_wake(&h.tail);
@@ -557,7 +568,7 @@ impl ShmLink {
     /// Waits until the next step of `p` may be written (fewer than the ring's steps are
     /// unread) and returns its number.
     fn free_step(&self, p: Protocol) -> io::Result<u32> {
-        let f = &self.out.header().fifos[p as usize];
+        let f = &self.out()?.header().fifos[p as usize];
         let steps = match p {
             Protocol::Ll => ll::STEPS,
             _ => ll128::STEPS,
@@ -569,7 +580,7 @@ impl ShmLink {
             return Ok(head);
         }
         self.wait(
-            &self.out,
+            self.out()?,
             &f.tail,
             &f.sender_sleeping,
             || {
@@ -596,12 +607,12 @@ impl ShmLink {
             let flag = step.wrapping_add(1);
             let piece = &data[offset..offset + n];
             match p {
-                Protocol::Ll => ll::write(self.out.ll_step(step), flag, h, piece),
+                Protocol::Ll => ll::write(self.out()?.ll_step(step), flag, h, piece),
                 // SAFETY: `free_step` said the receiver has handed this step back.
-                _ => unsafe { ll128::write(self.out.ll128_step(step), flag as u64, h, piece) },
+                _ => unsafe { ll128::write(self.out()?.ll128_step(step), flag as u64, h, piece) },
             }
             // The lines carry their own news; `head` is for a receiver asleep on it.
-            let f = &self.out.header().fifos[p as usize];
+            let f = &self.out()?.header().fifos[p as usize];
             f.head.fetch_add(1, SeqCst);
             if f.receiver_sleeping.load(SeqCst) != 0 {
                 futex_wake(&f.head);
@@ -617,12 +628,12 @@ impl ShmLink {
     /// Receives the step of `p` that holds bytes `offset..offset + dst.len()` of a
     /// message of `len` bytes into `dst`, checking its header first.
     fn recv_step(&self, p: Protocol, tag: u8, len: usize, offset: usize, dst: &mut [u8]) -> io::Result<()> {
-        let f = &self.inbox.header().fifos[p as usize];
+        let f = &self.inbox()?.header().fifos[p as usize];
         let step = f.tail.load(Relaxed);
         let flag = step.wrapping_add(1);
         let mut wait = |ready: &dyn Fn() -> bool| {
             self.wait(
-                &self.inbox,
+                self.inbox()?,
                 &f.head,
                 &f.receiver_sleeping,
                 ready,
@@ -631,12 +642,12 @@ impl ShmLink {
         };
         let (h, expected) = match p {
             Protocol::Ll => (
-                ll::read_header(self.inbox.ll_step(step), flag, &mut wait)?,
+                ll::read_header(self.inbox()?.ll_step(step), flag, &mut wait)?,
                 len as u32 as u64, // LL's header holds the low 32 bits
             ),
             // SAFETY: this step is the receiver's until `tail` moves past it.
             _ => (
-                unsafe { ll128::read_header(self.inbox.ll128_step(step), flag as u64, &mut wait)? },
+                unsafe { ll128::read_header(self.inbox()?.ll128_step(step), flag as u64, &mut wait)? },
                 len as u64,
             ),
         };
@@ -653,9 +664,9 @@ impl ShmLink {
             ));
         }
         match p {
-            Protocol::Ll => ll::read_data(self.inbox.ll_step(step), flag, dst, &mut wait)?,
+            Protocol::Ll => ll::read_data(self.inbox()?.ll_step(step), flag, dst, &mut wait)?,
             // SAFETY: as above.
-            _ => unsafe { ll128::read_data(self.inbox.ll128_step(step), flag as u64, dst, &mut wait)? },
+            _ => unsafe { ll128::read_data(self.inbox()?.ll128_step(step), flag as u64, dst, &mut wait)? },
         }
         f.tail.fetch_add(1, SeqCst);
         if f.sender_sleeping.load(SeqCst) != 0 {
@@ -738,7 +749,7 @@ impl Link for ShmLink {
             let n = SLOT_BYTES.min(data.len() - offset);
             let piece = self.free_slot(n)?;
             // SAFETY: the piece's place is free (see `free_slot`) and holds n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.place(piece, n), n) };
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out()?.place(piece, n), n) };
             self.publish(piece, tag, n, data.len(), offset);
             SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
             offset += n;
@@ -772,7 +783,7 @@ impl Link for ShmLink {
         let piece = self.free_slot(len)?;
         // SAFETY: the piece's place is free (see `free_slot`) and holds len bytes; the
         // receiver will not read it before `publish`.
-        fill(unsafe { std::slice::from_raw_parts_mut(self.out.place(piece, len), len) })?;
+        fill(unsafe { std::slice::from_raw_parts_mut(self.out()?.place(piece, len), len) })?;
         self.publish(piece, tag, len, len, 0);
         SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
         Ok(())
@@ -838,14 +849,27 @@ impl Link for ShmLink {
     }
 }
 
-/// Sets up a shared-memory link with every peer in `peers` (ranks on this host).
+/// Sets up a shared-memory link with every peer in `peers` (ranks on this host), as NCCL's
+/// runtime connect does (2.22+): no channel is made here, only what names them, each
+/// rank's pid, gathered through the store. A pair's channels are made the first time the
+/// two ranks exchange data, each direction on its own:
 ///
-/// Each rank creates the channels it will read from and publishes its pid, which names
-/// them; each peer maps the channel it will write to and at once removes its name (the
-/// memory lives on while mapped). A rank that dies before its peers opened its channels
-/// leaves their names: the launcher removes the files of its ranks when they have ended,
-/// and every setup first removes the files of processes that are gone (a job killed
-/// with its launcher), so nothing stays in `/dev/shm` however a job ends.
+/// - the *sender* makes the channel it writes, at its first send to that peer
+///   ([`ShmLink::out`]): it creates `nccl-workbook-<its pid>-<from>-to-<to>.part`, holds
+///   a shared `flock` on it for as long as it lives, reserves and maps it, and renames it
+///   to its final name, so that a name without `.part` is a channel ready to open. It
+///   then writes at once: a send never waits for the receiver to connect, only (as
+///   before) for room in the channel, so no order of first uses can deadlock;
+/// - the *receiver* opens it at its first receive from that peer ([`ShmLink::inbox`]),
+///   waiting for the name to appear, and removes the name once mapped (the memory lives
+///   on while either side maps it). Its wait ends when the sender's process is gone, or
+///   when nothing appeared for the whole `timeout`, naming the peer.
+///
+/// A pair that never exchanges data makes nothing: a ring makes one channel per
+/// neighbour and direction. A rank that dies, or a channel never received, leaves a
+/// name: the launcher removes the files of its ranks when they have ended, and every
+/// setup first removes the files of processes that are gone and unlocked, so nothing
+/// stays in `/dev/shm` however a job ends.
 pub fn connect(
     store: &mut Store,
     rank: usize,
@@ -866,67 +890,127 @@ pub fn connect(
     if peers.len() + 1 == world && world <= cores && !leave {
         bind_to_own_core(peers.iter().filter(|p| **p < rank).count(), world);
     }
-    let name = |from: usize, to: usize, owner: u32| format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}");
-    let mut inboxes = Vec::new();
-    let mut created = Vec::new();
-    for &peer in peers {
-        let path = name(peer, rank, pid);
-        let inbox = Channel::map(&path, true);
-        let inbox = match inbox {
-            Ok(c) => c,
-            Err(e) => {
-                for p in &created {
-                    let _ = std::fs::remove_file(p);
-                }
-                return Err(e).with_context(|| format!("creating the shared-memory channel {path} for rank {peer}"));
-            }
-        };
-        created.push(path);
-        inboxes.push(inbox);
+    let pids = store.share("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id")?;
+    let pids: Vec<u32> = pids
+        .iter()
+        .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
+        .collect();
+    Ok(peers
+        .iter()
+        .map(|&peer| ShmLink::unconnected(rank, peer, pids[peer], timeout, spin))
+        .collect())
+}
+
+/// The name of the channel from rank `from` to rank `to`, made by process `owner` (the
+/// sender): `/dev/shm/nccl-workbook-<owner>-<from>-to-<to>`.
+fn channel_name(owner: u32, from: usize, to: usize) -> String {
+    format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}")
+}
+
+/// Channels this process has made (as a sender) so far: what `NCCL_DEBUG=INFO` reports,
+/// and the measure that the pairs connect on first use.
+static MADE: AtomicU64 = AtomicU64::new(0);
+
+/// How many shared-memory channels this process has made so far (one per peer it sent to).
+pub fn channels_made() -> u64 {
+    MADE.load(Relaxed)
+}
+
+impl ShmLink {
+    /// A link to `peer` (process `peer_pid`) with no channel yet: each is made at its
+    /// first use ([`connect`]).
+    fn unconnected(rank: usize, peer: usize, peer_pid: u32, timeout: Duration, spin: Duration) -> ShmLink {
+        ShmLink {
+            rank,
+            peer,
+            peer_pid,
+            out: OnceLock::new(),
+            inbox: OnceLock::new(),
+            making: Default::default(),
+            timeout,
+            tail_seen: AtomicU32::new(0),
+            fifo_tail_seen: Default::default(),
+            spin,
+            proto: AtomicU8::new(Protocol::Simple as u8),
+        }
     }
-    fault_die_in_setup(rank);
-    let unlink_all = |paths: &[String]| {
-        for p in paths {
-            let _ = std::fs::remove_file(p);
+
+    /// The channel this rank writes to the peer, made at the first call ([`connect`]).
+    fn out(&self) -> io::Result<&Channel> {
+        if let Some(c) = self.out.get() {
+            return Ok(c);
         }
-    };
-    let pids = store.share("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id");
-    let pids: Vec<u32> = match pids {
-        Ok(p) => p
-            .iter()
-            .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
-            .collect(),
-        Err(e) => {
-            unlink_all(&created);
-            return Err(e);
+        let _one = self.making[0].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.out.get() {
+            return Ok(c);
         }
-    };
-    let mut links = Vec::new();
-    let mut mapped = || -> Result<()> {
-        for (&peer, inbox) in peers.iter().zip(inboxes.drain(..)) {
-            let path = name(rank, peer, pids[peer]);
-            let out = Channel::map(&path, false)
-                .with_context(|| format!("opening rank {peer}'s shared-memory channel {path}"))?;
-            // This rank is the channel's only other user: its name is no longer needed.
-            let _ = std::fs::remove_file(&path);
-            links.push(ShmLink {
-                peer,
-                peer_pid: pids[peer],
-                out,
-                inbox,
-                timeout,
-                tail_seen: AtomicU32::new(0),
-                fifo_tail_seen: Default::default(),
-                spin,
-                proto: AtomicU8::new(Protocol::Simple as u8),
-            });
+        let path = channel_name(std::process::id(), self.rank, self.peer);
+        let part = format!("{path}.part");
+        let made = Channel::map(&part, true).and_then(|c| match std::fs::rename(&part, &path) {
+            Ok(()) => Ok(c),
+            Err(e) => {
+                let _ = std::fs::remove_file(&part);
+                Err(e)
+            }
+        });
+        let channel = made.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("making the shared-memory channel {path} to rank {}: {e}", self.peer),
+            )
+        })?;
+        MADE.fetch_add(1, Relaxed);
+        fault_die_in_setup(self.rank);
+        Ok(self.out.get_or_init(|| channel))
+    }
+
+    /// The channel the peer writes to this rank, opened at the first call: waits until
+    /// the peer has made it (at its first send), its process is gone, or the whole
+    /// timeout passed with nothing made ([`connect`]).
+    fn inbox(&self) -> io::Result<&Channel> {
+        if let Some(c) = self.inbox.get() {
+            return Ok(c);
         }
-        store.barrier("shm/mapped", rank, world)?;
-        Ok(())
-    };
-    let result = mapped();
-    unlink_all(&created);
-    result.map(|()| links).map_err(|e| anyhow!(e))
+        let _one = self.making[1].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.inbox.get() {
+            return Ok(c);
+        }
+        let path = channel_name(self.peer_pid, self.peer, self.rank);
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            match Channel::map(&path, false) {
+                Ok(channel) => {
+                    // This rank is the channel's only other user: its name is no longer needed.
+                    let _ = std::fs::remove_file(&path);
+                    return Ok(self.inbox.get_or_init(|| channel));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("opening rank {}'s shared-memory channel {path}: {e}", self.peer),
+                    ));
+                }
+            }
+            // The name is looked for again after the pid is seen gone: a sender may make
+            // its channel, send and exit in between.
+            if !process_alive(self.peer_pid) && !std::path::Path::new(&path).exists() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("rank {} (pid {}) is gone", self.peer, self.peer_pid),
+                ));
+            }
+            if start.elapsed() >= self.timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "nothing moved for the whole timeout",
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
 }
 
 /// Binds this thread (the rank's main thread, and the threads it starts from now on) to
@@ -1115,10 +1199,24 @@ fn remove_files(of: impl Fn(u32, &std::path::Path) -> bool) {
     }
 }
 
-/// Bytes of `/dev/shm` that `ranks` ranks on one host take for their channels (one each
-/// way between every two of them).
+/// Bytes of `/dev/shm` that `ranks` ranks on one host are sure to take for their
+/// channels: the pairs connect on first use ([`connect`]), so what a job takes depends on
+/// what it runs; counted here is a ring each way, two channels per rank (a ring
+/// all-reduce makes one per rank, a tree one per parent and child). Collectives that
+/// reach every rank from every rank (small messages sent direct, the single-copy
+/// algorithms' announcements, all-to-all) connect more pairs, up to `ranks × (ranks - 1)`
+/// channels; a full `/dev/shm` then fails them in one line ([`full_message`]).
 pub fn bytes_for(ranks: usize) -> u64 {
-    (ranks as u64) * (ranks.saturating_sub(1) as u64) * CHANNEL_BYTES as u64
+    match ranks {
+        0 | 1 => 0,
+        2 => 2 * CHANNEL_BYTES as u64,
+        _ => 2 * ranks as u64 * CHANNEL_BYTES as u64,
+    }
+}
+
+/// Bytes of one channel in `/dev/shm` (reserved when it is made).
+pub const fn channel_bytes() -> u64 {
+    CHANNEL_BYTES as u64
 }
 
 /// `/dev/shm`'s free and total bytes.
@@ -1174,10 +1272,12 @@ mod tests {
         let base = format!("/dev/shm/nccl-workbook-test-{}-{tag}", std::process::id());
         let (ab, ba) = (format!("{base}-ab"), format!("{base}-ba"));
         let link = |out: &str, inbox: &str, create: bool| ShmLink {
+            rank: 8,
             peer: 9,
             peer_pid: std::process::id(),
-            out: Channel::map(out, create).unwrap(),
-            inbox: Channel::map(inbox, create).unwrap(),
+            out: OnceLock::from(Channel::map(out, create).unwrap()),
+            inbox: OnceLock::from(Channel::map(inbox, create).unwrap()),
+            making: Default::default(),
             timeout: Duration::from_secs(5),
             tail_seen: AtomicU32::new(0),
             fifo_tail_seen: Default::default(),
