@@ -419,11 +419,13 @@ struct ChannelReport {
 impl Drop for ChannelReport {
     fn drop(&mut self) {
         if self.shm && debug_info() {
-            eprintln!(
-                "cpu INFO rank {}: {} shared-memory channel(s) made (pairs connect on first use)",
+            // One write, so that the ranks' lines do not interleave.
+            let line = format!(
+                "cpu INFO rank {}: {} shared-memory channel(s) made (pairs connect on first use)\n",
                 self.rank,
                 shm::channels_made()
             );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     }
 }
