@@ -890,6 +890,7 @@ pub fn connect(
     if peers.len() + 1 == world && world <= cores && !leave {
         bind_to_own_core(peers.iter().filter(|p| **p < rank).count(), world);
     }
+    reserve_descriptors();
     let pids = store.share("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id")?;
     let pids: Vec<u32> = pids
         .iter()
@@ -899,6 +900,43 @@ pub fn connect(
         .iter()
         .map(|&peer| ShmLink::unconnected(rank, peer, pids[peer], timeout, spin))
         .collect())
+}
+
+/// Whether `e` says this process (or the system) has no descriptor left to open a file.
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Gives one descriptor of the [`RESERVE`] back, for an open to retry at once; false
+/// when none is left.
+fn release_reserve() -> bool {
+    match RESERVE.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+        Some(fd) => {
+            // SAFETY: a descriptor of the reserve, opened by `reserve_descriptors`, closed once.
+            unsafe { libc::close(fd) };
+            true
+        }
+        None => false,
+    }
+}
+
+/// Descriptors held aside from start-up (`/dev/null` opened), so that a channel made or
+/// opened on first use finds one even when the rest of the process took them all (the
+/// store's host, say, serving many connections under a low `ulimit -n`): eagerly, every
+/// channel was open before the store served anyone else.
+static RESERVE: Mutex<Vec<libc::c_int>> = Mutex::new(Vec::new());
+
+/// Fills the [`RESERVE`] up to two descriptors, as far as the limit allows.
+fn reserve_descriptors() {
+    let mut reserve = RESERVE.lock().unwrap_or_else(|p| p.into_inner());
+    while reserve.len() < 2 {
+        // SAFETY: opens a file by a valid C string; the result is checked.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return;
+        }
+        reserve.push(fd);
+    }
 }
 
 /// The name of the channel from rank `from` to rank `to`, made by process `owner` (the
@@ -946,13 +984,28 @@ impl ShmLink {
         }
         let path = channel_name(std::process::id(), self.rank, self.peer);
         let part = format!("{path}.part");
-        let made = Channel::map(&part, true).and_then(|c| match std::fs::rename(&part, &path) {
-            Ok(()) => Ok(c),
-            Err(e) => {
-                let _ = std::fs::remove_file(&part);
-                Err(e)
+        let make = || {
+            Channel::map(&part, true).and_then(|c| match std::fs::rename(&part, &path) {
+                Ok(()) => Ok(c),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&part);
+                    Err(e)
+                }
+            })
+        };
+        // Out of descriptors may pass (the store closes strangers past its limit): tried
+        // again until the timeout.
+        let (start, mut pause) = (Instant::now(), Duration::from_micros(100));
+        let made = loop {
+            match make() {
+                Err(e) if out_of_descriptors(&e) && release_reserve() => {}
+                Err(e) if out_of_descriptors(&e) && start.elapsed() < self.timeout => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                made => break made,
             }
-        });
+        };
         let channel = made.map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -960,6 +1013,7 @@ impl ShmLink {
             )
         })?;
         MADE.fetch_add(1, Relaxed);
+        reserve_descriptors();
         fault_die_in_setup(self.rank);
         Ok(self.out.get_or_init(|| channel))
     }
@@ -983,9 +1037,13 @@ impl ShmLink {
                 Ok(channel) => {
                     // This rank is the channel's only other user: its name is no longer needed.
                     let _ = std::fs::remove_file(&path);
+                    reserve_descriptors();
                     return Ok(self.inbox.get_or_init(|| channel));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                // Out of descriptors may pass (the store closes strangers past its limit).
+                Err(e) if out_of_descriptors(&e) && release_reserve() => continue,
+                Err(e) if out_of_descriptors(&e) && start.elapsed() < self.timeout => {}
                 Err(e) => {
                     return Err(io::Error::new(
                         e.kind(),
