@@ -34,7 +34,7 @@ use crate::rendezvous::Store;
 use anyhow::{Result, bail};
 use std::ffi::CString;
 use std::io;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,9 @@ const LL_OFFSET: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
 /// Where the LL128 buffer starts: after LL's.
 const LL128_OFFSET: usize = LL_OFFSET + ll::BYTES;
 const CHANNEL_BYTES: usize = LL128_OFFSET + ll128::BYTES;
+/// The part of a channel every message uses (header, metadata, small buffers): reserved
+/// when the channel is made; the rest only when a message needs it ([`ShmLink::reserve`]).
+const ALWAYS_BYTES: usize = DATA_OFFSET;
 const _: () = assert!(LL_OFFSET.is_multiple_of(128) && LL128_OFFSET.is_multiple_of(128));
 /// How long a waiting side with a core of its own spins before it sleeps: far longer
 /// than a peer on another core takes to answer a small message (a fraction of a
@@ -106,6 +109,11 @@ struct Header {
     /// The counters of the LL and LL128 buffers ([`Protocol::Ll`] and
     /// [`Protocol::Ll128`] as index).
     fifos: [Fifo; 2],
+    /// Which of the regions that only some messages use are reserved, by protocol
+    /// ([`Protocol`] as index: LL's ring, LL128's, Simple's large slots): set by the
+    /// sender once it reserved the region ([`ShmLink::reserve`]), before it first writes
+    /// there. The receiver reads an LL or LL128 ring only once its flag is set.
+    reserved: [AtomicU32; 3],
 }
 
 /// The counters of one protocol's ring of steps (LL's or LL128's), as the header's `head`
@@ -183,7 +191,9 @@ impl Channel {
             if create {
                 let r = match fault_shm_full() {
                     true => libc::ENOSPC,
-                    false => libc::posix_fallocate(fd, 0, CHANNEL_BYTES as libc::off_t),
+                    // The part every message uses; the large slots and the LL and LL128
+                    // rings are reserved by the sender when first needed (`reserve`).
+                    false => libc::posix_fallocate(fd, 0, ALWAYS_BYTES as libc::off_t),
                 };
                 if r != 0 {
                     libc::close(fd);
@@ -198,9 +208,9 @@ impl Channel {
                 std::ptr::null_mut(),
                 CHANNEL_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
-                // Every page mapped now, not at its first use: a page touched for the
-                // first time in a timed run costs a fault on each side.
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                // Not MAP_POPULATE, which would reserve the regions not used yet: the
+                // part every message uses is populated below, the others when reserved.
+                libc::MAP_SHARED,
                 fd,
                 0,
             );
@@ -219,12 +229,29 @@ impl Channel {
                 return Err(e);
             }
             let channel = Channel { base: base.cast(), lock };
+            // Every page of the part every message uses mapped now, not at its first use:
+            // a page touched for the first time in a timed run costs a fault on each side.
+            channel.populate(0..ALWAYS_BYTES);
             if create {
                 channel.header().magic.store(MAGIC, Release);
             } else if channel.header().magic.load(Acquire) != MAGIC {
                 return Err(io::Error::other(format!("{path} is not a channel of this program")));
             }
             Ok(channel)
+        }
+    }
+
+    /// Maps the pages of `range` now (reserved already: no page is made here, so no
+    /// `SIGBUS` on a full `/dev/shm`). Where the kernel lacks `MADV_POPULATE_WRITE`
+    /// (before 5.14) they are mapped at their first use instead.
+    fn populate(&self, range: std::ops::Range<usize>) {
+        // SAFETY: the range lies inside this channel's mapping; madvise only maps pages.
+        unsafe {
+            libc::madvise(
+                self.base.add(range.start).cast(),
+                range.end - range.start,
+                libc::MADV_POPULATE_WRITE,
+            );
         }
     }
 
@@ -311,6 +338,10 @@ pub struct ShmLink {
     inbox: OnceLock<Channel>,
     /// Held while `out` is made, and while `inbox` is looked for (one thread each).
     making: [Mutex<()>; 2],
+    /// Which regions of `out` this side reserved ([`ShmLink::reserve`]), and which of
+    /// `inbox` it saw reserved, by protocol.
+    reserved: [AtomicBool; 3],
+    seen_reserved: [AtomicBool; 3],
     timeout: Duration,
     /// The receiver's `tail` as this side last read it (only the sending thread uses it).
     tail_seen: AtomicU32,
@@ -490,6 +521,9 @@ impl ShmLink {
     /// [`PIECES`] pieces are unread, and for a piece that needs a large slot, fewer than
     /// [`SLOTS`]. Returns that number.
     fn free_slot(&self, len: usize) -> io::Result<u32> {
+        if len > SMALL_PIECE {
+            self.reserve(Protocol::Simple)?;
+        }
         let h = self.out()?.header();
         let head = h.head.load(Relaxed);
         let room = if len <= SMALL_PIECE { PIECES } else { SLOTS } as u32;
@@ -568,6 +602,7 @@ impl ShmLink {
     /// Waits until the next step of `p` may be written (fewer than the ring's steps are
     /// unread) and returns its number.
     fn free_step(&self, p: Protocol) -> io::Result<u32> {
+        self.reserve(p)?;
         let f = &self.out()?.header().fifos[p as usize];
         let steps = match p {
             Protocol::Ll => ll::STEPS,
@@ -629,6 +664,20 @@ impl ShmLink {
     /// message of `len` bytes into `dst`, checking its header first.
     fn recv_step(&self, p: Protocol, tag: u8, len: usize, offset: usize, dst: &mut [u8]) -> io::Result<()> {
         let f = &self.inbox()?.header().fifos[p as usize];
+        if !self.seen_reserved[p as usize].load(Relaxed) {
+            // The ring's pages exist once the sender reserved them: polling its lines
+            // before would make them here (or, on a full /dev/shm, raise SIGBUS).
+            let flag = &self.inbox()?.header().reserved[p as usize];
+            self.wait(
+                self.inbox()?,
+                &f.head,
+                &f.receiver_sleeping,
+                || flag.load(Acquire) != 0,
+                io::ErrorKind::UnexpectedEof,
+            )?;
+            self.inbox()?.populate(region(p));
+            self.seen_reserved[p as usize].store(true, Relaxed);
+        }
         let step = f.tail.load(Relaxed);
         let flag = step.wrapping_add(1);
         let mut wait = |ready: &dyn Fn() -> bool| {
@@ -902,6 +951,52 @@ pub fn connect(
         .collect())
 }
 
+/// Where the region of `p` lies in a channel: LL's ring, LL128's, Simple's large slots.
+fn region(p: Protocol) -> std::ops::Range<usize> {
+    match p {
+        Protocol::Ll => LL_OFFSET..LL128_OFFSET,
+        Protocol::Ll128 => LL128_OFFSET..CHANNEL_BYTES,
+        Protocol::Simple => DATA_OFFSET..LL_OFFSET,
+    }
+}
+
+impl ShmLink {
+    /// Reserves the region of `out` that `p` writes (its ring, or the large slots), the
+    /// first time this side needs it: a channel that carries small messages alone takes
+    /// [`ALWAYS_BYTES`] of `/dev/shm`, not [`CHANNEL_BYTES`]. Reserved with
+    /// `posix_fallocate`, so a full `/dev/shm` is an error here, in one line, never a
+    /// `SIGBUS` at a write; then flagged for the receiver ([`Header::reserved`]).
+    fn reserve(&self, p: Protocol) -> io::Result<()> {
+        let i = p as usize;
+        if self.reserved[i].load(Relaxed) {
+            return Ok(());
+        }
+        let out = self.out()?;
+        let range = region(p);
+        let r = match fault_shm_full() {
+            true => libc::ENOSPC,
+            // SAFETY: `lock` is this side's open descriptor of the file it made (the
+            // sender makes `out`); the range lies inside the channel.
+            false => unsafe {
+                libc::posix_fallocate(
+                    out.lock,
+                    range.start as libc::off_t,
+                    (range.end - range.start) as libc::off_t,
+                )
+            },
+        };
+        match r {
+            0 => {}
+            libc::ENOSPC => return Err(io::Error::other(full_message())),
+            r => return Err(io::Error::from_raw_os_error(r)),
+        }
+        out.populate(range);
+        out.header().reserved[i].store(1, Release);
+        self.reserved[i].store(true, Relaxed);
+        Ok(())
+    }
+}
+
 /// Whether `e` says this process (or the system) has no descriptor left to open a file.
 fn out_of_descriptors(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
@@ -965,6 +1060,8 @@ impl ShmLink {
             out: OnceLock::new(),
             inbox: OnceLock::new(),
             making: Default::default(),
+            reserved: Default::default(),
+            seen_reserved: Default::default(),
             timeout,
             tail_seen: AtomicU32::new(0),
             fifo_tail_seen: Default::default(),
@@ -1342,6 +1439,8 @@ mod tests {
             out: OnceLock::from(Channel::map(out, create).unwrap()),
             inbox: OnceLock::from(Channel::map(inbox, create).unwrap()),
             making: Default::default(),
+            reserved: Default::default(),
+            seen_reserved: Default::default(),
             timeout: Duration::from_secs(5),
             tail_seen: AtomicU32::new(0),
             fifo_tail_seen: Default::default(),
@@ -1356,6 +1455,21 @@ mod tests {
             ..b
         };
         let _ = (std::fs::remove_file(&ab), std::fs::remove_file(&ba));
+        // `a` made both files (`b` holds no descriptor to reserve with): every region
+        // reserved at once, as each sender would on first use.
+        for c in [a.out.get().unwrap(), a.inbox.get().unwrap()] {
+            // SAFETY: the descriptor of a file this test made, held by the channel.
+            assert_eq!(unsafe { libc::posix_fallocate(c.lock, 0, CHANNEL_BYTES as libc::off_t) }, 0);
+            c.populate(0..CHANNEL_BYTES);
+            for r in &c.header().reserved {
+                r.store(1, Release);
+            }
+        }
+        for link in [&a, &b] {
+            for r in &link.reserved {
+                r.store(true, Relaxed);
+            }
+        }
         (a, b)
     }
 
