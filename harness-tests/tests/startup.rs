@@ -53,7 +53,16 @@ fn a_ring_all_reduce_makes_a_channel_per_rank_not_one_per_pair() {
     let n = ranks.to_string();
     let mut cmd = command(
         BIN,
-        &["--nproc-per-node", &n, "--count", "1048576", "--iters", "2", "--timeout", "30"],
+        &[
+            "--nproc-per-node",
+            &n,
+            "--count",
+            "1048576",
+            "--iters",
+            "2",
+            "--timeout",
+            "30",
+        ],
     );
     cmd.env("NCCL_WORKBOOK_CORES", "16")
         .env("NCCL_ALGO", "Ring")
@@ -88,9 +97,15 @@ fn a_ring_all_reduce_makes_a_channel_per_rank_not_one_per_pair() {
     let said: BTreeSet<usize> = made.iter().map(|(rank, _)| *rank).collect();
     assert_eq!(said, (0..ranks).collect(), "every rank says what it made\n{r}");
     for (rank, count) in &made {
-        assert_eq!(*count, 1, "rank {rank} made {count} channels, its right neighbour's alone\n{r}");
+        assert_eq!(
+            *count, 1,
+            "rank {rank} made {count} channels, its right neighbour's alone\n{r}"
+        );
     }
-    assert!(most <= ranks, "{most} channel files at once, for {ranks} ranks: {seen:?}");
+    assert!(
+        most <= ranks,
+        "{most} channel files at once, for {ranks} ranks: {seen:?}"
+    );
     assert!(
         seen.iter().all(|f| f.ends_with(".part") || {
             let (from, to) = f.rsplit_once("-to-").unwrap();

@@ -228,7 +228,10 @@ impl Channel {
                 }
                 return Err(e);
             }
-            let channel = Channel { base: base.cast(), lock };
+            let channel = Channel {
+                base: base.cast(),
+                lock,
+            };
             // Every page of the part every message uses mapped now, not at its first use:
             // a page touched for the first time in a timed run costs a fault on each side.
             channel.populate(0..ALWAYS_BYTES);
@@ -416,8 +419,8 @@ impl ShmLink {
                 told.store(mine, Relaxed);
             }
         }
-        let peer_here = mine != 0
-            && (self.inbox.get()).is_some_and(|inbox| inbox.header().sender_cpu.load(Relaxed) == mine);
+        let peer_here =
+            mine != 0 && (self.inbox.get()).is_some_and(|inbox| inbox.header().sender_cpu.load(Relaxed) == mine);
         if !peer_here {
             while start.elapsed() < self.spin {
                 for _ in 0..16 {
@@ -1459,7 +1462,10 @@ mod tests {
         // reserved at once, as each sender would on first use.
         for c in [a.out.get().unwrap(), a.inbox.get().unwrap()] {
             // SAFETY: the descriptor of a file this test made, held by the channel.
-            assert_eq!(unsafe { libc::posix_fallocate(c.lock, 0, CHANNEL_BYTES as libc::off_t) }, 0);
+            assert_eq!(
+                unsafe { libc::posix_fallocate(c.lock, 0, CHANNEL_BYTES as libc::off_t) },
+                0
+            );
             c.populate(0..CHANNEL_BYTES);
             for r in &c.header().reserved {
                 r.store(1, Release);
