@@ -20,6 +20,11 @@
 //! hanging it. Every wait that went to sleep is counted ([`waits_slept`]): the benchmark
 //! shows how many calls slept.
 //!
+//! A channel is made on first use, by its sender, and opened by its receiver at its first
+//! receive ([`connect`]); only its header, metadata and small buffers are reserved then:
+//! the large slots and the LL and LL128 rings are reserved the first time a message needs
+//! them ([`ShmLink::reserve`]).
+//!
 //! The slots are NCCL's Simple protocol: data, then a flag per piece. Each channel also
 //! has a buffer for each of NCCL's two others ([`super::protocol`]): LL's 8-byte lines
 //! and LL128's 128-byte lines, each line flagged, each buffer a ring of steps with its own
