@@ -60,6 +60,8 @@ pub struct Comm {
     peer_arenas: Option<Vec<Option<PeerArena>>>,
     /// Every pair of ranks shares memory: NCCL's three protocols can run ([`Comm::set_protocol`]).
     protocols: bool,
+    /// Says, at the end, how many shared-memory channels this rank made.
+    report: ChannelReport,
 }
 
 impl Comm {
@@ -88,6 +90,7 @@ impl Comm {
             scratch: Mutex::new((vec![], vec![])),
             peer_arenas: None,
             protocols: false,
+            report: ChannelReport { rank, shm: false },
         }
     }
 
@@ -405,6 +408,28 @@ impl Comm {
     }
 }
 
+/// With `NCCL_DEBUG=INFO`, a rank with shared-memory links says at its end how many
+/// channels it made: the pairs connect on first use ([`shm::connect`]), so this is what
+/// the job's collectives really used (a ring all-reduce: one per rank).
+struct ChannelReport {
+    rank: usize,
+    shm: bool,
+}
+
+impl Drop for ChannelReport {
+    fn drop(&mut self) {
+        if self.shm && debug_info() {
+            // One write, so that the ranks' lines do not interleave.
+            let line = format!(
+                "cpu INFO rank {}: {} shared-memory channel(s) made (pairs connect on first use)\n",
+                self.rank,
+                shm::channels_made()
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
+    }
+}
+
 /// What a rank tells another during a single-copy algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
@@ -482,7 +507,8 @@ impl Comm {
                 };
             }
         }
-        if every().any(|v| *v == Via::Shm) {
+        let any_shm = every().any(|v| *v == Via::Shm);
+        if any_shm {
             shm::available()?;
             let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
             for link in shm::connect(store, rank, world, &peers, timeout)? {
@@ -508,7 +534,9 @@ impl Comm {
             true => host_memory::connect(store, rank, world)?,
             false => None,
         };
-        let comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local)
+        let mut comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local);
+        comm.report.shm = any_shm;
+        let comm = comm
             .with_peer_arenas(arenas)
             .oversubscribed_by(oversubscribed)
             .with_protocols(world > 1 && every().all(|v| *v == Via::Shm))

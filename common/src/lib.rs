@@ -205,8 +205,9 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
 }
 
 /// Refuses, before starting anything, more CPU-backend ranks on this host than `/dev/shm`
-/// can hold the channels of (each pair of ranks takes 4 MiB there): a thousand ranks would
-/// otherwise fill it and fail one by one.
+/// can hold the channels of: a pair connects on first use, so this counts the two
+/// channels per rank (about 4 MiB each) of rings both ways, what every job of that size
+/// takes at least ([`transport::shm::bytes_for`]).
 fn fits_in_shared_memory(run: &RunArgs, nproc: usize) -> Result<()> {
     if run.transport == args::TransportChoice::Tcp {
         return Ok(());
@@ -214,7 +215,7 @@ fn fits_in_shared_memory(run: &RunArgs, nproc: usize) -> Result<()> {
     let need = transport::shm::bytes_for(nproc);
     match transport::shm::space() {
         Some((free, total)) if need > free => Err(error::usage(format!(
-            "{nproc} ranks on this host would need {} of /dev/shm for their shared-memory channels, and it has {} \
+            "{nproc} ranks on this host would need {} of /dev/shm for their rings' shared-memory channels, and it has {} \
              free (of {}): start fewer ranks per host (--nproc-per-node), or use --transport tcp",
             units::human_bytes(need as usize),
             units::human_bytes(free as usize),

@@ -20,6 +20,11 @@
 //! hanging it. Every wait that went to sleep is counted ([`waits_slept`]): the benchmark
 //! shows how many calls slept.
 //!
+//! A channel is made on first use, by its sender, and opened by its receiver at its first
+//! receive ([`connect`]); only its header, metadata and small buffers are reserved then:
+//! the large slots and the LL and LL128 rings are reserved the first time a message needs
+//! them ([`ShmLink::reserve`]).
+//!
 //! The slots are NCCL's Simple protocol: data, then a flag per piece. Each channel also
 //! has a buffer for each of NCCL's two others ([`super::protocol`]): LL's 8-byte lines
 //! and LL128's 128-byte lines, each line flagged, each buffer a ring of steps with its own
@@ -31,10 +36,11 @@
 use super::protocol::{Protocol, StepHeader, ll, ll128};
 use super::{Link, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, bail};
 use std::ffi::CString;
 use std::io;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Bytes per slot: one piece of a message.
@@ -68,6 +74,9 @@ const LL_OFFSET: usize = DATA_OFFSET + SLOTS * SLOT_BYTES;
 /// Where the LL128 buffer starts: after LL's.
 const LL128_OFFSET: usize = LL_OFFSET + ll::BYTES;
 const CHANNEL_BYTES: usize = LL128_OFFSET + ll128::BYTES;
+/// The part of a channel every message uses (header, metadata, small buffers): reserved
+/// when the channel is made; the rest only when a message needs it ([`ShmLink::reserve`]).
+const ALWAYS_BYTES: usize = DATA_OFFSET;
 const _: () = assert!(LL_OFFSET.is_multiple_of(128) && LL128_OFFSET.is_multiple_of(128));
 /// How long a waiting side with a core of its own spins before it sleeps: far longer
 /// than a peer on another core takes to answer a small message (a fraction of a
@@ -105,6 +114,11 @@ struct Header {
     /// The counters of the LL and LL128 buffers ([`Protocol::Ll`] and
     /// [`Protocol::Ll128`] as index).
     fifos: [Fifo; 2],
+    /// Which of the regions that only some messages use are reserved, by protocol
+    /// ([`Protocol`] as index: LL's ring, LL128's, Simple's large slots): set by the
+    /// sender once it reserved the region ([`ShmLink::reserve`]), before it first writes
+    /// there. The receiver reads an LL or LL128 ring only once its flag is set.
+    reserved: [AtomicU32; 3],
 }
 
 /// The counters of one protocol's ring of steps (LL's or LL128's), as the header's `head`
@@ -182,7 +196,9 @@ impl Channel {
             if create {
                 let r = match fault_shm_full() {
                     true => libc::ENOSPC,
-                    false => libc::posix_fallocate(fd, 0, CHANNEL_BYTES as libc::off_t),
+                    // The part every message uses; the large slots and the LL and LL128
+                    // rings are reserved by the sender when first needed (`reserve`).
+                    false => libc::posix_fallocate(fd, 0, ALWAYS_BYTES as libc::off_t),
                 };
                 if r != 0 {
                     libc::close(fd);
@@ -197,9 +213,9 @@ impl Channel {
                 std::ptr::null_mut(),
                 CHANNEL_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
-                // Every page mapped now, not at its first use: a page touched for the
-                // first time in a timed run costs a fault on each side.
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                // Not MAP_POPULATE, which would reserve the regions not used yet: the
+                // part every message uses is populated below, the others when reserved.
+                libc::MAP_SHARED,
                 fd,
                 0,
             );
@@ -221,12 +237,29 @@ impl Channel {
                 base: base.cast(),
                 lock,
             };
+            // Every page of the part every message uses mapped now, not at its first use:
+            // a page touched for the first time in a timed run costs a fault on each side.
+            channel.populate(0..ALWAYS_BYTES);
             if create {
                 channel.header().magic.store(MAGIC, Release);
             } else if channel.header().magic.load(Acquire) != MAGIC {
                 return Err(io::Error::other(format!("{path} is not a channel of this program")));
             }
             Ok(channel)
+        }
+    }
+
+    /// Maps the pages of `range` now (reserved already: no page is made here, so no
+    /// `SIGBUS` on a full `/dev/shm`). Where the kernel lacks `MADV_POPULATE_WRITE`
+    /// (before 5.14) they are mapped at their first use instead.
+    fn populate(&self, range: std::ops::Range<usize>) {
+        // SAFETY: the range lies inside this channel's mapping; madvise only maps pages.
+        unsafe {
+            libc::madvise(
+                self.base.add(range.start).cast(),
+                range.end - range.start,
+                libc::MADV_POPULATE_WRITE,
+            );
         }
     }
 
@@ -301,12 +334,22 @@ impl Drop for Channel {
 
 /// A shared-memory link to one peer on this host: a channel each way.
 pub struct ShmLink {
+    /// This rank.
+    rank: usize,
     peer: usize,
     peer_pid: u32,
-    /// This rank writes, the peer reads.
-    out: Channel,
-    /// The peer writes, this rank reads.
-    inbox: Channel,
+    /// This rank writes, the peer reads: made by this rank at its first send to the peer
+    /// ([`ShmLink::out`]).
+    out: OnceLock<Channel>,
+    /// The peer writes, this rank reads: made by the peer at its first send, opened here
+    /// at this rank's first receive ([`ShmLink::inbox`]).
+    inbox: OnceLock<Channel>,
+    /// Held while `out` is made, and while `inbox` is looked for (one thread each).
+    making: [Mutex<()>; 2],
+    /// Which regions of `out` this side reserved ([`ShmLink::reserve`]), and which of
+    /// `inbox` it saw reserved, by protocol.
+    reserved: [AtomicBool; 3],
+    seen_reserved: [AtomicBool; 3],
     timeout: Duration,
     /// The receiver's `tail` as this side last read it (only the sending thread uses it).
     tail_seen: AtomicU32,
@@ -375,11 +418,14 @@ impl ShmLink {
         }
         let start = Instant::now();
         let mine = current_cpu();
-        let told = &self.out.header().sender_cpu;
-        if told.load(Relaxed) != mine {
-            told.store(mine, Relaxed);
+        if let Some(out) = self.out.get() {
+            let told = &out.header().sender_cpu;
+            if told.load(Relaxed) != mine {
+                told.store(mine, Relaxed);
+            }
         }
-        let peer_here = mine != 0 && self.inbox.header().sender_cpu.load(Relaxed) == mine;
+        let peer_here =
+            mine != 0 && (self.inbox.get()).is_some_and(|inbox| inbox.header().sender_cpu.load(Relaxed) == mine);
         if !peer_here {
             while start.elapsed() < self.spin {
                 for _ in 0..16 {
@@ -440,14 +486,14 @@ impl ShmLink {
     /// bytes have arrived, and returns where it lies (its slot, or its metadata line)
     /// and its length.
     fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(*const u8, usize)> {
-        let h = self.inbox.header();
+        let h = self.inbox()?.header();
         let tail = h.tail.load(Relaxed);
-        let m = self.inbox.meta(tail);
+        let m = self.inbox()?.meta(tail);
         // SAFETY: `seq` is an atomic in the mapping, written by the sender alone.
         let seq = unsafe { &(*m).seq };
         let next = tail.wrapping_add(1);
         self.wait(
-            &self.inbox,
+            self.inbox()?,
             &h.head,
             &h.receiver_sleeping,
             || seq.load(Acquire) == next,
@@ -476,14 +522,17 @@ impl ShmLink {
                 "the shared-memory channel is corrupt",
             ));
         }
-        Ok((self.inbox.place(tail, n), n))
+        Ok((self.inbox()?.place(tail, n), n))
     }
 
     /// Waits until piece number `head` (the next) of `len` bytes can go: fewer than
     /// [`PIECES`] pieces are unread, and for a piece that needs a large slot, fewer than
     /// [`SLOTS`]. Returns that number.
     fn free_slot(&self, len: usize) -> io::Result<u32> {
-        let h = self.out.header();
+        if len > SMALL_PIECE {
+            self.reserve(Protocol::Simple)?;
+        }
+        let h = self.out()?.header();
         let head = h.head.load(Relaxed);
         let room = if len <= SMALL_PIECE { PIECES } else { SLOTS } as u32;
         // The receiver's `tail` as last read: while it shows room, this side need not
@@ -492,7 +541,7 @@ impl ShmLink {
             return Ok(head);
         }
         self.wait(
-            &self.out,
+            self.out()?,
             &h.tail,
             &h.sender_sleeping,
             || {
@@ -508,8 +557,9 @@ impl ShmLink {
     /// Publishes piece number `head`, filled: `len` bytes at `offset` of a
     /// `message_len`-byte message.
     fn publish(&self, head: u32, tag: u8, len: usize, message_len: usize, offset: usize) {
-        let h = self.out.header();
-        let m = self.out.meta(head);
+        let out = self.out.get().expect("a channel made by free_slot");
+        let h = out.header();
+        let m = out.meta(head);
         // SAFETY: the slot is ours until the receiver has seen `seq` and moved `tail`.
         unsafe {
             (*m).op = tag as u32;
@@ -529,7 +579,7 @@ impl ShmLink {
 
     /// Hands the slot back to the sender.
     fn release(&self) {
-        let h = self.inbox.header();
+        let h = self.inbox.get().expect("a channel opened by next_piece").header();
         h.tail.fetch_add(1, SeqCst);
         if h.sender_sleeping.load(SeqCst) != 0 {
             futex_wake(&h.tail);
@@ -560,7 +610,8 @@ impl ShmLink {
     /// Waits until the next step of `p` may be written (fewer than the ring's steps are
     /// unread) and returns its number.
     fn free_step(&self, p: Protocol) -> io::Result<u32> {
-        let f = &self.out.header().fifos[p as usize];
+        self.reserve(p)?;
+        let f = &self.out()?.header().fifos[p as usize];
         let steps = match p {
             Protocol::Ll => ll::STEPS,
             _ => ll128::STEPS,
@@ -572,7 +623,7 @@ impl ShmLink {
             return Ok(head);
         }
         self.wait(
-            &self.out,
+            self.out()?,
             &f.tail,
             &f.sender_sleeping,
             || {
@@ -599,12 +650,12 @@ impl ShmLink {
             let flag = step.wrapping_add(1);
             let piece = &data[offset..offset + n];
             match p {
-                Protocol::Ll => ll::write(self.out.ll_step(step), flag, h, piece),
+                Protocol::Ll => ll::write(self.out()?.ll_step(step), flag, h, piece),
                 // SAFETY: `free_step` said the receiver has handed this step back.
-                _ => unsafe { ll128::write(self.out.ll128_step(step), flag as u64, h, piece) },
+                _ => unsafe { ll128::write(self.out()?.ll128_step(step), flag as u64, h, piece) },
             }
             // The lines carry their own news; `head` is for a receiver asleep on it.
-            let f = &self.out.header().fifos[p as usize];
+            let f = &self.out()?.header().fifos[p as usize];
             f.head.fetch_add(1, SeqCst);
             if f.receiver_sleeping.load(SeqCst) != 0 {
                 futex_wake(&f.head);
@@ -620,12 +671,26 @@ impl ShmLink {
     /// Receives the step of `p` that holds bytes `offset..offset + dst.len()` of a
     /// message of `len` bytes into `dst`, checking its header first.
     fn recv_step(&self, p: Protocol, tag: u8, len: usize, offset: usize, dst: &mut [u8]) -> io::Result<()> {
-        let f = &self.inbox.header().fifos[p as usize];
+        let f = &self.inbox()?.header().fifos[p as usize];
+        if !self.seen_reserved[p as usize].load(Relaxed) {
+            // The ring's pages exist once the sender reserved them: polling its lines
+            // before would make them here (or, on a full /dev/shm, raise SIGBUS).
+            let flag = &self.inbox()?.header().reserved[p as usize];
+            self.wait(
+                self.inbox()?,
+                &f.head,
+                &f.receiver_sleeping,
+                || flag.load(Acquire) != 0,
+                io::ErrorKind::UnexpectedEof,
+            )?;
+            self.inbox()?.populate(region(p));
+            self.seen_reserved[p as usize].store(true, Relaxed);
+        }
         let step = f.tail.load(Relaxed);
         let flag = step.wrapping_add(1);
         let mut wait = |ready: &dyn Fn() -> bool| {
             self.wait(
-                &self.inbox,
+                self.inbox()?,
                 &f.head,
                 &f.receiver_sleeping,
                 ready,
@@ -634,12 +699,12 @@ impl ShmLink {
         };
         let (h, expected) = match p {
             Protocol::Ll => (
-                ll::read_header(self.inbox.ll_step(step), flag, &mut wait)?,
+                ll::read_header(self.inbox()?.ll_step(step), flag, &mut wait)?,
                 len as u32 as u64, // LL's header holds the low 32 bits
             ),
             // SAFETY: this step is the receiver's until `tail` moves past it.
             _ => (
-                unsafe { ll128::read_header(self.inbox.ll128_step(step), flag as u64, &mut wait)? },
+                unsafe { ll128::read_header(self.inbox()?.ll128_step(step), flag as u64, &mut wait)? },
                 len as u64,
             ),
         };
@@ -656,9 +721,9 @@ impl ShmLink {
             ));
         }
         match p {
-            Protocol::Ll => ll::read_data(self.inbox.ll_step(step), flag, dst, &mut wait)?,
+            Protocol::Ll => ll::read_data(self.inbox()?.ll_step(step), flag, dst, &mut wait)?,
             // SAFETY: as above.
-            _ => unsafe { ll128::read_data(self.inbox.ll128_step(step), flag as u64, dst, &mut wait)? },
+            _ => unsafe { ll128::read_data(self.inbox()?.ll128_step(step), flag as u64, dst, &mut wait)? },
         }
         f.tail.fetch_add(1, SeqCst);
         if f.sender_sleeping.load(SeqCst) != 0 {
@@ -741,7 +806,7 @@ impl Link for ShmLink {
             let n = SLOT_BYTES.min(data.len() - offset);
             let piece = self.free_slot(n)?;
             // SAFETY: the piece's place is free (see `free_slot`) and holds n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out.place(piece, n), n) };
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out()?.place(piece, n), n) };
             self.publish(piece, tag, n, data.len(), offset);
             SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
             offset += n;
@@ -775,7 +840,7 @@ impl Link for ShmLink {
         let piece = self.free_slot(len)?;
         // SAFETY: the piece's place is free (see `free_slot`) and holds len bytes; the
         // receiver will not read it before `publish`.
-        fill(unsafe { std::slice::from_raw_parts_mut(self.out.place(piece, len), len) })?;
+        fill(unsafe { std::slice::from_raw_parts_mut(self.out()?.place(piece, len), len) })?;
         self.publish(piece, tag, len, len, 0);
         SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
         Ok(())
@@ -841,14 +906,27 @@ impl Link for ShmLink {
     }
 }
 
-/// Sets up a shared-memory link with every peer in `peers` (ranks on this host).
+/// Sets up a shared-memory link with every peer in `peers` (ranks on this host), as NCCL's
+/// runtime connect does (2.22+): no channel is made here, only what names them, each
+/// rank's pid, gathered through the store. A pair's channels are made the first time the
+/// two ranks exchange data, each direction on its own:
 ///
-/// Each rank creates the channels it will read from and publishes its pid, which names
-/// them; each peer maps the channel it will write to and at once removes its name (the
-/// memory lives on while mapped). A rank that dies before its peers opened its channels
-/// leaves their names: the launcher removes the files of its ranks when they have ended,
-/// and every setup first removes the files of processes that are gone (a job killed
-/// with its launcher), so nothing stays in `/dev/shm` however a job ends.
+/// - the *sender* makes the channel it writes, at its first send to that peer
+///   ([`ShmLink::out`]): it creates `nccl-workbook-<its pid>-<from>-to-<to>.part`, holds
+///   a shared `flock` on it for as long as it lives, reserves and maps it, and renames it
+///   to its final name, so that a name without `.part` is a channel ready to open. It
+///   then writes at once: a send never waits for the receiver to connect, only (as
+///   before) for room in the channel, so no order of first uses can deadlock;
+/// - the *receiver* opens it at its first receive from that peer ([`ShmLink::inbox`]),
+///   waiting for the name to appear, and removes the name once mapped (the memory lives
+///   on while either side maps it). Its wait ends when the sender's process is gone, or
+///   when nothing appeared for the whole `timeout`, naming the peer.
+///
+/// A pair that never exchanges data makes nothing: a ring makes one channel per
+/// neighbour and direction. A rank that dies, or a channel never received, leaves a
+/// name: the launcher removes the files of its ranks when they have ended, and every
+/// setup first removes the files of processes that are gone and unlocked, so nothing
+/// stays in `/dev/shm` however a job ends.
 pub fn connect(
     store: &mut Store,
     rank: usize,
@@ -869,67 +947,233 @@ pub fn connect(
     if peers.len() + 1 == world && world <= cores && !leave {
         bind_to_own_core(peers.iter().filter(|p| **p < rank).count(), world);
     }
-    let name = |from: usize, to: usize, owner: u32| format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}");
-    let mut inboxes = Vec::new();
-    let mut created = Vec::new();
-    for &peer in peers {
-        let path = name(peer, rank, pid);
-        let inbox = Channel::map(&path, true);
-        let inbox = match inbox {
-            Ok(c) => c,
-            Err(e) => {
-                for p in &created {
-                    let _ = std::fs::remove_file(p);
+    reserve_descriptors();
+    let pids = store.share("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id")?;
+    let pids: Vec<u32> = pids
+        .iter()
+        .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
+        .collect();
+    Ok(peers
+        .iter()
+        .map(|&peer| ShmLink::unconnected(rank, peer, pids[peer], timeout, spin))
+        .collect())
+}
+
+/// Where the region of `p` lies in a channel: LL's ring, LL128's, Simple's large slots.
+fn region(p: Protocol) -> std::ops::Range<usize> {
+    match p {
+        Protocol::Ll => LL_OFFSET..LL128_OFFSET,
+        Protocol::Ll128 => LL128_OFFSET..CHANNEL_BYTES,
+        Protocol::Simple => DATA_OFFSET..LL_OFFSET,
+    }
+}
+
+impl ShmLink {
+    /// Reserves the region of `out` that `p` writes (its ring, or the large slots), the
+    /// first time this side needs it: a channel that carries small messages alone takes
+    /// [`ALWAYS_BYTES`] of `/dev/shm`, not [`CHANNEL_BYTES`]. Reserved with
+    /// `posix_fallocate`, so a full `/dev/shm` is an error here, in one line, never a
+    /// `SIGBUS` at a write; then flagged for the receiver ([`Header::reserved`]).
+    fn reserve(&self, p: Protocol) -> io::Result<()> {
+        let i = p as usize;
+        if self.reserved[i].load(Relaxed) {
+            return Ok(());
+        }
+        let out = self.out()?;
+        let range = region(p);
+        let r = match fault_shm_full() {
+            true => libc::ENOSPC,
+            // SAFETY: `lock` is this side's open descriptor of the file it made (the
+            // sender makes `out`); the range lies inside the channel.
+            false => unsafe {
+                libc::posix_fallocate(
+                    out.lock,
+                    range.start as libc::off_t,
+                    (range.end - range.start) as libc::off_t,
+                )
+            },
+        };
+        match r {
+            0 => {}
+            libc::ENOSPC => return Err(io::Error::other(full_message())),
+            r => return Err(io::Error::from_raw_os_error(r)),
+        }
+        out.populate(range);
+        out.header().reserved[i].store(1, Release);
+        self.reserved[i].store(true, Relaxed);
+        Ok(())
+    }
+}
+
+/// Whether `e` says this process (or the system) has no descriptor left to open a file.
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Gives one descriptor of the [`RESERVE`] back, for an open to retry at once; false
+/// when none is left.
+fn release_reserve() -> bool {
+    match RESERVE.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+        Some(fd) => {
+            // SAFETY: a descriptor of the reserve, opened by `reserve_descriptors`, closed once.
+            unsafe { libc::close(fd) };
+            true
+        }
+        None => false,
+    }
+}
+
+/// Descriptors held aside from start-up (`/dev/null` opened), so that a channel made or
+/// opened on first use finds one even when the rest of the process took them all (the
+/// store's host, say, serving many connections under a low `ulimit -n`): eagerly, every
+/// channel was open before the store served anyone else.
+static RESERVE: Mutex<Vec<libc::c_int>> = Mutex::new(Vec::new());
+
+/// Fills the [`RESERVE`] up to two descriptors, as far as the limit allows.
+fn reserve_descriptors() {
+    let mut reserve = RESERVE.lock().unwrap_or_else(|p| p.into_inner());
+    while reserve.len() < 2 {
+        // SAFETY: opens a file by a valid C string; the result is checked.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return;
+        }
+        reserve.push(fd);
+    }
+}
+
+/// The name of the channel from rank `from` to rank `to`, made by process `owner` (the
+/// sender): `/dev/shm/nccl-workbook-<owner>-<from>-to-<to>`.
+fn channel_name(owner: u32, from: usize, to: usize) -> String {
+    format!("{DIR}/{PREFIX}{owner}-{from}-to-{to}")
+}
+
+/// Channels this process has made (as a sender) so far: what `NCCL_DEBUG=INFO` reports,
+/// and the measure that the pairs connect on first use.
+static MADE: AtomicU64 = AtomicU64::new(0);
+
+/// How many shared-memory channels this process has made so far (one per peer it sent to).
+pub fn channels_made() -> u64 {
+    MADE.load(Relaxed)
+}
+
+impl ShmLink {
+    /// A link to `peer` (process `peer_pid`) with no channel yet: each is made at its
+    /// first use ([`connect`]).
+    fn unconnected(rank: usize, peer: usize, peer_pid: u32, timeout: Duration, spin: Duration) -> ShmLink {
+        ShmLink {
+            rank,
+            peer,
+            peer_pid,
+            out: OnceLock::new(),
+            inbox: OnceLock::new(),
+            making: Default::default(),
+            reserved: Default::default(),
+            seen_reserved: Default::default(),
+            timeout,
+            tail_seen: AtomicU32::new(0),
+            fifo_tail_seen: Default::default(),
+            spin,
+            proto: AtomicU8::new(Protocol::Simple as u8),
+        }
+    }
+
+    /// The channel this rank writes to the peer, made at the first call ([`connect`]).
+    fn out(&self) -> io::Result<&Channel> {
+        if let Some(c) = self.out.get() {
+            return Ok(c);
+        }
+        let _one = self.making[0].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.out.get() {
+            return Ok(c);
+        }
+        let path = channel_name(std::process::id(), self.rank, self.peer);
+        let part = format!("{path}.part");
+        let make = || {
+            Channel::map(&part, true).and_then(|c| match std::fs::rename(&part, &path) {
+                Ok(()) => Ok(c),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&part);
+                    Err(e)
                 }
-                return Err(e).with_context(|| format!("creating the shared-memory channel {path} for rank {peer}"));
+            })
+        };
+        // Out of descriptors may pass (the store closes strangers past its limit): tried
+        // again until the timeout.
+        let (start, mut pause) = (Instant::now(), Duration::from_micros(100));
+        let made = loop {
+            match make() {
+                Err(e) if out_of_descriptors(&e) && release_reserve() => {}
+                Err(e) if out_of_descriptors(&e) && start.elapsed() < self.timeout => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                made => break made,
             }
         };
-        created.push(path);
-        inboxes.push(inbox);
+        let channel = made.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("making the shared-memory channel {path} to rank {}: {e}", self.peer),
+            )
+        })?;
+        MADE.fetch_add(1, Relaxed);
+        reserve_descriptors();
+        fault_die_in_setup(self.rank);
+        Ok(self.out.get_or_init(|| channel))
     }
-    fault_die_in_setup(rank);
-    let unlink_all = |paths: &[String]| {
-        for p in paths {
-            let _ = std::fs::remove_file(p);
+
+    /// The channel the peer writes to this rank, opened at the first call: waits until
+    /// the peer has made it (at its first send), its process is gone, or the whole
+    /// timeout passed with nothing made ([`connect`]).
+    fn inbox(&self) -> io::Result<&Channel> {
+        if let Some(c) = self.inbox.get() {
+            return Ok(c);
         }
-    };
-    let pids = store.share("shm/pid", rank, world, &pid.to_le_bytes(), "every rank's process id");
-    let pids: Vec<u32> = match pids {
-        Ok(p) => p
-            .iter()
-            .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
-            .collect(),
-        Err(e) => {
-            unlink_all(&created);
-            return Err(e);
+        let _one = self.making[1].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.inbox.get() {
+            return Ok(c);
         }
-    };
-    let mut links = Vec::new();
-    let mut mapped = || -> Result<()> {
-        for (&peer, inbox) in peers.iter().zip(inboxes.drain(..)) {
-            let path = name(rank, peer, pids[peer]);
-            let out = Channel::map(&path, false)
-                .with_context(|| format!("opening rank {peer}'s shared-memory channel {path}"))?;
-            // This rank is the channel's only other user: its name is no longer needed.
-            let _ = std::fs::remove_file(&path);
-            links.push(ShmLink {
-                peer,
-                peer_pid: pids[peer],
-                out,
-                inbox,
-                timeout,
-                tail_seen: AtomicU32::new(0),
-                fifo_tail_seen: Default::default(),
-                spin,
-                proto: AtomicU8::new(Protocol::Simple as u8),
-            });
+        let path = channel_name(self.peer_pid, self.peer, self.rank);
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            match Channel::map(&path, false) {
+                Ok(channel) => {
+                    // This rank is the channel's only other user: its name is no longer needed.
+                    let _ = std::fs::remove_file(&path);
+                    reserve_descriptors();
+                    return Ok(self.inbox.get_or_init(|| channel));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                // Out of descriptors may pass (the store closes strangers past its limit).
+                Err(e) if out_of_descriptors(&e) && release_reserve() => continue,
+                Err(e) if out_of_descriptors(&e) && start.elapsed() < self.timeout => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("opening rank {}'s shared-memory channel {path}: {e}", self.peer),
+                    ));
+                }
+            }
+            // The name is looked for again after the pid is seen gone: a sender may make
+            // its channel, send and exit in between.
+            if !process_alive(self.peer_pid) && !std::path::Path::new(&path).exists() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("rank {} (pid {}) is gone", self.peer, self.peer_pid),
+                ));
+            }
+            if start.elapsed() >= self.timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "nothing moved for the whole timeout",
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(2));
         }
-        store.barrier("shm/mapped", rank, world)?;
-        Ok(())
-    };
-    let result = mapped();
-    unlink_all(&created);
-    result.map(|()| links).map_err(|e| anyhow!(e))
+    }
 }
 
 /// Binds this thread (the rank's main thread, and the threads it starts from now on) to
@@ -1118,10 +1362,24 @@ fn remove_files(of: impl Fn(u32, &std::path::Path) -> bool) {
     }
 }
 
-/// Bytes of `/dev/shm` that `ranks` ranks on one host take for their channels (one each
-/// way between every two of them).
+/// Bytes of `/dev/shm` that `ranks` ranks on one host are sure to take for their
+/// channels: the pairs connect on first use ([`connect`]), so what a job takes depends on
+/// what it runs; counted here is a ring each way, two channels per rank (a ring
+/// all-reduce makes one per rank, a tree one per parent and child). Collectives that
+/// reach every rank from every rank (small messages sent direct, the single-copy
+/// algorithms' announcements, all-to-all) connect more pairs, up to `ranks × (ranks - 1)`
+/// channels; a full `/dev/shm` then fails them in one line ([`full_message`]).
 pub fn bytes_for(ranks: usize) -> u64 {
-    (ranks as u64) * (ranks.saturating_sub(1) as u64) * CHANNEL_BYTES as u64
+    match ranks {
+        0 | 1 => 0,
+        2 => 2 * CHANNEL_BYTES as u64,
+        _ => 2 * ranks as u64 * CHANNEL_BYTES as u64,
+    }
+}
+
+/// Bytes of one channel in `/dev/shm` (reserved when it is made).
+pub const fn channel_bytes() -> u64 {
+    CHANNEL_BYTES as u64
 }
 
 /// `/dev/shm`'s free and total bytes.
@@ -1133,7 +1391,13 @@ pub fn space() -> Option<(u64, u64)> {
         return None;
     }
     let unit = st.f_frsize as u64;
-    Some((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
+    let free = st.f_bavail as u64 * unit;
+    // Test hook: `NCCL_WORKBOOK_FAULT=shm-free:BYTES` says that much is free (tests cannot
+    // fill the machine's /dev/shm, and 1024 ranks' rings fit in most).
+    let free = crate::fault::asked("shm-free", None)
+        .and_then(|v| v.first()?.parse::<u64>().ok())
+        .map_or(free, |pretend| pretend.min(free));
+    Some((free, st.f_blocks as u64 * unit))
 }
 
 /// What a full `/dev/shm` means for the job, in one line.
@@ -1177,10 +1441,14 @@ mod tests {
         let base = format!("/dev/shm/nccl-workbook-test-{}-{tag}", std::process::id());
         let (ab, ba) = (format!("{base}-ab"), format!("{base}-ba"));
         let link = |out: &str, inbox: &str, create: bool| ShmLink {
+            rank: 8,
             peer: 9,
             peer_pid: std::process::id(),
-            out: Channel::map(out, create).unwrap(),
-            inbox: Channel::map(inbox, create).unwrap(),
+            out: OnceLock::from(Channel::map(out, create).unwrap()),
+            inbox: OnceLock::from(Channel::map(inbox, create).unwrap()),
+            making: Default::default(),
+            reserved: Default::default(),
+            seen_reserved: Default::default(),
             timeout: Duration::from_secs(5),
             tail_seen: AtomicU32::new(0),
             fifo_tail_seen: Default::default(),
@@ -1195,6 +1463,24 @@ mod tests {
             ..b
         };
         let _ = (std::fs::remove_file(&ab), std::fs::remove_file(&ba));
+        // `a` made both files (`b` holds no descriptor to reserve with): every region
+        // reserved at once, as each sender would on first use.
+        for c in [a.out.get().unwrap(), a.inbox.get().unwrap()] {
+            // SAFETY: the descriptor of a file this test made, held by the channel.
+            assert_eq!(
+                unsafe { libc::posix_fallocate(c.lock, 0, CHANNEL_BYTES as libc::off_t) },
+                0
+            );
+            c.populate(0..CHANNEL_BYTES);
+            for r in &c.header().reserved {
+                r.store(1, Release);
+            }
+        }
+        for link in [&a, &b] {
+            for r in &link.reserved {
+                r.store(true, Relaxed);
+            }
+        }
         (a, b)
     }
 

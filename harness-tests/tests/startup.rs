@@ -1,0 +1,119 @@
+//! Start-up that scales (issue 30, item 8): the CPU backend's pairs of ranks connect on
+//! first use, as NCCL's runtime connect does, so a ring makes a channel per rank, not
+//! one per pair. Real multi-process jobs.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use testkit::{LIMIT, command, finish_or_kill, spawn};
+
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
+
+/// The parent of process `pid`, while it lives.
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The channel files in /dev/shm now made by the children of `launcher` (the job's ranks).
+fn job_files(launcher: u32) -> BTreeSet<String> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return BTreeSet::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| {
+            n.strip_prefix("nccl-workbook-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|owner| parent(owner) == Some(launcher))
+        })
+        .collect()
+}
+
+/// What each rank said it made: `cpu INFO rank R: K shared-memory channel(s) made`.
+fn channels_made(stderr: &str) -> Vec<(usize, u64)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l[l.find("cpu INFO rank ")? + "cpu INFO rank ".len()..].to_string();
+            let (rank, rest) = rest.split_once(": ")?;
+            let count = rest.strip_suffix(" shared-memory channel(s) made (pairs connect on first use)")?;
+            Some((rank.parse().ok()?, count.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_ring_all_reduce_makes_a_channel_per_rank_not_one_per_pair() {
+    // 12 ranks on one host, the ring piece by piece (no single copy, which reads every
+    // rank's buffer): each rank sends to its right neighbour alone. Eagerly, every pair
+    // got two channels at start, 132 files in /dev/shm at once; connected on first use,
+    // 12, and never more than 12 at once.
+    let ranks = 12;
+    let n = ranks.to_string();
+    let mut cmd = command(
+        BIN,
+        &[
+            "--nproc-per-node",
+            &n,
+            "--count",
+            "1048576",
+            "--iters",
+            "2",
+            "--timeout",
+            "30",
+        ],
+    );
+    cmd.env("NCCL_WORKBOOK_CORES", "16")
+        .env("NCCL_ALGO", "Ring")
+        .env("NCCL_P2P_DISABLE", "1")
+        .env("NCCL_DEBUG", "INFO");
+    let child = spawn(cmd);
+    let launcher = child.id();
+    // Watch /dev/shm from another thread while the job runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut most, mut seen) = (0, BTreeSet::new());
+            let start = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < LIMIT {
+                let now = job_files(launcher);
+                most = most.max(now.len());
+                seen.extend(now);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (most, seen)
+        })
+    };
+    let (r, in_time) = finish_or_kill(child, LIMIT);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most, seen) = watcher.join().unwrap();
+    assert!(in_time, "{r}");
+    let r = r.ok();
+    assert!(r.stdout.contains("via ring-pipelined"), "{r}");
+    assert!(r.stdout.contains(&format!("Check: OK, all {ranks} ranks")), "{r}");
+    // What /dev/shm held during the run first (eagerly: 132 files at once), then what
+    // the ranks say.
+    assert!(
+        most <= ranks,
+        "{most} channel files at once, for {ranks} ranks: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|f| f.ends_with(".part") || {
+            let (from, to) = f.rsplit_once("-to-").unwrap();
+            let from: usize = from.rsplit('-').next().unwrap().parse().unwrap();
+            to.parse::<usize>().unwrap() == (from + 1) % ranks
+        }),
+        "a channel outside the ring: {seen:?}"
+    );
+    let made = channels_made(&r.stderr);
+    let said: BTreeSet<usize> = made.iter().map(|(rank, _)| *rank).collect();
+    assert_eq!(said, (0..ranks).collect(), "every rank says what it made\n{r}");
+    for (rank, count) in &made {
+        assert_eq!(
+            *count, 1,
+            "rank {rank} made {count} channels, its right neighbour's alone\n{r}"
+        );
+    }
+}
