@@ -849,6 +849,16 @@ impl Nccl {
     }
 }
 
+impl Nccl {
+    /// The rank failed (`failure`, outside this communicator's own calls: the store lost,
+    /// a check): aborts the communicator now, so that if NCCL's abort hangs, the line
+    /// that ends the process says why the rank failed, not only that it ended with its
+    /// communicator open.
+    pub fn abandon(&self, failure: &anyhow::Error) {
+        self.abort(Some(failure));
+    }
+}
+
 /// A rank that fails (or ends without closing) aborts its communicator: NCCL then stops
 /// its kernels. Nothing here can panic, unlike cudarc's `Comm`, whose `Drop` panics when
 /// the abort fails.

@@ -96,6 +96,14 @@ impl Communicator {
         }
     }
 
+    /// The rank failed with `failure`: on NCCL, aborts the communicator now, saying why
+    /// if the abort hangs (the CPU backend has nothing to abort: its links end with it).
+    pub fn abandon(&self, failure: &anyhow::Error) {
+        if let Communicator::Nccl(n) = self {
+            n.abandon(failure);
+        }
+    }
+
     /// "cpu" or "nccl".
     pub fn name(&self) -> &'static str {
         match self {

@@ -69,8 +69,13 @@ pub fn main(run: &RunArgs, lesson: impl FnOnce(&mut Session) -> Result<()>) -> E
     start(run, |id, run| {
         Session::init(id, run).and_then(|mut s| match lesson(&mut s) {
             Ok(()) => s.finish(),
-            // No goodbye: the others see this rank as gone, and fail at once.
-            Err(e) => Err(s.explain(e)),
+            // No goodbye: the others see this rank as gone, and fail at once. The
+            // communicator learns why first: if NCCL's abort hangs, its last line says so.
+            Err(e) => {
+                let e = s.explain(e);
+                s.communicator().abandon(&e);
+                Err(e)
+            }
         })
     })
 }

@@ -41,7 +41,9 @@ fn names(run: &Run, dead: usize) -> bool {
     e.contains(&format!("rank {dead} failed first"))
         || e.contains(&format!("lost rank {dead}:"))
         || e.contains(&format!("rank {dead} is gone"))
-        || (dead == 0 && e.contains("rank 0, which hosts the store, is gone"))
+        || (dead == 0
+            && (e.contains("rank 0, which hosts the store, is gone")
+                || e.contains("rank 0, which hosts the store, stopped answering or is gone")))
 }
 
 #[test]

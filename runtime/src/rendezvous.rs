@@ -495,6 +495,25 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
     said.join("; ")
 }
 
+/// The store stopped answering or closed: rank 0, its host, is stopped or gone. Typed,
+/// so that a rank explaining its failure does not ask the store again (each question
+/// would wait for an answer that cannot come).
+#[derive(Debug)]
+pub struct StoreLost(String);
+
+impl std::fmt::Display for StoreLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreLost {}
+
+/// Whether `err` (or what it wraps) is a [`StoreLost`].
+pub fn lost_the_store(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<StoreLost>())
+}
+
 /// A rank's connection to the store.
 pub struct Store {
     conn: TcpStream,
@@ -668,7 +687,7 @@ impl Store {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "no answer in time".to_string(),
                 _ => e.to_string(),
             };
-            anyhow!("lost the store at {} ({how})", self.addr)
+            anyhow::Error::new(StoreLost(format!("lost the store at {} ({how})", self.addr)))
         };
         // The store answers a wait within the timeout; allow SLACK more before giving up,
         // for the whole reply however slowly it comes.

@@ -255,6 +255,13 @@ impl Session {
         if crate::error::is_shared(&err) {
             return err;
         }
+        // The store itself is lost: asking it anything would wait for nothing.
+        if crate::rendezvous::lost_the_store(&err) {
+            return match self.rank() {
+                0 => err,
+                _ => err.context("rank 0, which hosts the store, stopped answering or is gone"),
+            };
+        }
         // A message this rank sent and a peer went on without receiving: the cause.
         if let Some(line) = self.unreceived_at_failure() {
             return err.context(line);
