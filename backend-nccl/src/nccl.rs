@@ -260,6 +260,9 @@ impl Nccl {
             "cudarc's clone_dtoh: the GPU's values back to the host",
         );
         drop(_read);
+        // The last thing queued is now this copy: a later wait names it, not the collective.
+        self.last
+            .replace(Label::of("copying back from the GPU (cuMemcpyDtoHAsync)"));
         Ok(host)
     }
 
