@@ -13,6 +13,7 @@ pub mod backend;
 pub mod collective;
 pub mod communicator;
 pub mod meeting;
+pub mod output_file;
 pub mod report;
 pub mod session;
 pub mod steps;

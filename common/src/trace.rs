@@ -257,56 +257,11 @@ pub fn dropped_line(ranks: &[RankTrace]) -> Option<String> {
     ))
 }
 
-/// Refuses, before any rank starts, a FILE that cannot be written: its folder missing, a
-/// folder itself, something other than a regular file (a FIFO would hold the writer
-/// until someone reads it; a character device such as `/dev/null` is taken), a file this
-/// process may not write, or a folder it may not create files in (tried with a file of
-/// its own, removed at once). An existing file is not truncated: the run may still fail.
+/// Refuses, before any rank starts, a trace that cannot be written
+/// ([`crate::output_file::check`]), in one line, exit 2.
 pub fn check_path(path: &Path) -> Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let shown = path.display();
-    let refuse = |why: String| Err(crate::error::usage(format!("--trace {shown}: {why}")));
-    if path.is_dir() {
-        return refuse("that is a folder; give a file name".into());
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !parent.is_dir() {
-        return refuse(format!("the folder {} does not exist", parent.display()));
-    }
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() && !m.file_type().is_char_device() => {
-            let t = m.file_type();
-            let kind = if t.is_fifo() {
-                "a FIFO (named pipe)"
-            } else if t.is_socket() {
-                "a socket"
-            } else if t.is_block_device() {
-                "a block device"
-            } else {
-                "not a regular file"
-            };
-            refuse(format!("that is {kind}: a trace is written to a regular file"))
-        }
-        Ok(_) => match std::fs::OpenOptions::new().write(true).open(path) {
-            Ok(_) => Ok(()),
-            Err(e) => refuse(format!("cannot write it ({e})")),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let name = path.file_name().map_or("trace".into(), |n| n.to_string_lossy());
-            let probe = parent.join(format!(".{name}.{}.probe", std::process::id()));
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
-                Ok(_) => {
-                    let _ = std::fs::remove_file(&probe);
-                    Ok(())
-                }
-                Err(e) => refuse(format!("cannot write in the folder {} ({e})", parent.display())),
-            }
-        }
-        Err(e) => refuse(format!("cannot write it ({e})")),
-    }
+    crate::output_file::check(path, "a trace")
+        .map_err(|why| crate::error::usage(format!("--trace {}: {why}", path.display())))
 }
 
 /// The thread of a rank's sends to `peer` (`Dir::Send`) or receives from it.

@@ -420,7 +420,7 @@ fn a_trace_into_a_missing_folder_is_refused_before_anything_runs() {
     );
     assert_eq!(r.code, Some(2), "{r}");
     assert_eq!(r.stderr.lines().count(), 1, "{r}");
-    assert!(r.stderr.contains("does not exist"), "{r}");
+    assert!(r.stderr.contains("there is no folder /nonexistent-folder/x"), "{r}");
     assert!(r.stdout.is_empty(), "{r}");
     // A folder where no file can be created: refused before the run too (a file that
     // cannot be written after all, the disk full, is trace.rs's test: one line, exit 0).

@@ -47,14 +47,7 @@ const ENV_NAMES: [&str; 6] = [
 /// starts. The path is taken as the OS gives it (any bytes).
 pub fn parse_output(s: OsString) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        return Err(format!("there is no folder {} to write it in", dir.display()));
-    }
-    crate::plot::writable(&path, dir, "a result")?;
+    common::output_file::check(&path, "a result")?;
     Ok(path)
 }
 

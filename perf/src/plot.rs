@@ -24,7 +24,6 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -75,69 +74,8 @@ pub fn parse_target(s: OsString) -> Result<Target, String> {
         Some("svg") => Format::Svg,
         _ => return Err("a plot is a .png or an .svg file (its extension picks the format)".into()),
     };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        return Err(format!("there is no folder {} to write it in", dir.display()));
-    }
-    writable(&path, dir, "a plot")?;
+    common::output_file::check(&path, "a plot")?;
     Ok(Target { path, format })
-}
-
-/// Whether `what` (a picture, a result) can be written at `path` (in folder `dir`): an
-/// existing file must be a regular file (or a character device, such as `/dev/null`) this
-/// process may write, and a new one a file it may create in `dir` (tried with a file of
-/// its own, removed).
-pub(crate) fn writable(path: &Path, dir: &Path, what: &str) -> Result<(), String> {
-    let cannot = |e: &std::io::Error| format!("cannot write {} ({})", path.display(), io_reason(e));
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => Err(format!("{} is a folder: {what} is a file", path.display())),
-        Ok(m) if !m.is_file() && !m.file_type().is_char_device() => Err(format!(
-            "{} is {}, not a regular file: {what} is a file",
-            path.display(),
-            file_kind(&m)
-        )),
-        // No truncation: the run may still fail, and the file was someone's.
-        Ok(_) => std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map(drop)
-            .map_err(|e| cannot(&e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let name = path.file_name().map_or("output".into(), |n| n.to_string_lossy());
-            let probe = dir.join(format!(".{name}.{}.probe", std::process::id()));
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
-                Ok(_) => {
-                    let _ = std::fs::remove_file(&probe);
-                    Ok(())
-                }
-                Err(e) => Err(format!(
-                    "cannot write in the folder {} ({})",
-                    dir.display(),
-                    io_reason(&e)
-                )),
-            }
-        }
-        Err(e) => Err(cannot(&e)),
-    }
-}
-
-/// What a file that is not a regular file is, in words.
-fn file_kind(m: &std::fs::Metadata) -> &'static str {
-    let t = m.file_type();
-    if t.is_dir() {
-        "a folder"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
 }
 
 /// One run to draw: who ran it, and its sweeps.
@@ -234,13 +172,13 @@ pub const RESULT_MAX_BYTES: u64 = 64 << 20;
 /// at most [`RESULT_MAX_BYTES`], whose path is taken as the OS gives it (any bytes).
 pub fn load(file: OsString) -> Result<Run, String> {
     let path = Path::new(&file);
-    let cannot = |e: std::io::Error| format!("cannot read it ({})", io_reason(&e));
+    let cannot = |e: std::io::Error| format!("cannot read it ({})", common::output_file::reason(&e));
     let regular = |m: &std::fs::Metadata| -> Result<(), String> {
         match m.is_file() {
             true => Ok(()),
             false => Err(format!(
                 "it is {}, not a regular file; save a result with 07-nccl-perf --format json > FILE",
-                file_kind(m)
+                common::output_file::kind(m)
             )),
         }
     };
@@ -273,11 +211,6 @@ pub fn load(file: OsString) -> Result<Run, String> {
         .map_or(path.to_string_lossy(), |s| s.to_string_lossy())
         .into_owned();
     Run::from_json(&json, &name)
-}
-
-/// An I/O error as a person reads it: `permission denied`, not `Permission denied (os error 13)`.
-fn io_reason(e: &std::io::Error) -> String {
-    reason(&e.to_string())
 }
 
 fn reason(text: &str) -> String {
@@ -480,10 +413,10 @@ fn readable<E: std::error::Error + Send + Sync + 'static>(e: &DrawingAreaErrorKi
     };
     let any: &dyn std::any::Any = e;
     if let Some(io) = any.downcast_ref::<std::io::Error>() {
-        return io_reason(io); // SVG
+        return common::output_file::reason(io); // SVG
     }
     match any.downcast_ref::<PngError>() {
-        Some(PngError::IOError(io)) => io_reason(io),
+        Some(PngError::IOError(io)) => common::output_file::reason(io),
         // image's error shows the I/O error's own words.
         Some(PngError::ImageError(image)) => reason(&image.to_string()),
         Some(PngError::InvalidBuffer) => "the picture's buffer does not have its size".into(),
