@@ -19,7 +19,7 @@ use crate::units;
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
@@ -41,7 +41,15 @@ pub const SEND_RECV_TAG: u8 = 100;
 pub struct Comm {
     rank: usize,
     world: usize,
-    links: Vec<Option<Box<dyn Link>>>,
+    /// Shared with the communicators split from this one (and theirs): a split
+    /// communicator reuses the parent's links between its ranks, as NCCL's split shares
+    /// its parent's connections when asked (`splitShare`).
+    links: Vec<Option<Arc<dyn Link>>>,
+    /// The world's rank of each rank of this communicator (identity but on a split one):
+    /// what errors name.
+    world_ranks: Vec<usize>,
+    /// Every pair of ranks on one machine shares memory (`--transport` is not `tcp`).
+    shm_on_node: bool,
     pipelined: bool,
     /// Some host of the job runs more ranks than it has cores.
     oversubscribed: bool,
@@ -57,7 +65,7 @@ pub struct Comm {
     scratch: Mutex<(Vec<u8>, Vec<u8>)>,
     /// Every other rank's arena, mapped here, when all ranks share one host and every
     /// rank mapped every other one's: the single-copy algorithms read peers' buffers.
-    peer_arenas: Option<Vec<Option<PeerArena>>>,
+    peer_arenas: Option<Vec<Option<Arc<PeerArena>>>>,
     /// Every pair of ranks shares memory: NCCL's three protocols can run ([`Comm::set_protocol`]).
     protocols: bool,
     /// Says, at the end, how many shared-memory channels this rank made.
@@ -73,7 +81,7 @@ impl Comm {
     pub fn new(
         rank: usize,
         world: usize,
-        links: Vec<Option<Box<dyn Link>>>,
+        links: Vec<Option<Arc<dyn Link>>>,
         pipelined: bool,
         names: fn(u8) -> &'static str,
         stream_above: usize,
@@ -82,6 +90,8 @@ impl Comm {
             rank,
             world,
             links,
+            world_ranks: (0..world).collect(),
+            shm_on_node: true,
             pipelined,
             oversubscribed: false,
             nodes: vec![0; world],
@@ -109,7 +119,8 @@ impl Comm {
     /// Sends the collectives' messages by `proto` from now on, on every link: the tuner's
     /// choice, made alike on every rank before a collective moves any data.
     pub fn set_protocol(&self, proto: crate::transport::protocol::Protocol) {
-        for link in self.links.iter().flatten() {
+        // A link shared with a split communicator may have been set by it: each is looked at.
+        for link in self.links.iter().flatten().filter(|l| l.protocol() != proto) {
             link.set_protocol(proto);
         }
     }
@@ -117,7 +128,7 @@ impl Comm {
     /// The same rank, reading its peers' buffers through `arenas` (the single-copy algorithms).
     pub fn with_peer_arenas(self, arenas: Option<Vec<Option<PeerArena>>>) -> Comm {
         Comm {
-            peer_arenas: arenas,
+            peer_arenas: arenas.map(|a| a.into_iter().map(|p| p.map(Arc::new)).collect()),
             ..self
         }
     }
@@ -147,6 +158,60 @@ impl Comm {
     /// the same on every rank.
     pub fn nodes(&self) -> &[usize] {
         &self.nodes
+    }
+
+    /// This rank's part of a communicator split from this one (`ncclCommSplit`): the ranks
+    /// `members` of this one (this rank among them), in their new order. It reuses this
+    /// communicator's links between them, its peers' arenas and what it knows of the
+    /// machines: nothing connects, so a split costs no more than the meeting that decided it.
+    pub fn split(&self, members: &[usize]) -> Comm {
+        let rank = members
+            .iter()
+            .position(|&m| m == self.rank)
+            .expect("a rank splits into a communicator it is a member of");
+        let world = members.len();
+        let pair_in_memory = |a: usize, b: usize| {
+            let (a, b) = (members[a], members[b]);
+            self.shm_on_node && self.nodes[a] == self.nodes[b]
+        };
+        let ring_in_memory = (0..world).all(|a| world == 1 || pair_in_memory(a, (a + 1) % world));
+        let every_pair_in_memory = (0..world).all(|a| (0..world).all(|b| a == b || pair_in_memory(a, b)));
+        // The nodes renumbered in the order of their first rank in the new communicator.
+        let mut seen: Vec<usize> = vec![];
+        let nodes = members
+            .iter()
+            .map(|&m| match seen.iter().position(|&n| n == self.nodes[m]) {
+                Some(i) => i,
+                None => {
+                    seen.push(self.nodes[m]);
+                    seen.len() - 1
+                }
+            })
+            .collect();
+        Comm {
+            rank,
+            world,
+            links: members.iter().map(|&m| self.links[m].clone()).collect(),
+            world_ranks: members.iter().map(|&m| self.world_ranks[m]).collect(),
+            shm_on_node: self.shm_on_node,
+            pipelined: ring_in_memory,
+            oversubscribed: self.oversubscribed,
+            nodes,
+            stream_above: self.stream_above,
+            names: self.names,
+            scratch: Mutex::new((vec![], vec![])),
+            peer_arenas: self
+                .peer_arenas
+                .as_ref()
+                .map(|a| members.iter().map(|&m| a[m].clone()).collect()),
+            protocols: world > 1 && every_pair_in_memory,
+            report: ChannelReport { rank, shm: false },
+        }
+    }
+
+    /// The world's rank of this communicator's rank `r` (itself, but on a split communicator).
+    pub fn world_rank(&self, r: usize) -> usize {
+        self.world_ranks[r]
     }
 
     /// The same rank, on a job some of whose hosts have more ranks than cores.
@@ -386,6 +451,8 @@ impl Comm {
     /// Turns a link's error into what it means for the job.
     pub fn lost(&self, e: std::io::Error, peer: usize) -> anyhow::Error {
         use std::io::ErrorKind::*;
+        // The world's number: on a split communicator, the rank a user can find.
+        let peer = self.world_ranks[peer];
         match e.kind() {
             UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => {
                 anyhow!("lost rank {peer}: its connection closed (it exited, crashed or was killed)")
@@ -492,7 +559,7 @@ impl Comm {
                 .map_err(|message| SharedError { message, usage: true })?;
         }
 
-        let mut links: Vec<Option<Box<dyn Link>>> = (0..world).map(|_| None).collect();
+        let mut links: Vec<Option<Arc<dyn Link>>> = (0..world).map(|_| None).collect();
         if every().any(|v| *v == Via::Tcp) {
             let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
             let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
@@ -501,8 +568,8 @@ impl Comm {
                 .enumerate()
             {
                 links[peer] = match (link, network) {
-                    (Some(link), Some(net)) => Some(Box::new(SimulatedLink::new(Box::new(link), net))),
-                    (Some(link), None) => Some(Box::new(link)),
+                    (Some(link), Some(net)) => Some(Arc::new(SimulatedLink::new(Box::new(link), net))),
+                    (Some(link), None) => Some(Arc::new(link)),
                     (None, _) => None,
                 };
             }
@@ -513,7 +580,7 @@ impl Comm {
             let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
             for link in shm::connect(store, rank, world, &peers, timeout)? {
                 let peer = link.peer();
-                links[peer] = Some(Box::new(link));
+                links[peer] = Some(Arc::new(link));
             }
         }
         let mut pairs = BTreeMap::new();
@@ -536,6 +603,7 @@ impl Comm {
         };
         let mut comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local);
         comm.report.shm = any_shm;
+        comm.shm_on_node = via != TransportChoice::Tcp;
         let comm = comm
             .with_peer_arenas(arenas)
             .oversubscribed_by(oversubscribed)

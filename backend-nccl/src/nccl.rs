@@ -37,13 +37,19 @@ use std::time::{Duration, Instant};
 /// takes milliseconds; the launcher waits 3 s for the other ranks after a failure.
 const ABORT_DEADLINE: Duration = Duration::from_secs(2);
 
+/// NCCL's `NCCL_SPLIT_NOCOLOR`: a rank that calls `ncclCommSplit` with it joins no
+/// communicator (its `newcomm` is NULL).
+pub const NOCOLOR: c_int = -1;
+
 /// How many operations may be queued on the stream before the rank waits for them.
 const MAX_QUEUED: usize = 256;
 
 /// A rank of the NCCL backend: its GPU's context, its stream and its communicator.
 pub struct Nccl {
+    /// This rank in the world (what messages name), whatever communicator this is.
     rank: usize,
-    world: usize,
+    /// This rank and the number of ranks in this communicator: the world's, or a split one's.
+    place: (usize, usize),
     /// The stream collectives are queued on (it holds the GPU's context).
     stream: Arc<CudaStream>,
     /// The communicator; null once it is left (destroyed or aborted).
@@ -174,7 +180,7 @@ impl Nccl {
         //    until every rank has joined (or someone failed, or the deadline passed).
         let nccl = Nccl {
             rank,
-            world,
+            place: (rank, world),
             stream,
             comm: Cell::new(std::ptr::null_mut()),
             groups: Cell::new(0),
@@ -266,14 +272,93 @@ impl Nccl {
         Ok(host)
     }
 
-    /// This rank.
+    /// This rank, in this communicator.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.place.0
     }
 
-    /// The number of ranks.
+    /// The number of ranks in this communicator.
     pub fn world(&self) -> usize {
-        self.world
+        self.place.1
+    }
+
+    /// This rank's part of a communicator split from this one (`ncclCommSplit`, as every
+    /// rank of this one must call it): the ranks of `color` ordered by `key`, then by their
+    /// rank here; `place` is this rank's (rank, size) in it, as the caller worked it out
+    /// from every rank's color and key. `None` for [`NOCOLOR`], which joins none.
+    /// Non-blocking, like this one: polled under the same watchdog and deadline;
+    /// `watchdog` is the new communicator's (`--timeout`, this rank's heartbeat).
+    pub fn split(&self, color: c_int, key: c_int, place: (usize, usize), watchdog: Watchdog) -> Result<Option<Nccl>> {
+        let parent = self.live("ncclCommSplit")?;
+        let mut config = config(false);
+        // NCCL writes the new communicator here from its helper thread, when the split is
+        // complete: boxed, so that it stays where it is whatever happens to this frame.
+        let slot: Box<Cell<sys::ncclComm_t>> = Box::new(Cell::new(std::ptr::null_mut()));
+        // SAFETY: a live communicator; `slot` stays valid until the parent says the split
+        // is complete (or is leaked below when it fails); the config is read during the call.
+        let r = unsafe { sys::ncclCommSplit(parent, color, key, slot.as_ptr(), &mut config) };
+        let call = Call::new("splitting the communicator", "ncclCommSplit")
+            .ptr("comm", parent)
+            .arg(
+                "color",
+                if color == NOCOLOR {
+                    "NCCL_SPLIT_NOCOLOR".into()
+                } else {
+                    color.to_string()
+                },
+            )
+            .arg("key", key)
+            .ptr("newcomm", slot.as_ptr())
+            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=0}}"));
+        self.shown.show(
+            &call,
+            Some(&r),
+            "every rank of the parent calls it; those of one color form a communicator (a job of the parent: polled)",
+        );
+        // As in split_timed: the parent says ncclInProgress until the new one is written.
+        let r = match r {
+            ncclResult_t::ncclSuccess => ncclResult_t::ncclInProgress,
+            other => other,
+        };
+        if let Err(e) = self.called(r, call.label()) {
+            // NCCL may still write the slot if the abort did not stop its thread in time.
+            Box::leak(slot);
+            return Err(e);
+        }
+        let comm = slot.get();
+        if color == NOCOLOR {
+            return Ok(None);
+        }
+        if comm.is_null() {
+            return Err(anyhow!(
+                "rank {}: ncclCommSplit said success but gave no communicator",
+                self.rank
+            ));
+        }
+        let child = Nccl {
+            rank: self.rank,
+            place,
+            stream: self.stream.clone(),
+            comm: Cell::new(comm),
+            groups: Cell::new(0),
+            timed: Cell::new(std::ptr::null_mut()),
+            timed_slot: Box::new(Cell::new(std::ptr::null_mut())),
+            in_timed_loop: Cell::new(false),
+            stuck: RefCell::new(None),
+            waited: Cell::new(Duration::ZERO),
+            last: RefCell::new(Label::of("joining the split communicator (ncclCommSplit)")),
+            progress: RefCell::new(Progress::default()),
+            watchdog: RefCell::new(watchdog),
+            gpu: self.gpu.clone(),
+            aside: RefCell::new(None),
+            shown: self.shown,
+        };
+        // The new communicator is non-blocking too: it may still be connecting.
+        child.called(
+            ncclResult_t::ncclInProgress,
+            "joining the split communicator (ncclCommSplit)",
+        )?;
+        Ok(Some(child))
     }
 
     /// Calls `f` with the device pointers of a collective's buffers: `send`'s and
@@ -472,11 +557,11 @@ impl Nccl {
         // SAFETY: a live communicator; `slot` stays valid as long as `self` (NCCL writes it
         // when the split is complete, before the parent says ncclSuccess, or never once the
         // parent is aborted); the config is read during the call.
-        let r = unsafe { sys::ncclCommSplit(parent, 0, self.rank as c_int, slot, &mut config) };
+        let r = unsafe { sys::ncclCommSplit(parent, 0, self.rank() as c_int, slot, &mut config) };
         let call = Call::new("making the timed loop's blocking communicator", "ncclCommSplit")
             .ptr("comm", parent)
             .arg("color", 0)
-            .arg("key", self.rank)
+            .arg("key", self.rank())
             .ptr("newcomm", slot)
             .arg("config", format!("{{size={CONFIG_SIZE}, blocking=1}}"));
         self.shown.show(

@@ -14,7 +14,7 @@ use anyhow::Result;
 /// to every other rank, with the tuner's state: [`Cpu`]), NCCL's [`Nccl`] (an
 /// `ncclComm_t` and its stream), and this, what the session holds and runs every
 /// collective, send and receive through. The session's is the world's; a split
-/// communicator (`ncclCommSplit`) would be another value of this type.
+/// communicator (`ncclCommSplit`, [`crate::Session::split`]) is another value of this type.
 pub enum Communicator {
     /// Ring and tree algorithms over shared memory and TCP (boxed, as the NCCL one is: one per rank).
     Cpu(Box<Cpu>),
@@ -92,6 +92,28 @@ impl Communicator {
                     // stream order, so they outlive the queued call.
                     unsafe { (coll.nccl)(nccl, &call) }
                 })
+            }
+        }
+    }
+
+    /// This rank's part of the communicator split from this one as [`crate::Session::split`]
+    /// decided: `color` and `key` as the user gave them (NCCL's own call takes them),
+    /// `members` the ranks of this one in the new one, in order (empty for
+    /// [`crate::SPLIT_NOCOLOR`]); `watchdog` makes an NCCL rank's watchdog for it.
+    /// `None` for a rank that joins none.
+    pub(crate) fn split(
+        &self,
+        (color, key): (i32, i32),
+        members: &[usize],
+        watchdog: impl FnOnce() -> Result<crate::backend::watchdog::Watchdog>,
+    ) -> Result<Option<Communicator>> {
+        match self {
+            Communicator::Cpu(_) if members.is_empty() => Ok(None),
+            Communicator::Cpu(c) => Ok(Some(Communicator::Cpu(Box::new(c.split(members))))),
+            Communicator::Nccl(n) => {
+                let rank = members.iter().position(|&m| m == n.rank()).unwrap_or(0);
+                let child = n.split(color, key, (rank, members.len()), watchdog()?)?;
+                Ok(child.map(|c| Communicator::Nccl(Box::new(c))))
             }
         }
     }

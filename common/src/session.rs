@@ -20,6 +20,7 @@ mod observe;
 mod p2p;
 mod show;
 mod single_calls;
+mod split;
 mod time;
 
 // Public for the benchmark's crate (workbook-perf) alone: no lesson calls it.
@@ -27,6 +28,7 @@ mod time;
 pub use check::corrupt_for_tests;
 use show::print_out;
 pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
+pub use split::{SPLIT_NOCOLOR, Split};
 pub use time::Runs;
 
 use crate::Communicator;
@@ -103,6 +105,10 @@ pub struct Session {
     /// What this rank sent to and received from each peer point-to-point: compared with
     /// the others' at the end of the job.
     ledger: p2p::Ledger,
+    /// Inside [`Session::on`]: the split whose communicator `comm` is now.
+    scope: Option<split::Scope>,
+    /// How many splits this session made (each names its keys in the store).
+    splits: u64,
 }
 
 impl Session {
@@ -125,40 +131,46 @@ impl Session {
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
-        crate::rank::check(rank, self.world_size(), flag).map_err(|message| SharedError { message, usage: true })?;
+        crate::rank::check(rank, self.comm.world(), flag).map_err(|message| SharedError { message, usage: true })?;
         Ok(rank)
     }
 
     /// Checks that `peer` is another rank, before anything is sent to it or awaited from
     /// it: the one check of every point-to-point call.
     pub(crate) fn ensure_peer(&self, peer: usize) -> Result<()> {
-        let rank = self.rank();
-        crate::rank::check(peer, self.world_size(), "peer")
-            .map_err(|m| crate::error::usage(format!("rank {rank}: {m}")))?;
-        if peer == rank {
+        let who = self.who();
+        crate::rank::check(peer, self.comm.world(), "peer").map_err(|m| crate::error::usage(format!("{who}: {m}")))?;
+        if peer == self.comm.rank() {
             return Err(crate::error::usage(format!(
-                "rank {rank} cannot send to or receive from itself"
+                "{who} cannot send to or receive from itself"
             )));
         }
         Ok(())
     }
 
+    /// The world's rank of `peer`, a rank of the communicator the calls run on now.
+    pub(crate) fn world_rank_of(&self, peer: usize) -> usize {
+        self.scope.as_ref().map_or(peer, |s| s.world_rank(peer))
+    }
+
     /// Sends the whole buffer to rank `peer`, which must `recv` as many elements.
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
-        let rank = self.rank();
-        self.ledger.enter(Some((peer, buf.len() * size_of::<T>())), None);
+        let who = self.who();
+        self.ledger
+            .enter(Some((self.world_rank_of(peer), buf.len() * size_of::<T>())), None);
         let sent = self.comm.send(buf, peer);
-        self.ledger.leave(sent).with_context(|| format!("rank {rank}"))
+        self.ledger.leave(sent).with_context(|| who)
     }
 
     /// Receives a whole buffer from rank `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
-        let rank = self.rank();
-        self.ledger.enter(None, Some((peer, buf.len() * size_of::<T>())));
+        let who = self.who();
+        self.ledger
+            .enter(None, Some((self.world_rank_of(peer), buf.len() * size_of::<T>())));
         let got = self.comm.recv(buf, peer);
-        self.ledger.leave(got).with_context(|| format!("rank {rank}"))
+        self.ledger.leave(got).with_context(|| who)
     }
 
     /// Runs `coll` on this rank, as every rank must: out of place from `send` into
@@ -176,14 +188,14 @@ impl Session {
         root: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let (rank, world) = (self.rank(), self.world_size());
+        let (rank, world, who) = (self.rank(), self.comm.world(), self.who());
         let root = match coll.rooted {
             true => self.ensure_rank(root, "root")?,
             false => 0,
         };
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
-            .map_err(|why| crate::error::usage(format!("rank {rank}: {why}")))?;
+            .map_err(|why| crate::error::usage(format!("{who}: {why}")))?;
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();
         self.last_op = Some((coll, bytes));
@@ -191,16 +203,16 @@ impl Session {
         let _span = crate::record::collective(coll.title, bytes as u64);
         let _range = self.nvtx(coll.nccl_name);
         let done = self.comm.collective(coll, send, recv, count, root, op);
-        done.with_context(|| format!("rank {rank}"))
+        done.with_context(|| who)
     }
 
     /// Waits until every rank gets here (through the store, so it costs a round trip).
     pub fn barrier(&mut self) -> Result<()> {
         self.say_p2p()?;
         let key = self.next_key("barrier");
-        let (rank, world) = (self.rank(), self.world_size());
         let _span = crate::record::wait("barrier");
-        self.store.barrier(&key, rank, world)
+        self.share_here(&format!("barrier/{key}"), &[], &format!("every rank to reach '{key}'"))
+            .map(drop)
     }
 
     /// Waits until every operation this rank queued has finished (NCCL runs them
@@ -210,7 +222,13 @@ impl Session {
         self.comm.synchronize()
     }
 
+    /// The store's key of the next meeting: numbered in the session, or inside
+    /// [`Session::on`] in the split (whose ranks with no color do not meet).
     fn next_key(&mut self, what: &str) -> String {
+        if let Some(s) = self.scope.as_mut() {
+            s.seq += 1;
+            return format!("split{}/{what}/{}", s.id, s.seq);
+        }
         self.seq += 1;
         format!("{what}/{}", self.seq)
     }

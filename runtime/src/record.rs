@@ -156,6 +156,8 @@ struct Log {
     watched: Option<Watched>,
     /// `--steps` met a buffer larger than [`STEPS_MAX`] elements: how large.
     too_big: Option<usize>,
+    /// On a split communicator: the world's rank of each of its ranks ([`peers_are`]).
+    peers: Option<Vec<usize>>,
 }
 
 fn log() -> MutexGuard<'static, Option<Log>> {
@@ -186,9 +188,19 @@ pub fn start(steps: bool, trace: bool) {
             algorithm: None,
             watched: None,
             too_big: None,
+            peers: None,
         }
     });
     ON.store(steps || trace, Ordering::Relaxed);
+}
+
+/// From now on, operations name their peers as the world's ranks `world[peer]` (the
+/// ranks of a split communicator), or as they are (`None`): `--steps` and the trace
+/// show every rank by its world rank.
+pub fn peers_are(world: Option<Vec<usize>>) {
+    if let Some(l) = log().as_mut() {
+        l.peers = world;
+    }
 }
 
 /// Whether anything is being recorded.
@@ -363,6 +375,7 @@ pub fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
     let Some(l) = g.as_mut() else { return };
     let mut e = event(l, Cat::Op, name, t);
     for (dir, peer, slice, how) in parts {
+        let peer = &l.peers.as_ref().map_or(*peer, |w| w[*peer]);
         let placed = l.watched.as_ref().and_then(|w| place(w, slice));
         let link = match dir {
             Dir::Send => Some(&mut l.sent),

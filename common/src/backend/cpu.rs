@@ -90,6 +90,19 @@ impl Cpu {
         Ok((cpu, pairs))
     }
 
+    /// This rank's part of a communicator split from this one: the ranks `members` of
+    /// this one, in their new order ([`Comm::split`]), with the same choices allowed.
+    pub fn split(&self, members: &[usize]) -> Cpu {
+        Cpu {
+            comm: self.comm.split(members),
+            allowed: self.allowed.clone(),
+            protos: self.protos.clone(),
+            debug: self.debug,
+            ran: Mutex::default(),
+            set: AtomicU8::new(u8::MAX),
+        }
+    }
+
     /// Which algorithm runs `coll` on `bytes` (its larger buffer): [`tuner::choose`],
     /// from what this rank knows alike with every other.
     pub fn choose(&self, coll: &Collective, bytes: usize) -> Algorithm {
@@ -103,11 +116,10 @@ impl Cpu {
             protocols: self.has_protocols(),
         };
         let (algo, proto) = tuner::choose_with(coll, bytes, &facts, &self.allowed, &self.protos);
-        // Set before any message moves, alike on every rank (every input is the same).
-        if self.set.load(Relaxed) != proto as u8 {
-            self.set.store(proto as u8, Relaxed);
-            self.comm.set_protocol(proto);
-        }
+        // Set before any message moves, alike on every rank (every input is the same); on
+        // every link whose protocol differs (a split communicator shares links).
+        self.set.store(proto as u8, Relaxed);
+        self.comm.set_protocol(proto);
         algo
     }
 

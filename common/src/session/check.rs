@@ -49,15 +49,27 @@ impl Session {
             .find(bad)
             .map(|i| format!("element {i} is {} instead of {}", all[i], expected(i)));
         let key = self.next_key("check");
-        let mine = serde_json::to_vec(&(wrong, first))?;
-        let (rank, world) = (self.rank(), self.world_size());
+        let mine = serde_json::to_vec(&(wrong, first, holds))?;
         self.say_p2p()?;
-        let replies = self.store.share(&key, rank, world, &mine, "every rank's check")?;
-        let results: Vec<(usize, Option<String>)> = replies
+        let replies = self.share_here(&key, &mine, "every rank's check")?;
+        let results: Vec<(usize, Option<String>, String)> = replies
             .iter()
             .map(|r| serde_json::from_slice(r))
             .collect::<Result<_, _>>()?;
-        let total: usize = results.iter().map(|(w, _)| w).sum();
+        let participants = self.participants();
+        let world = participants.len();
+        let on = self
+            .scope
+            .as_ref()
+            .map(|s| {
+                format!(
+                    " (on {} communicator{} of the split)",
+                    s.groups.len(),
+                    if s.groups.len() == 1 { "" } else { "s" }
+                )
+            })
+            .unwrap_or_default();
+        let total: usize = results.iter().map(|(w, _, _)| w).sum();
         self.report.check = Some(Check {
             ok: total == 0,
             wrong: total as u64,
@@ -72,14 +84,36 @@ impl Session {
                 (1, _) => "their one element".to_string(),
                 (n, _) => format!("all {n} elements"),
             };
-            self.say(&format!("Check: OK, {who} {holds} in {elements}"));
+            let holds = match &self.scope {
+                // Each communicator has its own result: what each color's ranks hold.
+                Some(scope) => {
+                    let of = |r: &usize| participants.iter().position(|p| p == r).map(|i| results[i].2.clone());
+                    let each: Vec<String> = scope
+                        .groups
+                        .iter()
+                        .map(|(c, m)| {
+                            let mut said: Vec<String> = m.iter().filter_map(of).collect();
+                            said.dedup();
+                            format!("color {c}: {}", said.join(" or "))
+                        })
+                        .collect();
+                    let mut all: Vec<&String> = results.iter().map(|r| &r.2).collect();
+                    all.dedup();
+                    match all.as_slice() {
+                        [one] => one.to_string(),
+                        _ => format!("what their communicator gives ({})", each.join("; ")),
+                    }
+                }
+                None => holds.to_string(),
+            };
+            self.say(&format!("Check: OK, {who} {holds} in {elements}{on}"));
             return Ok(());
         }
         let bad: Vec<String> = results
             .iter()
-            .enumerate()
-            .filter(|(_, (w, _))| *w > 0)
-            .map(|(r, (w, first))| format!("rank {r}: {w} wrong ({})", first.as_deref().unwrap_or("?")))
+            .zip(&participants)
+            .filter(|((w, _, _), _)| *w > 0)
+            .map(|((w, first, _), r)| format!("rank {r}: {w} wrong ({})", first.as_deref().unwrap_or("?")))
             .collect();
         let plural = if total == 1 { "" } else { "s" };
         let message = format!("check FAILED, {total} wrong element{plural}: {}", bad.join("; "));

@@ -61,11 +61,11 @@ impl Session {
     pub fn share_f64(&mut self, value: f64, what: &str) -> Result<Vec<f64>> {
         self.say_p2p()?;
         let key = self.next_key("gather");
-        let (rank, world) = (self.rank(), self.world_size());
-        let all = self.store.share(&key, rank, world, &value.to_le_bytes(), what)?;
+        let all = self.share_here(&key, &value.to_le_bytes(), what)?;
+        let participants = self.participants();
         all.iter()
-            .enumerate()
-            .map(|(r, b)| {
+            .zip(participants)
+            .map(|(b, r)| {
                 b.as_slice()
                     .try_into()
                     .map(f64::from_le_bytes)

@@ -254,6 +254,8 @@ impl Session {
             trace: run.trace.clone(),
             issued: 0.0,
             ledger: p2p::Ledger::new(world),
+            scope: None,
+            splits: 0,
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.

@@ -31,14 +31,18 @@ impl Session {
         }
         self.say_p2p()?;
         let key = self.next_key("steps");
-        let (rank, world) = (self.rank(), self.world_size());
-        // Shared with every rank, so that all decide alike whether steps were shown.
-        let all: Vec<Vec<crate::record::Event>> = self
-            .store
-            .share(&key, rank, world, &serde_json::to_vec(&events)?, "every rank's steps")?
+        let world = self.world_size();
+        // Shared with every rank, so that all decide alike whether steps were shown
+        // (inside Session::on, every rank of the split: a rank with no color shows none).
+        let said: Vec<Vec<crate::record::Event>> = self
+            .share_here(&key, &serde_json::to_vec(&events)?, "every rank's steps")?
             .iter()
             .map(|v| serde_json::from_slice(v))
             .collect::<Result<_, _>>()?;
+        let mut all = vec![vec![]; world];
+        for (r, events) in self.participants().into_iter().zip(said) {
+            all[r] = events;
+        }
         let labels: Vec<String> = (0..world).map(|r| format!("CPU {r}")).collect();
         let lines = crate::steps::render(&all, &labels);
         if lines.is_empty() {

@@ -256,7 +256,8 @@ impl Session {
     /// `value(b)`. Like [`Session::buffer`], it also takes `--show` (per block).
     pub fn blocks<T: Element>(&mut self, data: &DataArgs, value: impl Fn(usize) -> T) -> Result<Buffer<T>> {
         let count = data.count();
-        self.lesson_buffer(data, self.world_size(), |i| value(i / count))
+        // One block per rank of the communicator the calls run on (a split's, inside Session::on).
+        self.lesson_buffer(data, self.comm.world(), |i| value(i / count))
     }
 
     /// `blocks` blocks of `--count` elements, element i being `value(i)`, once the memory
@@ -292,7 +293,8 @@ impl Session {
         self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
-        self.ledger.enter(Some((peer, range.len() * size_of::<T>())), None);
+        self.ledger
+            .enter(Some((self.world_rank_of(peer), range.len() * size_of::<T>())), None);
         let sent = match (&self.comm, &buf.storage) {
             (Communicator::Cpu(c), Storage::Host(v)) => {
                 record::watch(record::P2P, v, None, false);
@@ -386,7 +388,8 @@ impl Session {
         self.ensure_peer(peer)?;
         check_range(&range, buf.len())?;
         let rank = self.rank();
-        self.ledger.enter(None, Some((peer, range.len() * size_of::<T>())));
+        self.ledger
+            .enter(None, Some((self.world_rank_of(peer), range.len() * size_of::<T>())));
         let got = if let (Communicator::Cpu(c), Storage::Host(v)) = (&self.comm, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("recv_part", How::Copy),
@@ -429,8 +432,9 @@ impl Session {
         }
         let rank = self.rank();
         let size = size_of::<T>();
+        let (to_w, from_w) = (self.world_rank_of(to), self.world_rank_of(from));
         self.ledger
-            .enter(Some((to, send.len() * size)), Some((from, recv.len() * size)));
+            .enter(Some((to_w, send.len() * size)), Some((from_w, recv.len() * size)));
         let done = if let (Communicator::Cpu(c), Storage::Host(v)) = (&self.comm, &mut buf.storage) {
             let (name, noted) = match how {
                 Arrive::Replace => ("send_recv", How::Copy),

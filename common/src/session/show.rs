@@ -38,7 +38,7 @@ pub(super) fn print_out(line: &str) {
 impl Session {
     /// Prints a line of text output, on rank 0 only.
     pub fn say(&self, line: &str) {
-        if self.rank() == 0 && self.format == Format::Text {
+        if self.rank() == self.printer() && self.format == Format::Text {
             print_out(line);
         }
     }
@@ -126,22 +126,21 @@ impl Session {
     pub fn show<T: Element>(&mut self, title: &str, buf: &Buffer<T>) -> Result<()> {
         let n = self.show.unwrap_or(buf.len().min(8)).min(buf.len());
         let mine = self.comm.download(buf, n)?;
-        let Some(Rows {
+        for Rows {
             title,
             labels,
             cells,
             changed,
-        }) = self.gather_rows(title, &mine)?
-        else {
-            return Ok(());
-        };
-        self.say(&table::stage(
-            &title,
-            &labels,
-            &cells,
-            changed.as_deref(),
-            buf.len() - n,
-        ));
+        } in self.gather_rows(title, &mine)?.unwrap_or_default()
+        {
+            self.say(&table::stage(
+                &title,
+                &labels,
+                &cells,
+                changed.as_deref(),
+                buf.len() - n,
+            ));
+        }
         Ok(())
     }
 
@@ -154,46 +153,48 @@ impl Session {
         buf: &Buffer<T>,
         label: impl Fn(usize) -> String,
     ) -> Result<()> {
-        let world = self.world_size();
+        let world = self.comm.world();
         let block = buf.len() / world;
         let k = self.show.unwrap_or(8).min(block);
         let mut mine = vec![];
         for b in 0..world {
             mine.extend(self.comm.download_range(buf, b * block..b * block + k)?);
         }
-        let Some(Rows {
-            title,
-            labels,
-            cells,
-            changed,
-        }) = self.gather_rows(title, &mine)?
-        else {
-            return Ok(());
-        };
         let names: Vec<String> = (0..world)
             .map(|b| match block - k {
                 0 => label(b),
                 more => format!("{} (+{more})", label(b)),
             })
             .collect();
-        self.say(&table::blocks(&title, &labels, &names, &cells, changed.as_deref(), k));
+        for Rows {
+            title,
+            labels,
+            cells,
+            changed,
+        } in self.gather_rows(title, &mine)?.unwrap_or_default()
+        {
+            self.say(&table::blocks(&title, &labels, &names, &cells, changed.as_deref(), k));
+        }
         Ok(())
     }
 
-    /// Gathers every rank's shown elements on rank 0 (recorded in the JSON report under
-    /// the title's first word), with the rows' labels and which cells changed since the
-    /// last table: `None` on the other ranks.
-    pub(super) fn gather_rows<T: Element>(&mut self, title: &str, mine: &[T]) -> Result<Option<Rows>> {
+    /// Gathers every rank's shown elements on the printing rank (recorded in the JSON
+    /// report under the title's first word), with the rows' labels and which cells changed
+    /// since the last table: one table, or inside [`Session::on`] one per communicator of
+    /// the split, titled with its color, its rows in its ranks' order; `None` on the other
+    /// ranks.
+    pub(super) fn gather_rows<T: Element>(&mut self, title: &str, mine: &[T]) -> Result<Option<Vec<Rows>>> {
         self.flush_steps(false)?;
         let mine: Vec<f64> = mine.iter().map(|v| v.to_f64()).collect();
         let key = self.next_key("show");
         self.say_p2p()?;
         self.store
             .set(&format!("{key}/{}", self.rank()), &serde_json::to_vec(&mine)?)?;
-        if self.rank() != 0 {
+        if self.rank() != self.printer() {
             return Ok(None);
         }
-        let keys: Vec<_> = (0..self.world_size()).map(|r| (format!("{key}/{r}"), r)).collect();
+        let participants = self.participants();
+        let keys: Vec<_> = participants.iter().map(|&r| (format!("{key}/{r}"), r)).collect();
         let rows: Vec<Vec<serde_json::Value>> = self
             .store
             .wait(&keys, &format!("every rank's row of '{title}'"))?
@@ -206,7 +207,7 @@ impl Session {
             .unwrap_or(title)
             .trim_end_matches(':')
             .to_lowercase();
-        for (r, row) in rows.iter().enumerate() {
+        for (&r, row) in participants.iter().zip(&rows) {
             self.report.ranks[r].stages.insert(stage.clone(), row.clone());
         }
         let cells: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(cell).collect()).collect();
@@ -221,17 +222,44 @@ impl Session {
         });
         self.last_rows = Some(cells.clone());
         let label = if self.comm.name() == "nccl" { "GPU" } else { "CPU" };
-        let labels: Vec<String> = (0..self.world_size()).map(|r| format!("{label} {r}")).collect();
-        let title = if title.ends_with(':') {
-            title.to_string()
-        } else {
-            format!("{title}:")
+        let title = title.trim_end_matches(':');
+        let Some(scope) = &self.scope else {
+            return Ok(Some(vec![Rows {
+                title: format!("{title}:"),
+                labels: participants.iter().map(|r| format!("{label} {r}")).collect(),
+                cells,
+                changed,
+            }]));
         };
-        Ok(Some(Rows {
-            title,
-            labels,
-            cells,
-            changed,
-        }))
+        // One table per communicator: its ranks in their order in it, each labelled with
+        // its world rank and its rank in the communicator.
+        let at = |r: usize| participants.iter().position(|&p| p == r).expect("a rank with a color");
+        Ok(Some(
+            scope
+                .groups
+                .iter()
+                .map(|(color, members)| Rows {
+                    title: format!(
+                        "{title}, color {color} ({} rank{}):",
+                        members.len(),
+                        plural(members.len())
+                    ),
+                    labels: members
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &r)| format!("{label} {r} = {i}"))
+                        .collect(),
+                    cells: members.iter().map(|&r| cells[at(r)].clone()).collect(),
+                    changed: changed
+                        .as_ref()
+                        .map(|c| members.iter().map(|&r| c[at(r)].clone()).collect()),
+                })
+                .collect(),
+        ))
     }
+}
+
+/// "s" but for one.
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }

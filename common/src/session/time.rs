@@ -23,7 +23,7 @@ impl Session {
     /// the runs back to back; the time of the slowest rank counts. Rank 0 prints it with
     /// nccl-tests' algbw and busbw.
     pub fn time(&mut self, iters: u32, op: impl FnMut(&mut Session) -> Result<()>) -> Result<Timing> {
-        let world = self.world_size();
+        let (world, ranks) = (self.comm.world(), self.participants().len());
         let runs = self.time_runs(iters, 0, op)?;
         let slowest = runs.means.iter().copied().fold(0.0, f64::max);
         let (coll, bytes) = self
@@ -53,7 +53,7 @@ impl Session {
             .map(|why| format!("; calls may overlap: {why}"))
             .unwrap_or_default();
         self.say(&format!(
-            "Time: {:.1} us per {} of {} via {}{} (slowest of {world} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
+            "Time: {:.1} us per {} of {} via {}{} (slowest of {ranks} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
             coll.title,
             human_bytes(bytes),
@@ -107,10 +107,7 @@ impl Session {
         let single = match stamps {
             Some(stamps) => {
                 let key = self.next_key("single");
-                let (rank, world) = (self.rank(), self.world_size());
-                let all = self
-                    .store
-                    .share(&key, rank, world, &stamps.encode(), "every rank's single calls")?;
+                let all = self.share_here(&key, &stamps.encode(), "every rank's single calls")?;
                 // Shared memory counts the waits that slept; TCP's blocking reads are not counted.
                 let counted = self.report.transports.values().all(|v| *v == Via::Shm);
                 single_calls::combine(&all, counted)
