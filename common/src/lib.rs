@@ -12,6 +12,7 @@ pub mod args;
 pub mod backend;
 pub mod collective;
 pub mod communicator;
+pub mod grid;
 pub mod meeting;
 pub mod output_file;
 pub mod report;

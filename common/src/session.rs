@@ -122,6 +122,12 @@ impl Session {
         self.id.world_size
     }
 
+    /// The machine rank `rank` runs on (its host name; each emulated node's own): where a
+    /// lesson learns which ranks share a node.
+    pub fn host_of(&self, rank: usize) -> &str {
+        &self.members[rank].host
+    }
+
     /// The communicator this session runs every collective on: the world's, holding
     /// every rank ([`Communicator::rank`], [`Communicator::world`], its backend).
     pub fn communicator(&self) -> &Communicator {
