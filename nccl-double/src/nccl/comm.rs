@@ -314,9 +314,9 @@ impl Comm {
     }
 }
 
-/// Looks up a communicator handed in by the caller for a new call: live, joined, not
-/// broken, not failed, not finalized.
-pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
+/// Looks up a communicator handed in by the caller: not NULL, and live (NCCL's
+/// `PtrCheck`, and from 2.21 `CommCheck`, which finds a freed one by its magic numbers).
+fn live_comm<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
     if comm.is_null() {
         return Err(fail(
             INVALID_ARGUMENT,
@@ -333,7 +333,13 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
     }
     // SAFETY: live communicators are boxes made by the init and not yet freed; NCCL (like
     // the double) requires that one communicator is used by one thread at a time.
-    let c = unsafe { &*comm };
+    Ok(unsafe { &*comm })
+}
+
+/// Looks up a communicator handed in by the caller for a new call: live, joined, not
+/// broken, not failed, not finalized.
+pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
+    let c = live_comm(comm, call)?;
     let s = c.shared.state();
     let refusal = if let Some(why) = s.broken.as_ref().or(s.async_error.as_ref().map(|e| &e.1)) {
         Some((
@@ -342,7 +348,25 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
         ))
     } else if s.finalized {
         Some((INVALID_USAGE, format!("{call} on a finalized communicator")))
-    } else if s.in_flight {
+    } else {
+        not_ready(&s, call)
+    };
+    drop(s);
+    match refusal {
+        Some((code, why)) => Err(fail(code, Some(c.rank()), &why)),
+        None => {
+            // NCCL's ncclCommEnsureReady joins the helper of the last operation.
+            c.shared.join_helper();
+            Ok(c)
+        }
+    }
+}
+
+/// Why a communicator cannot take a call yet (NCCL's `ncclCommEnsureReady`, which turns
+/// `ncclInProgress` into `ncclInvalidArgument`): its non-blocking init, or the helper
+/// thread of its last operation, is not done.
+fn not_ready(s: &State, call: &str) -> Option<(NcclResult, String)> {
+    if s.in_flight {
         Some((
             INVALID_ARGUMENT,
             format!(
@@ -362,15 +386,60 @@ pub fn usable<'a>(comm: *mut Comm, call: &str) -> Result<&'a Comm, NcclResult> {
         ))
     } else {
         None
+    }
+}
+
+/// NCCL's `ncclCommEnsureReady` (`init.cc`, 2.18 to 2.30) for a call that reads the
+/// communicator: its asynchronous error is returned as it is ("if ret is not
+/// ncclInProgress, we just keep it"), a non-blocking init or operation not done yet is
+/// `ncclInvalidArgument`. A call that failed its checks (the double's broken state) is no
+/// error for NCCL: the call goes on.
+///
+/// Up to 2.26 it WARNs "Attempt to use communicator before the previous operation
+/// returned ncclSuccess" for an error too; from 2.27 only for `ncclInProgress`. `note`
+/// ends the message of an asynchronous error.
+fn ensure_ready(c: &Comm, call: &str, note: &str) -> Result<(), NcclResult> {
+    let s = c.shared.state();
+    let refusal = match &s.async_error {
+        Some((code, why)) => {
+            let nccl_says = if super::version() < 22700 {
+                ": Attempt to use communicator before the previous operation returned ncclSuccess"
+            } else {
+                ""
+            };
+            Some((
+                *code,
+                format!(
+                    "{call}{nccl_says}: the communicator's asynchronous error is {} ({why}), and NCCL's \
+                     ncclCommEnsureReady returns it{note}",
+                    code_name(*code)
+                ),
+            ))
+        }
+        None => not_ready(&s, call),
     };
     drop(s);
     match refusal {
         Some((code, why)) => Err(fail(code, Some(c.rank()), &why)),
         None => {
-            // NCCL's ncclCommEnsureReady joins the helper of the last operation.
             c.shared.join_helper();
-            Ok(c)
+            Ok(())
         }
+    }
+}
+
+/// An `ncclResult_t` by its name in `nccl.h`.
+fn code_name(code: NcclResult) -> &'static str {
+    match code {
+        SUCCESS => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        SYSTEM_ERROR => "ncclSystemError",
+        INTERNAL_ERROR => "ncclInternalError",
+        INVALID_ARGUMENT => "ncclInvalidArgument",
+        INVALID_USAGE => "ncclInvalidUsage",
+        REMOTE_ERROR => "ncclRemoteError",
+        IN_PROGRESS => "ncclInProgress",
+        _ => "an unknown result",
     }
 }
 
@@ -430,6 +499,14 @@ const NOCOLOR: c_int = -1;
 /// as a job of the parent: on a non-blocking parent, it returns `ncclInProgress` at once,
 /// the parent says `ncclInProgress` until every rank of the new communicator has joined,
 /// and `*newcomm` is written then (so it must stay valid until then).
+///
+/// The checks are NCCL's (`ncclCommSplit` in `init.cc` up to 2.26, then
+/// `ncclCommInitChildComm`, tags v2.18.1 to v2.30.7), in its order: the communicator
+/// (`PtrCheck`; from 2.21 `CommCheck`), `newcomm` (`PtrCheck`), the parent's state
+/// (`ncclCommEnsureReady`, from 2.19: its asynchronous error is returned as it is), and
+/// the config, which only a rank that joins a new communicator reads (`parseCommConfig`
+/// is in the branch for a color other than `NCCL_SPLIT_NOCOLOR`). Any other color, a
+/// negative one included, is a color: `commGetSplitInfo` only compares colors.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommSplit(
     comm: *mut Comm,
@@ -439,7 +516,7 @@ pub unsafe extern "C" fn ncclCommSplit(
     config: *mut c_void,
 ) -> NcclResult {
     entry("ncclCommSplit", INTERNAL_ERROR, || {
-        let c = match usable(comm, "ncclCommSplit") {
+        let c = match live_comm(comm, "ncclCommSplit") {
             Ok(c) => c,
             Err(code) => return code,
         };
@@ -447,8 +524,23 @@ pub unsafe extern "C" fn ncclCommSplit(
         if newcomm.is_null() {
             return fail(INVALID_ARGUMENT, who, "ncclCommSplit: newcomm is NULL");
         }
-        // SAFETY: the caller's, checked non-NULL. NCCL: NULL until the split is complete.
+        // SAFETY: the caller's, checked non-NULL. NCCL: NULL until the split is complete,
+        // and NULL after a failure.
         unsafe { *newcomm = std::ptr::null_mut() };
+        // The parent's asynchronous error is the split's (ncclCommEnsureReady, from 2.19).
+        let note = if super::version() < 21900 {
+            " from 2.19 on. NCCL 2.18's ncclCommSplit does not look: it would run the split's allgather over a \
+             job that already failed (which then fails or hangs); the double refuses it as 2.19 does"
+        } else {
+            ""
+        };
+        if let Err(code) = ensure_ready(c, "ncclCommSplit", note) {
+            return code;
+        }
+        let c = match usable(comm, "ncclCommSplit") {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
         if group::open() {
             return fail(
                 INVALID_USAGE,
@@ -456,14 +548,9 @@ pub unsafe extern "C" fn ncclCommSplit(
                 "ncclCommSplit inside ncclGroupStart/ncclGroupEnd is not supported by the test double",
             );
         }
-        if color < NOCOLOR {
-            return fail(
-                INVALID_ARGUMENT,
-                who,
-                &format!("ncclCommSplit: color {color} is negative, and only NCCL_SPLIT_NOCOLOR (-1) may be"),
-            );
-        }
-        let blocking = if config.is_null() {
+        // NCCL_SPLIT_NOCOLOR: the config is not read (NCCL parses it only for a rank that
+        // joins a new communicator). A NULL config: the parent's (copyCommConfig).
+        let blocking = if color == NOCOLOR || config.is_null() {
             c.blocking()
         } else {
             // SAFETY: the caller's config, read as NCCL reads it.
@@ -825,6 +912,42 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: *mut Comm, async_error: *mu
         unsafe { *async_error = state };
         SUCCESS
     })
+}
+
+/// How many ranks the communicator has: NCCL's `ncclCommCount` (`init.cc`, 2.18 to 2.30):
+/// the communicator checked, then `count`, then `ncclCommEnsureReady` (a non-blocking
+/// init not done yet is `ncclInvalidArgument`, an asynchronous error is returned).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommCount(comm: *mut Comm, count: *mut c_int) -> NcclResult {
+    entry("ncclCommCount", INTERNAL_ERROR, || {
+        attribute(comm, count, "ncclCommCount", "count", Comm::nranks)
+    })
+}
+
+/// This rank's rank in the communicator: NCCL's `ncclCommUserRank`, checked as
+/// [`ncclCommCount`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommUserRank(comm: *mut Comm, rank: *mut c_int) -> NcclResult {
+    entry("ncclCommUserRank", INTERNAL_ERROR, || {
+        attribute(comm, rank, "ncclCommUserRank", "rank", Comm::rank)
+    })
+}
+
+/// `ncclCommCount` and `ncclCommUserRank`: writes `of(comm)` to `out`.
+fn attribute(comm: *mut Comm, out: *mut c_int, call: &str, name: &str, of: fn(&Comm) -> usize) -> NcclResult {
+    let c = match live_comm(comm, call) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if out.is_null() {
+        return fail(INVALID_ARGUMENT, Some(c.rank()), &format!("{call}: {name} is NULL"));
+    }
+    if let Err(code) = ensure_ready(c, call, "") {
+        return code;
+    }
+    // SAFETY: the caller's, checked non-NULL.
+    unsafe { *out = of(c) as c_int };
+    SUCCESS
 }
 
 /// Finishes the queued work, then forbids further use. Blocking communicator: waits until

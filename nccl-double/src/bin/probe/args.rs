@@ -47,6 +47,15 @@ pub struct Args {
     pub ready_file: Option<PathBuf>,
     /// `--break`: the rule this rank breaks on purpose.
     pub brk: Option<String>,
+    /// `--color`: this rank's color in `split` (-1 is `NCCL_SPLIT_NOCOLOR`).
+    pub color: i32,
+    /// `--key`: this rank's key in `split` (default: its rank).
+    pub key: Option<i32>,
+    /// `--split-config`: the config `split` passes: `null`, `blocking`, `nonblocking`,
+    /// `unset` (`blocking` left to NCCL), `no-magic` (not made by the initializer).
+    pub split_config: String,
+    /// `--first`: what `split` does on the parent before splitting (`allreduce`).
+    pub first: Option<String>,
 }
 
 /// The command line, or what is wrong with it (one line: a usage error).
@@ -73,6 +82,10 @@ pub fn parse_args() -> Result<Args, String> {
         abort_after_ms: 500,
         ready_file: None,
         brk: None,
+        color: 0,
+        key: None,
+        split_config: "null".into(),
+        first: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -89,6 +102,7 @@ pub fn parse_args() -> Result<Args, String> {
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag} {v}: not a number"));
+        let int = |v: &str| v.parse::<i32>().map_err(|_| format!("{flag} {v}: not a number"));
         match flag.as_str() {
             "--op" => a.op = value,
             "--rank" => a.rank = num(&value)?,
@@ -111,6 +125,10 @@ pub fn parse_args() -> Result<Args, String> {
             "--abort-after-ms" => a.abort_after_ms = num(&value)? as u64,
             "--ready-file" => a.ready_file = Some(value.into()),
             "--break" => a.brk = Some(value),
+            "--color" => a.color = int(&value)?,
+            "--key" => a.key = Some(int(&value)?),
+            "--split-config" => a.split_config = value,
+            "--first" => a.first = Some(value),
             _ => return Err(format!("unknown flag {flag} (or value {value})")),
         }
     }

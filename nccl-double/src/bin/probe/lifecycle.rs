@@ -139,3 +139,109 @@ pub fn init_abort(a: &Args, id: Id) -> Result<Vec<String>, Fail> {
         states.join(",")
     )])
 }
+
+/// `ncclCommSplit` of the job's communicator by `--color` and `--key` (default: the rank),
+/// with the config `--split-config`, after `--first allreduce` (an all-reduce on the
+/// parent, whose failure is taken: its state is reported). A non-blocking parent is
+/// polled until the split is done. Then, if this rank got a communicator, its
+/// `ncclCommCount` and `ncclCommUserRank`, and an in-place all-reduce on it of `parent
+/// rank + 1` (the raw result of the call, then the sum: which ranks are in it). Reports
+/// `rank=R op=split color=C key=K first=… split=… newcomm=null|set count=… user_rank=…
+/// child_call=… sum=…` and exits 0 whatever the split said.
+pub fn split(a: &Args, id: Id) -> Result<Vec<String>, Fail> {
+    let (_device, _ctx, stream) = setup(a, a.rank)?;
+    let (comm, mut lines) = Raw::join(&stream, a.rank, a.world, id, a.nonblocking)?;
+    let first = match a.first.as_deref() {
+        None => "none".to_string(),
+        Some("allreduce") => {
+            let mut buf = stream.clone_htod(&[1f32])?;
+            let done = comm
+                .all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+                .and_then(|()| comm.settle("all_reduce"));
+            match done {
+                Ok(()) => "ok".to_string(),
+                Err(_) => format!("failed,parent_state={:?}", comm.state()?),
+            }
+        }
+        Some(other) => return Err(Fail(format!("unknown --first {other}"))),
+    };
+    let version = result::get_nccl_version().map_err(nccl("ncclGetVersion"))?;
+    // NCCL_CONFIG_INITIALIZER, then what --split-config asks.
+    let mut config = sys::ncclConfig_t {
+        size: std::mem::size_of::<sys::ncclConfig_t>(),
+        magic: 0xcafe_beef,
+        version: version as u32,
+        blocking: i32::MIN,
+        cgaClusterSize: i32::MIN,
+        minCTAs: i32::MIN,
+        maxCTAs: i32::MIN,
+        netName: std::ptr::null(),
+        splitShare: i32::MIN,
+    };
+    let child_nonblocking = match a.split_config.as_str() {
+        "null" => a.nonblocking,
+        "blocking" | "unset" | "no-magic" => {
+            config.blocking = if a.split_config == "blocking" { 1 } else { i32::MIN };
+            config.magic = if a.split_config == "no-magic" { 0 } else { config.magic };
+            false
+        }
+        "nonblocking" => {
+            config.blocking = 0;
+            true
+        }
+        other => return Err(Fail(format!("unknown --split-config {other}"))),
+    };
+    let config_ptr: *mut sys::ncclConfig_t = if a.split_config == "null" {
+        std::ptr::null_mut()
+    } else {
+        &mut config
+    };
+    let key = a.key.unwrap_or(a.rank as i32);
+    let mut newcomm: sys::ncclComm_t = std::ptr::null_mut();
+    // SAFETY: a live communicator, a valid out pointer (alive until the split is done:
+    // polled below) and a config or NULL.
+    let said = status(unsafe { sys::ncclCommSplit(comm.comm(), a.color, key, &mut newcomm, config_ptr) }.result());
+    if a.nonblocking && (said == "ncclSuccess" || said == "ncclInProgress") {
+        comm.wait_ready("ncclCommSplit")?;
+    }
+    let mut line = format!(
+        "rank={} op=split color={} key={key} first={first} split={said} newcomm={}",
+        a.rank,
+        a.color,
+        if newcomm.is_null() { "null" } else { "set" }
+    );
+    if !newcomm.is_null() {
+        let child = Raw::adopt(&stream, newcomm, child_nonblocking);
+        let (mut count, mut user_rank) = (-1, -1);
+        // SAFETY: a live communicator and valid pointers.
+        let counted = status(unsafe { sys::ncclCommCount(newcomm, &mut count) }.result());
+        // SAFETY: as above.
+        let ranked = status(unsafe { sys::ncclCommUserRank(newcomm, &mut user_rank) }.result());
+        let mut buf = stream.clone_htod(&[(a.rank + 1) as f32])?;
+        let (ptr, written) = buf.device_ptr_mut(&stream);
+        // SAFETY: an in-place all-reduce of a live one-element device buffer.
+        let call = status(unsafe {
+            result::all_reduce(
+                ptr as _,
+                ptr as _,
+                1,
+                sys::ncclDataType_t::ncclFloat32,
+                sys::ncclRedOp_t::ncclSum,
+                newcomm,
+                stream.cu_stream() as _,
+            )
+        });
+        drop(written);
+        if call == "ncclInProgress" {
+            child.wait_ready("ncclAllReduce")?;
+        }
+        child.settle("ncclAllReduce")?;
+        let sum = stream.clone_dtoh(&buf)?;
+        line.push_str(&format!(
+            " count={count} count_call={counted} user_rank={user_rank} user_rank_call={ranked} child_call={call} sum={}",
+            show(&sum)
+        ));
+    }
+    lines.push(line);
+    Ok(lines)
+}

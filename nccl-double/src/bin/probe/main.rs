@@ -11,6 +11,7 @@
 //!     [--root R] [--repeat K] [--threads] [--api raw|safe] [--nonblocking]
 //!     [--delay-ms MS] [--op-delay-ms MS] [--watch-ms MS] [--abort-after-ms MS]
 //!     [--ready-file PATH] [--break RULE]
+//!     [--color C] [--key K] [--split-config CONFIG] [--first allreduce]
 //! ```
 //!
 //! Types: `f32`, `f64`, `i32`, `i64`, `u32`, `u64`, `u8`, `i8`, and `f16`, `bf16` (2-byte
@@ -25,7 +26,8 @@
 //! of `count` elements to and from every rank, itself included), `ring` and `pairs`
 //! (send/recv inside a group); `raw` (finalize, then destroy); `watch` (a collective
 //! whose peer may never come: watch the stream, then abort); `init-abort` (abort a
-//! non-blocking init that cannot finish). A job op, type, reduction and count may each be
+//! non-blocking init that cannot finish); `split` (`ncclCommSplit` by `--color` and
+//! `--key`, then the new communicator's count, rank and an all-reduce on it). A job op, type, reduction and count may each be
 //! a comma-separated list: the probe runs every combination in turn, in the order given
 //! (reductions only for the ops that reduce), on one communicator. Rank 0 writes the
 //! unique id to `--id-file` (temporary name, then rename); the other ranks wait for it
@@ -84,7 +86,7 @@ use args::parse_args;
 use device::{devices, driver, info, present};
 use ffi::Fail;
 use job::{rank, shared_id, threads};
-use lifecycle::{finalize, init_abort, watch};
+use lifecycle::{finalize, init_abort, split, watch};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -111,6 +113,7 @@ fn main() -> ExitCode {
         "raw" => shared_id(&a).and_then(|id| finalize(&a, id)),
         "watch" => shared_id(&a).and_then(|id| watch(&a, id)),
         "init-abort" => shared_id(&a).and_then(|id| init_abort(&a, id)),
+        "split" => shared_id(&a).and_then(|id| split(&a, id)),
         _ if a.threads => threads(&a),
         _ => shared_id(&a).and_then(|id| rank(&a, a.rank, id)),
     });

@@ -80,6 +80,15 @@ impl Raw {
         Ok((comm, vec![line]))
     }
 
+    /// A communicator made otherwise (by `ncclCommSplit`), used on `stream`.
+    pub fn adopt(stream: &Arc<CudaStream>, comm: sys::ncclComm_t, nonblocking: bool) -> Self {
+        Self {
+            comm: Cell::new(comm),
+            stream: stream.clone(),
+            nonblocking,
+        }
+    }
+
     /// The handle.
     pub fn comm(&self) -> sys::ncclComm_t {
         self.comm.get()
