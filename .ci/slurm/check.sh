@@ -79,6 +79,17 @@ expect() {
       grep -Eq "^ +1048576 +262144 +float +sum +-1 " "$file" || fail "$file: no 1 MiB row"
       grep -q "^#  Rank  $((ranks - 1)) " "$file" || fail "$file: rank $((ranks - 1)) is not listed"
       ;;
+    # Rows are the nodes (the default of --tp: the ranks of the first node), columns across.
+    09-nccl-split)
+      local rows=$((ranks / per_node)) world_sum=$((ranks * (ranks + 1) / 2))
+      grep -q "^A grid of $rows row$([ "$rows" = 1 ] || echo s) (tensor-parallel groups) of $per_node ranks" "$file" \
+        || fail "$file: no grid of $rows rows of $per_node"
+      grep -q "^Rows: after the all-reduce in each tensor-parallel group, color $((rows - 1)) ($per_node ranks):$" "$file" \
+        || fail "$file: no table of the last row"
+      grep -q "^  [CG]PU $((ranks - 1)), rank $((per_node - 1)) | " "$file" || fail "$file: rank $((ranks - 1)) is not the last of its row"
+      grep -q "^Check: OK, all $ranks ranks hold $world_sum in all 4 elements (on $per_node communicator" "$file" \
+        || fail "$file: the columns' check does not say $world_sum on $per_node columns"
+      ;;
     # Calls NCCL itself (cudarc), and prints what each rank sent and got.
     08-cudarc-allreduce)
       grep -q "^rank $((ranks - 1)): sent $ranks, got \[$((ranks * (ranks + 1) / 2))\.0" "$file" \

@@ -42,9 +42,10 @@ fn main() -> std::process::ExitCode {
         // rank's place in it.
         let mut rows = session.split(row as i32, column as i32)?;
         let mut columns = session.split(column as i32, row as i32)?;
+        let rows_n = n / tp;
         session.say(&format!(
-            "A grid of {} rows (tensor-parallel groups) of {tp} ranks; its columns are the data-parallel groups.",
-            n / tp
+            "A grid of {rows_n} row{} (tensor-parallel groups) of {tp} ranks; its columns are the data-parallel groups.",
+            if rows_n == 1 { "" } else { "s" }
         ));
 
         // Rank r holds r + 1 (or --value), so that every sum shows who took part.

@@ -1,6 +1,7 @@
 //! Every collective, in place and out of place, on split communicators, each result
 //! checked element by element. Run it as a job:
 //! `cargo run -p common --example split -- --nproc-per-node 6 --colors 2 --reverse`
+//! (tested by common/tests/split_job.rs)
 
 use clap::Parser;
 use common::{Buffer, ReduceOp, SPLIT_NOCOLOR, Session};
@@ -20,6 +21,9 @@ struct Args {
     /// The last rank takes SPLIT_NOCOLOR: it joins no communicator.
     #[arg(long)]
     nocolor_last: bool,
+    /// This rank calls no split and ends at once: the others must say it never came.
+    #[arg(long)]
+    skip_split: Option<usize>,
     /// Elements per block.
     #[arg(long, default_value_t = 5)]
     count: usize,
@@ -45,6 +49,9 @@ fn run(session: &mut Session, args: &Args) -> anyhow::Result<()> {
         (rank % args.colors) as i32
     };
     let key = if args.reverse { -(rank as i32) } else { 0 };
+    if args.skip_split == Some(rank) {
+        return Ok(());
+    }
     let mut split = session.split(color, key)?;
     if split.rank().is_none() {
         session.destroy(split)?;

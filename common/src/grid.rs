@@ -11,7 +11,10 @@ use anyhow::Result;
 pub fn row_length(tp: Option<usize>, per_node: usize, world: usize) -> Result<usize> {
     let (len, said) = match tp {
         Some(t) => (t, format!("--tp {t}")),
-        None => (per_node, format!("{per_node} rank(s) on the first node (the default of --tp)")),
+        None => (
+            per_node,
+            format!("{per_node} rank(s) on the first node (the default of --tp)"),
+        ),
     };
     if len == 0 || world % len != 0 {
         return Err(SharedError {

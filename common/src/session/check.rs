@@ -94,20 +94,19 @@ impl Session {
                         .map(|(c, m)| {
                             let mut said: Vec<String> = m.iter().filter_map(of).collect();
                             said.dedup();
-                            format!("color {c}: {}", said.join(" or "))
+                            format!("color {c}'s {} hold {}", ranks(m.len()), said.join(" or "))
                         })
                         .collect();
                     let mut all: Vec<&String> = results.iter().map(|r| &r.2).collect();
                     all.dedup();
                     match all.as_slice() {
                         [one] => one.to_string(),
-                        _ => format!("what their communicator gives ({})", each.join("; ")),
+                        _ => return self.say_ok(&format!("Check: OK, {} in {elements}", each.join(", "))),
                     }
                 }
                 None => holds.to_string(),
             };
-            self.say(&format!("Check: OK, {who} {holds} in {elements}{on}"));
-            return Ok(());
+            return self.say_ok(&format!("Check: OK, {who} {holds} in {elements}{on}"));
         }
         let bad: Vec<String> = results
             .iter()
@@ -120,6 +119,19 @@ impl Session {
         self.say(&format!("Check: {}", message.replace("check FAILED", "FAILED")));
         // Like nccl-tests, carry on (timing, the report) and fail at the end, with the first failure.
         self.failed.get_or_insert(message);
+        Ok(())
+    }
+}
+
+/// "1 rank", "4 ranks".
+fn ranks(n: usize) -> String {
+    format!("{n} rank{}", if n == 1 { "" } else { "s" })
+}
+
+impl Session {
+    /// Says a check's OK line.
+    fn say_ok(&self, line: &str) -> Result<()> {
+        self.say(line);
         Ok(())
     }
 }

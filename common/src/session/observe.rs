@@ -43,8 +43,24 @@ impl Session {
         for (r, events) in self.participants().into_iter().zip(said) {
             all[r] = events;
         }
-        let labels: Vec<String> = (0..world).map(|r| format!("CPU {r}")).collect();
-        let lines = crate::steps::render(&all, &labels);
+        // The world's ranks together, or inside Session::on each communicator of the
+        // split on its own: its ranks in their order in it.
+        let groups: Vec<(Option<i32>, Vec<usize>)> = match &self.scope {
+            Some(scope) => scope.groups.iter().map(|(c, m)| (Some(*c), m.clone())).collect(),
+            None => vec![(None, (0..world).collect())],
+        };
+        let mut lines = vec![];
+        for (color, members) in groups {
+            let theirs: Vec<Vec<crate::record::Event>> = members.iter().map(|&r| std::mem::take(&mut all[r])).collect();
+            let labels: Vec<String> = members.iter().map(|r| format!("CPU {r}")).collect();
+            let steps = crate::steps::render(&theirs, &labels);
+            if let (Some(c), false) = (color, steps.is_empty()) {
+                lines.push(format!(
+                    "On the communicator of color {c} (world ranks in its order: {members:?}):"
+                ));
+            }
+            lines.extend(steps);
+        }
         if lines.is_empty() {
             if last {
                 self.say("--steps: no rank sent or received anything, so there is no step to show");

@@ -247,7 +247,7 @@ impl Session {
                     labels: members
                         .iter()
                         .enumerate()
-                        .map(|(i, &r)| format!("{label} {r} = {i}"))
+                        .map(|(i, &r)| format!("{label} {r}, rank {i}"))
                         .collect(),
                     cells: members.iter().map(|&r| cells[at(r)].clone()).collect(),
                     changed: changed

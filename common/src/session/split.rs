@@ -122,6 +122,12 @@ impl Session {
             &(color, key),
             "every rank's color and key for the split",
         )?;
+        // The test hook `NCCL_WORKBOOK_FAULT=die-in-split:RANK`: that rank is killed here,
+        // once every rank has said its color, as the others start the split itself.
+        if crate::fault::asked("die-in-split", Some(rank)).is_some() {
+            // SAFETY: raise has no memory effects; the process ends at once.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
         let groups = groups_of(&said);
         let members = groups.get(&color).cloned().unwrap_or_default();
         let (store, timeout) = (&self.store, self.timeout);
