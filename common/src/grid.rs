@@ -16,7 +16,7 @@ pub fn row_length(tp: Option<usize>, per_node: usize, world: usize) -> Result<us
             format!("{per_node} rank(s) on the first node (the default of --tp)"),
         ),
     };
-    if len == 0 || world % len != 0 {
+    if len == 0 || !world.is_multiple_of(len) {
         return Err(SharedError {
             message: format!(
                 "{said}: the {world} ranks do not make whole rows of {len}: give --tp a divisor of {world}"
