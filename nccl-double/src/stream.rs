@@ -81,6 +81,23 @@ pub fn begin(key: Key) -> Ticket {
     Ticket { key, n }
 }
 
+impl Ticket {
+    /// Whether everything issued on its stream before it is done: the work it stands for
+    /// may start, as a kernel starts once the stream's earlier work is done, whatever
+    /// communicator queued that work (two communicators on one stream run in its order).
+    pub fn may_start(&self) -> bool {
+        done_before(self.key, self.n)
+    }
+
+    /// Waits at most `limit` for its turn ([`Ticket::may_start`]).
+    pub fn wait_turn(&self, limit: Duration) {
+        let l = lanes();
+        if !l.get(&self.key).is_none_or(|lane| lane.done_before(self.n)) {
+            drop(FINISHED.wait_timeout(l, limit));
+        }
+    }
+}
+
 impl Drop for Ticket {
     /// The work is over (done, failed or dropped): the frees it held back happen now.
     fn drop(&mut self) {

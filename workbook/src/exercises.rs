@@ -275,7 +275,54 @@ pub fn all() -> Vec<Exercise> {
                    `if let Some(parent) = parent` and a loop over `&children` cover both.",
             ),
         },
+        Exercise {
+            number: 12,
+            title: "hierarchical all-reduce from split communicators",
+            code: Some(Code {
+                dir: "12_hierarchical_allreduce",
+                cases: hierarchical_cases,
+            }),
+            hint: "Draw 6 ranks as 2 nodes of 3 first: which ranks share a node, and which share a local \
+                   rank? Each split needs a color (who is together) and a key (the order inside). Then \
+                   follow one rank's shard: after the reduce-scatter inside its node it holds the node's \
+                   sum of 1/3 of the buffer; which communicator sums that shard over the nodes, and \
+                   which gives every shard back to every rank?",
+            more: Some(
+                "node = s.split(node as i32, local as i32) and across = s.split(local as i32, node as \
+                   i32). Then s.on(&mut h.node, |s| s.reduce_scatter_into(buf, shard, ReduceOp::Sum))?; \
+                   s.on(&mut h.across, |s| s.all_reduce(shard, ReduceOp::Sum))?; and s.on(&mut h.node, \
+                   |s| s.all_gather_into(shard, buf)).",
+            ),
+        },
     ]
+}
+
+/// Every element is the sum over n ranks of r + 1 + 10 × (i mod 1000): one node, nodes of
+/// one rank, and grids in between, with counts of one shard per rank and of many.
+fn hierarchical_cases(max: usize) -> Vec<Case> {
+    let sums = |n: usize| move |_: usize, i: usize| (n * (n + 1) / 2 + 10 * n * (i % 1000)) as f64;
+    let mut cases = Vec::new();
+    for (n, p) in [(1, 1), (2, 1), (2, 2), (4, 2), (6, 3), (6, 2), (8, 4)] {
+        if n > max.max(2) {
+            continue;
+        }
+        let per_node = p.to_string();
+        for count in [p, 12, 120_000] {
+            let count = count.to_string();
+            let args = [
+                "--per-node",
+                &per_node,
+                "--count",
+                &count,
+                "--iters",
+                "1",
+                "--show",
+                "16",
+            ];
+            cases.push(Case::new(n, &args, "after", sums(n)));
+        }
+    }
+    cases
 }
 
 /// What the CPU backend's shared-memory channel from one rank to another holds: a send

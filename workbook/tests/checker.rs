@@ -89,6 +89,12 @@ fn required(number: u32) -> Vec<String> {
                 labels.push(format!("world {n}, --count 13 --pieces 16"));
             }
         }
+        12 => {
+            // One node, nodes of one rank, and grids between, on the CPU backend and the double.
+            for (n, p) in [(1, 1), (2, 1), (2, 2), (4, 2), (6, 3), (8, 4)] {
+                labels.push(format!("world {n}, --per-node {p} --count 120000"));
+            }
+        }
         _ => unreachable!(),
     }
     labels
@@ -96,7 +102,7 @@ fn required(number: u32) -> Vec<String> {
 
 #[test]
 fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
-    for number in [3, 4, 5, 7, 8, 10] {
+    for number in [3, 4, 5, 7, 8, 10, 12] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--starting", "--keep-going"]);
         assert_eq!(r.code, Some(1), "exercise {number}: {r}");
@@ -121,7 +127,7 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
 
 #[test]
 fn every_solution_passes_every_case() {
-    for number in [3, 4, 5, 7, 8, 10] {
+    for number in [3, 4, 5, 7, 8, 10, 12] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--solution"]);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -239,7 +245,7 @@ fn hints_list_and_bad_input() {
 #[test]
 fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
     // The NCCL test double with 4 GPUs: send_recv and the parts go through NCCL groups.
-    for number in ["3", "4", "5", "7", "8", "10"] {
+    for number in ["3", "4", "5", "7", "8", "10", "12"] {
         let args = ["check", number, "--solution", "--backend", "nccl", "--max-world", "4"];
         let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -485,7 +491,7 @@ fn output_to_a_closed_pipe_ends_quietly() {
 
 #[test]
 fn a_hint_nudges_and_more_says_the_solution() {
-    for number in ["3", "4", "5", "7", "8", "10"] {
+    for number in ["3", "4", "5", "7", "8", "10", "12"] {
         let hint = workbook(&["hint", number]).ok();
         let more = workbook(&["hint", number, "--more"]).ok();
         assert!(
@@ -505,6 +511,13 @@ fn a_hint_nudges_and_more_says_the_solution() {
     let (hint, more) = (workbook(&["hint", "3"]).ok(), workbook(&["hint", "3", "--more"]).ok());
     assert!(!hint.stdout.contains("x / n"), "{hint}");
     assert!(more.stdout.contains("x / n"), "{more}");
+    let (hint, more) = (workbook(&["hint", "12"]).ok(), workbook(&["hint", "12", "--more"]).ok());
+    assert!(!hint.stdout.contains("reduce_scatter_into"), "{hint}");
+    assert!(
+        more.stdout
+            .contains("s.on(&mut h.across, |s| s.all_reduce(shard, ReduceOp::Sum))"),
+        "{more}"
+    );
     let (hint, more) = (workbook(&["hint", "10"]).ok(), workbook(&["hint", "10", "--more"]).ok());
     assert!(!hint.stdout.contains("recv_add_part"), "{hint}");
     assert!(more.stdout.contains("recv_add_part(buf, piece(k), child)"), "{more}");

@@ -165,7 +165,8 @@ impl std::fmt::Display for Region {
 #[derive(Debug)]
 pub struct Unit {
     calls: Vec<Call>,
-    _tickets: Vec<Ticket>,
+    /// One per stream: the unit's place in each stream's order.
+    tickets: Vec<Ticket>,
 }
 
 impl Unit {
@@ -179,7 +180,7 @@ impl Unit {
         }
         Self {
             calls,
-            _tickets: keys.into_iter().map(stream::begin).collect(),
+            tickets: keys.into_iter().map(stream::begin).collect(),
         }
     }
 }
@@ -245,6 +246,17 @@ fn gone(call: &str, which: &str, why: String) -> Failure {
 /// Runs `unit` as this rank: the three steps, in order. Stops with [`Halt::Aborted`] as
 /// soon as `abort` is set.
 pub fn run(unit: &Unit, p: &mut Progress, room: &Room, abort: &AtomicBool) -> Result<(), Halt> {
+    // Stream order: the unit starts once the work queued before it on each of its
+    // streams is done, by this communicator or another (a split's and its parent's
+    // calls on one stream run in the order they were queued, as kernels do).
+    for t in &unit.tickets {
+        while !t.may_start() {
+            if abort.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(Halt::Aborted);
+            }
+            t.wait_turn(std::time::Duration::from_millis(5));
+        }
+    }
     pace(abort)?;
     // Step 1: publish. Each call gets its number: the collective's, or the message's.
     let mut numbers = Vec::with_capacity(unit.calls.len());
