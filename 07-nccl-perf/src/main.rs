@@ -17,6 +17,11 @@
 //! (`--op all_gather` or `--op all`, `-o avg`, `-d half`, `--nproc-per-node 4`,
 //! `--format json`; see `--help`).
 //!
+//! On sub-communicators, as nccl-tests: `NCCL_TESTS_SPLIT="MOD 2"` (or `AND`, `OR`, `DIV`;
+//! `%2`, `&0x1`, ...) gives each rank a color from its rank, and each color's ranks run
+//! the sweep on a communicator of their own, all at once (`Session::split`,
+//! `Session::on`); busbw counts a communicator's ranks.
+//!
 //! See it: `--plot perf.png` draws busbw and time against size (log scales) after the
 //! table, with the machine's bound; `--plot-with old.json` adds a run saved before with
 //! `--format json > old.json` (2 against 4 ranks, shm against TCP), and `--no-run` draws

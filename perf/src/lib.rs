@@ -13,6 +13,7 @@
 pub mod fit;
 pub mod nccl_tests_json;
 pub mod plot;
+pub mod split;
 
 use anyhow::Result;
 use clap::Args;
@@ -223,9 +224,14 @@ fn start_value(i: usize, rank: usize, op: ReduceOp) -> f64 {
 }
 
 /// Runs the sweep(s) that `args` describes, prints each as nccl-tests does, and fails at
-/// the end (after the report) if any element was wrong.
+/// the end (after the report) if any element was wrong. Under `NCCL_TESTS_SPLIT` (or
+/// `NCCL_TESTS_SPLIT_MASK`, see [`split`]) every communicator of the split runs them at
+/// once, as nccl-tests does: busbw for the communicator's ranks, the time combined and
+/// `#wrong` summed over the world, the rows rank 0's communicator's.
 pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     let started = nccl_tests_json::now();
+    // NCCL_TESTS_SPLIT: every rank reads the same value; a bad one is said once, by rank 0.
+    let split = split::from_env().map_err(|message| SharedError { message, usage: true })?;
     let swept;
     let args = match plot_sweep(args) {
         Some(wider) => {
@@ -264,6 +270,24 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
             c.name
         ));
     }
+    // A root is a rank of the communicator: under a split, of the smallest one's.
+    if let (Some(spec), Some(root)) = (&split, args.root.filter(|_| args.op.iter().any(|c| c.rooted))) {
+        let smallest = spec
+            .groups(session.world_size())
+            .values()
+            .map(Vec::len)
+            .min()
+            .unwrap_or(0);
+        if root >= smallest {
+            return refuse(format!(
+                "--root {root} is not a rank of every communicator: {}={} makes one of {smallest} rank(s) \
+                 (ranks 0 to {})",
+                spec.var,
+                spec.text,
+                smallest.saturating_sub(1)
+            ));
+        }
+    }
     // At the largest size a rank holds a send and a receive buffer, a fresh one for the
     // check and its copy read back.
     let widest = args.datatype.iter().map(|d| d.size()).max().unwrap_or(4) as u64;
@@ -276,7 +300,42 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
         _ => (0.0, 0.0), // only rank 0 prints the header
     };
     let memcpy_gbps = session.share_f64(memcpy_gbps, "memcpy bandwidth")?[0];
-    header(session, args, memcpy_gbps, in_cache);
+    header(session, args, memcpy_gbps, in_cache, split.as_ref());
+    // NCCL_TESTS_SPLIT: every communicator of the split runs every sweep, at once; the
+    // rows printed are rank 0's communicator's (the first rank with a color prints).
+    let (sweeps, ranks) = match &split {
+        None => (sweeps(session, args, memcpy_gbps)?, session.world_size()),
+        Some(spec) => {
+            let mut sub = session.split(spec.color(session.rank()), 0)?;
+            let swept = session.on(&mut sub, |s| sweeps(s, args, memcpy_gbps))?;
+            let ranks = sub.size();
+            session.destroy(sub)?;
+            (swept, ranks)
+        }
+    };
+    let wrong: u64 = sweeps.iter().map(|p| p.wrong).sum();
+    if wrong > 0 {
+        session.fail_at_end(format!(
+            "{wrong} wrong element(s) over the sweep: see the #wrong columns"
+        ));
+    }
+    if let Some(target) = args.plot.plot.as_ref().filter(|_| session.rank() == 0) {
+        plot(session, target, &args.plot.plot_with, &sweeps, ranks);
+    }
+    if let Some(path) = args.output_file.as_ref().filter(|_| session.rank() == 0) {
+        let doc = nccl_tests_json::document(session.run_report(), args, &sweeps, &started, split.as_ref());
+        match nccl_tests_json::write(path, &doc) {
+            Ok(()) => session.say(&format!("# nccl-tests JSON (-J): {}", path.display())),
+            Err(e) => session.fail_at_end(e),
+        }
+    }
+    session.set_perf(sweeps);
+    Ok(())
+}
+
+/// Every sweep `args` asks for (-A, -P, --op, -d, -o), on the session's communicator (the
+/// world's, or inside [`Session::on`] a split's): the tables, and what each measured.
+fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Vec<Perf>> {
     // -A: every value checked before anything runs, then one pass per value.
     let algos: Vec<Option<&str>> = match args.algos.is_empty() {
         true => vec![None],
@@ -351,29 +410,13 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
             }
         }
     }
-    let wrong: u64 = sweeps.iter().map(|p| p.wrong).sum();
-    if wrong > 0 {
-        session.fail_at_end(format!(
-            "{wrong} wrong element(s) over the sweep: see the #wrong columns"
-        ));
-    }
-    if let Some(target) = args.plot.plot.as_ref().filter(|_| session.rank() == 0) {
-        plot(session, target, &args.plot.plot_with, &sweeps);
-    }
-    if let Some(path) = args.output_file.as_ref().filter(|_| session.rank() == 0) {
-        let doc = nccl_tests_json::document(session.run_report(), args, &sweeps, &started);
-        match nccl_tests_json::write(path, &doc) {
-            Ok(()) => session.say(&format!("# nccl-tests JSON (-J): {}", path.display())),
-            Err(e) => session.fail_at_end(e),
-        }
-    }
-    session.set_perf(sweeps);
-    Ok(())
+    Ok(sweeps)
 }
 
-/// Rank 0 draws this run's sweeps, and the results saved before, after the table; a
-/// picture that cannot be written fails the run at the end, as a wrong element does.
-fn plot(session: &mut Session, target: &plot::Target, saved: &[plot::Run], sweeps: &[Perf]) {
+/// Rank 0 draws this run's sweeps (measured on `ranks` ranks: its communicator's), and
+/// the results saved before, after the table; a picture that cannot be written fails the
+/// run at the end, as a wrong element does.
+fn plot(session: &mut Session, target: &plot::Target, saved: &[plot::Run], sweeps: &[Perf], ranks: usize) {
     let vias: std::collections::BTreeSet<&str> = session
         .transports()
         .values()
@@ -381,7 +424,7 @@ fn plot(session: &mut Session, target: &plot::Target, saved: &[plot::Run], sweep
         .collect();
     let this = plot::Run {
         name: "this run".into(),
-        ranks: session.world_size(),
+        ranks,
         transport: vias.into_iter().collect::<Vec<_>>().join("+"),
         backend: plot::backend_label(session.backend_name(), common::simulate::gpus()),
         host: common::launch::hostname(),
@@ -403,7 +446,8 @@ struct Sweep {
 
 impl Sweep {
     fn run<T: Element>(&self, session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Perf> {
-        let (coll, world) = (self.coll, session.world_size());
+        // The communicator's ranks: the world's, or a split's (NCCL_TESTS_SPLIT).
+        let (coll, world) = (self.coll, session.communicator().world());
         if coll.rooted {
             session.ensure_rank(self.root, "--root")?;
         }
@@ -475,7 +519,8 @@ impl Sweep {
 
     /// One placement at one size: warm up, time, check.
     fn measure<T: Element>(&self, s: &mut Session, args: &PerfArgs, count: usize, in_place: bool) -> Result<Placement> {
-        let (rank, world) = (s.rank(), s.world_size());
+        // This rank in the communicator the sweep runs on (a split's, NCCL_TESTS_SPLIT).
+        let (rank, world) = (s.communicator().rank(), s.communicator().world());
         let (mine, initial) = self.start::<T>(rank, world, count, in_place);
         let send = match in_place {
             true => None,
@@ -515,13 +560,16 @@ impl Sweep {
                 let mut fresh = s.from_host(initial.clone())?;
                 once(s, &mut fresh)?;
                 let mut got = s.to_host(&fresh)?;
-                common::session::corrupt_for_tests(rank, &mut got);
+                // The test hook names world ranks.
+                common::session::corrupt_for_tests(s.rank(), &mut got);
                 wrong += got
                     .iter()
                     .enumerate()
                     .filter(|(i, v)| !v.matches(expect.at(*i, initial[*i])))
                     .count() as u64;
             }
+            // Every rank's count, over every communicator of a split, as nccl-tests sums
+            // #wrong over MPI_COMM_WORLD.
             let all = s.share_f64(wrong as f64, "count of wrong elements")?;
             Some(all.iter().sum::<f64>() as u64)
         };
@@ -632,7 +680,7 @@ fn copy_gbps(n: usize, reps: usize) -> f64 {
 /// what one core copies, in memory and in its cache. Those are references for busbw, not
 /// bounds: on one machine several ranks copy at once, each through its own core, and a
 /// piece that is still in a cache moves at the cache's speed, so a row can beat either.
-fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
+fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64, split: Option<&split::Spec>) {
     let step = match (args.step_factor, args.step_bytes) {
         (Some(f), _) => format!("{f}(factor)"),
         (None, b) => format!("{}(bytes)", b.unwrap_or(1 << 20)),
@@ -687,9 +735,18 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
             common::simulate::NOTE
         ));
     }
+    if let Some(spec) = split {
+        lines.extend(spec.header(session.world_size()));
+    }
     lines.push("#".into());
     lines.push("# Using devices".into());
-    lines.extend(session.rank_lines());
+    // With a split, each rank's color, where nccl-tests prints it: `Rank  0 Group  0 Pid`.
+    lines.extend(session.rank_lines().into_iter().enumerate().map(|(r, line)| {
+        match (split, line.split_once(" Pid ")) {
+            (Some(spec), Some((head, tail))) => format!("{head} Group {:>2} Pid {tail}", spec.color(r)),
+            _ => line,
+        }
+    }));
     for l in lines {
         session.say(&l);
     }
@@ -698,7 +755,8 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64) {
 /// The columns' titles, above each sweep, named for its collective.
 fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
     let coll = sweep.coll;
-    let factor = match (coll.bus_factor)(session.world_size()) {
+    let ranks = session.communicator().world();
+    let factor = match (coll.bus_factor)(ranks) {
         1.0 => "busbw = algbw".to_string(),
         f => format!("busbw = algbw × {f:.3}"),
     };
@@ -727,7 +785,7 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
             "(B)", "(elements)", "", "", "", UNITS, UNITS
         ),
     ];
-    let overlap = match coll.rooted && session.world_size() > 1 {
+    let overlap = match coll.rooted && ranks > 1 {
         true => " A rooted collective's calls may overlap back to back (a rank leaves once its part is handed over).",
         false => "",
     };

@@ -19,9 +19,13 @@
 //!   `collective`, `nccl_algo` and `nccl_proto` too;
 //! - `nccl_version` is null on the CPU backend, which runs no NCCL, and `backend` says
 //!   which ran; `device_hex` (the GPU's PCI address) is empty;
-//! - an existing file is replaced (nccl-tests writes `FILE.0`, `FILE.1`, ... beside it).
+//! - an existing file is replaced (nccl-tests writes `FILE.0`, `FILE.1`, ... beside it);
+//! - under `NCCL_TESTS_SPLIT` (or `_MASK`), each device's `group` is its rank's color, as
+//!   nccl-tests writes it, and `split` (ours) says the variable, the formula, and each
+//!   communicator's color and world ranks; `results` are rank 0's communicator's.
 
 use crate::PerfArgs;
+use crate::split::Spec;
 use common::report::{Perf, Placement, Report};
 use serde_json::{Value, json};
 use std::ffi::OsString;
@@ -105,8 +109,8 @@ fn experiment(perf: &Perf) -> String {
 }
 
 /// The whole document: the run's `report` (ranks, backend, NCCL's version), the flags,
-/// and its sweeps.
-pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str) -> Value {
+/// the split (`NCCL_TESTS_SPLIT`) if any, and its sweeps.
+pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str, split: Option<&Spec>) -> Value {
     let mut config = json!({
         "nthreads": 1,
         "ngpus": 1,
@@ -132,7 +136,7 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
         .map(|r| {
             json!({
                 "rank": r.rank,
-                "group": 0,
+                "group": split.map_or(0, |s| s.color(r.rank)),
                 "pid": r.pid,
                 "hostname": r.host,
                 "device": r.device.rsplit(':').next().and_then(|d| d.parse::<u64>().ok()).unwrap_or(0),
@@ -169,7 +173,7 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
         .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || ENV_NAMES.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    json!({
+    let mut doc = json!({
         "version": FORMAT_VERSION,
         "start_time": started,
         "args": std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
@@ -183,6 +187,27 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
         // A result is written only after a run without error: NCCL's last error is empty.
         "errors": [""],
         "end_time": now(),
+    });
+    if let Some(spec) = split {
+        doc["split"] = split_object(spec, report.world_size);
+    }
+    doc
+}
+
+/// `split`: which variable split the world of `world` ranks, how, and into what.
+fn split_object(spec: &Spec, world: usize) -> Value {
+    let groups = spec.groups(world);
+    json!({
+        "variable": spec.var,
+        "value": spec.text,
+        "color": spec.formula(),
+        "communicators": groups.iter().map(|(c, ranks)| json!({
+            "color": c,
+            "nranks": ranks.len(),
+            "ranks": ranks,
+        })).collect::<Vec<_>>(),
+        // The communicator whose figures `results` holds.
+        "results_color": spec.color(0),
     })
 }
 
