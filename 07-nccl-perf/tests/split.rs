@@ -152,6 +152,9 @@ fn mod_2_on_four_simulated_gpus_splits_ncclcommsplit() {
     let j = r.json();
     assert_eq!(j["backend"], "nccl", "{r}");
     assert_eq!(j["world_size"], 4, "{r}");
+    // --format json names the split as -J does.
+    assert_eq!(j["split"]["value"], "%2", "{r}");
+    assert_eq!(communicators(&j), [(0, vec![0, 2]), (1, vec![1, 3])], "{r}");
     assert_eq!(j["wrong"], 0, "{r}");
     let rows = j["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3, "{r}");

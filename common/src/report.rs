@@ -31,6 +31,10 @@ pub struct Report {
     /// Gbit/s"); no time or bandwidth across nodes is this machine's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub simulated_link: Option<String>,
+    /// The benchmark on sub-communicators (`NCCL_TESTS_SPLIT`): which variable split the
+    /// world, how, and into which communicators.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<serde_json::Value>,
     /// Number of ranks.
     pub world_size: usize,
     /// Elements per buffer.

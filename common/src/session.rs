@@ -137,7 +137,14 @@ impl Session {
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
-        crate::rank::check(rank, self.comm.world(), flag).map_err(|message| SharedError { message, usage: true })?;
+        crate::rank::check(rank, self.comm.world(), flag).map_err(|message| {
+            // Inside Session::on, the ranks are the split communicator's.
+            let message = match &self.scope {
+                Some(s) => message.replace("the world has", &format!("the communicator of color {} has", s.color)),
+                None => message,
+            };
+            SharedError { message, usage: true }
+        })?;
         Ok(rank)
     }
 

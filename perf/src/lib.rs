@@ -329,6 +329,9 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
             Err(e) => session.fail_at_end(e),
         }
     }
+    if let Some(spec) = &split {
+        session.set_split(nccl_tests_json::split_object(spec, session.world_size()));
+    }
     session.set_perf(sweeps);
     Ok(())
 }

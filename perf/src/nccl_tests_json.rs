@@ -195,7 +195,7 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
 }
 
 /// `split`: which variable split the world of `world` ranks, how, and into what.
-fn split_object(spec: &Spec, world: usize) -> Value {
+pub fn split_object(spec: &Spec, world: usize) -> Value {
     let groups = spec.groups(world);
     json!({
         "variable": spec.var,

@@ -206,6 +206,12 @@ impl Session {
         }
     }
 
+    /// Names the split the benchmark ran on (`NCCL_TESTS_SPLIT`) in the JSON report.
+    #[doc(hidden)]
+    pub fn set_split(&mut self, split: serde_json::Value) {
+        self.report.split = Some(split);
+    }
+
     /// Makes the run fail at the end with `message` (after the report is printed), as
     /// a failed check does; the first such message wins.
     #[doc(hidden)]

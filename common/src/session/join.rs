@@ -217,6 +217,7 @@ impl Session {
             nccl_library: choice.nccl.as_ref().map(|(_, p)| p.clone()).filter(|p| !p.is_empty()),
             simulated_gpus: crate::simulate::gpus().filter(|_| kind == Kind::Nccl),
             simulated_link: run.link.map(|n| n.describe()),
+            split: None,
             transports,
             world_size: world,
             ranks: members
