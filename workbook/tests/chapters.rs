@@ -497,6 +497,8 @@ fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
         "**Non-temporal store**",
         "**CMA**",
         "**BTL**",
+        "**Split**, **color** and **key**",
+        "**Hierarchical all-reduce**",
     ] {
         assert!(glossary.contains(&format!("- {term}")), "the glossary has no {term}");
     }
@@ -554,4 +556,76 @@ fn chapter_6_the_benchmark_columns_and_the_turn_from_latency_to_bandwidth() {
     assert!(last[0] > 10.0 * first[0], "16 MiB takes far longer than 4 B: {r}");
     assert!(last[1] > first[1], "large sizes reach a higher algbw: {r}");
     assert!(r.stdout.contains("# Avg bus bandwidth"), "{r}");
+}
+
+/// EXERCISES.md 9 and 12: lesson 09 on two emulated nodes splits rows inside each node
+/// (shared memory) and columns across them (TCP); rows then columns give the world's sum.
+#[test]
+fn chapter_9_and_12_rows_stay_in_a_node_and_columns_cross_it() {
+    let split = built("09-nccl-split");
+    let split = split.to_str().unwrap();
+    let mut runs = testkit::nodes(2, |node, args| {
+        let mut cmd = command(split, &[args, &["--nproc-per-node", "2", "--count", "3"]].concat());
+        cmd.env("SLURMD_NODENAME", format!("node{node}"));
+        cmd
+    });
+    let a = runs.remove(0).ok();
+    let j = a.json();
+    assert_eq!(j["transports"]["0-1"], "shm", "{a}");
+    assert_eq!(j["transports"]["2-3"], "shm", "{a}");
+    assert_eq!(j["transports"]["0-2"], "tcp", "{a}");
+    assert_eq!(
+        stage(&j, "rows"),
+        [vec![3.0; 3], vec![3.0; 3], vec![7.0; 3], vec![7.0; 3]],
+        "{a}"
+    );
+    assert_eq!(stage(&j, "columns"), vec![vec![10.0; 3]; 4], "{a}");
+}
+
+/// EXERCISES.md 12a: the tables of 4 ranks in rows of 2, one per communicator, and the
+/// two ncclCommSplit calls of rank 1 on simulated GPUs, each all-reduce on its own one.
+#[test]
+fn chapter_12_one_table_per_color_and_rank_1s_splits() {
+    let split = built("09-nccl-split");
+    let split = split.to_str().unwrap();
+    let r = run(split, &["--nproc-per-node", "4", "--tp", "2", "--count", "3"]).ok();
+    for line in [
+        "Rows: after the all-reduce in each tensor-parallel group, color 1 (2 ranks):",
+        "  CPU 2, rank 0 | 7 | 7 | 7 |",
+        "Check: OK, color 0's 2 ranks hold 3, color 1's 2 ranks hold 7 in all 3 elements",
+        "  CPU 1, rank 0 | 10 | 10 | 10 |",
+        "Check: OK, all 4 ranks hold 10 in all 3 elements (on 2 communicators of the split)",
+    ] {
+        assert!(r.stdout.lines().any(|l| l == line), "missing {line:?}:\n{r}");
+    }
+    let args = [
+        "--nproc-per-node",
+        "4",
+        "--tp",
+        "2",
+        "--count",
+        "3",
+        "--backend",
+        "nccl",
+        "--show-calls=1",
+    ];
+    let r = finish(spawn(nccl_command(split, &args, 4)), LIMIT).ok();
+    let calls = testkit::calls(&r.stdout, 1);
+    let splits: Vec<&String> = calls.iter().filter(|c| c.starts_with("ncclCommSplit(")).collect();
+    assert_eq!(splits.len(), 2, "{r}");
+    assert!(splits[0].contains("color=0, key=1,"), "{r}");
+    assert!(splits[1].contains("color=1, key=0,"), "{r}");
+    let comm = |c: &String| {
+        c.split("comm=")
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .map(str::to_string)
+    };
+    let reduces: Vec<Option<String>> = calls
+        .iter()
+        .filter(|c| c.starts_with("ncclAllReduce("))
+        .map(comm)
+        .collect();
+    assert_eq!(reduces.len(), 2, "{r}");
+    assert_ne!(reduces[0], reduces[1], "each all-reduce on its own communicator: {r}");
 }
