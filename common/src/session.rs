@@ -213,7 +213,12 @@ impl Session {
         let bytes = send_len.max(recv_len) * size_of::<T>();
         self.last_op = Some((coll, bytes));
         crate::fault::late(rank);
-        let _span = crate::record::collective(coll.title, bytes as u64);
+        // The trace and --steps name the communicator a collective ran on, inside Session::on.
+        let title = match &self.scope {
+            Some(s) => format!("{} (color {})", coll.title, s.color),
+            None => coll.title.to_string(),
+        };
+        let _span = crate::record::collective(&title, bytes as u64);
         let _range = self.nvtx(coll.nccl_name);
         let done = self.comm.collective(coll, send, recv, count, root, op);
         done.with_context(|| who)
