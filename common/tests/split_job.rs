@@ -55,12 +55,17 @@ fn all_checked(r: &testkit::Run, groups: usize, ctx: &str) {
 fn every_collective_on_split_communicators_of_1_to_8_ranks() {
     // (world, colors, extra): communicators of 1 to 8 ranks, keys in order and reversed,
     // a rank of no color.
-    let cases: [(usize, usize, &[&str]); 6] = [
+    // Communicators of 1 (3 colors on 3 ranks), 2, 3, 4, 5, 6, 7 (8 ranks, one without a
+    // color) and 8 ranks.
+    let cases: [(usize, usize, &[&str]); 9] = [
         (1, 1, &[]),
-        (2, 2, &[]),
+        (3, 3, &[]),
+        (4, 2, &[]),
         (3, 1, &["--reverse"]),
-        (6, 2, &["--reverse"]),
+        (8, 2, &["--reverse"]),
+        (5, 1, &[]),
         (7, 3, &["--nocolor-last"]),
+        (8, 1, &["--nocolor-last", "--reverse"]),
         (8, 1, &[]),
     ];
     for (world, colors, extra) in cases {
@@ -78,7 +83,13 @@ fn every_collective_on_split_communicators_of_1_to_8_ranks() {
 
 #[test]
 fn every_collective_on_split_communicators_on_the_nccl_double() {
-    for (world, colors, extra) in [(4usize, 2usize, &["--reverse"][..]), (5, 2, &["--nocolor-last"][..])] {
+    // Communicators of 2 (and a rank without a color), 3 and 1 ranks.
+    for (world, colors, extra) in [
+        (4usize, 2usize, &["--reverse"][..]),
+        (5, 2, &["--nocolor-last"][..]),
+        (6, 2, &[][..]),
+        (2, 2, &[][..]),
+    ] {
         let c = colors.to_string();
         let mut args = vec!["--colors", &c];
         args.extend_from_slice(extra);
