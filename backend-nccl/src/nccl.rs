@@ -289,39 +289,16 @@ impl Nccl {
     /// Non-blocking, like this one: polled under the same watchdog and deadline;
     /// `watchdog` is the new communicator's (`--timeout`, this rank's heartbeat).
     pub fn split(&self, color: c_int, key: c_int, place: (usize, usize), watchdog: Watchdog) -> Result<Option<Nccl>> {
-        let parent = self.live("ncclCommSplit")?;
-        let mut config = config(false);
         // NCCL writes the new communicator here from its helper thread, when the split is
         // complete: boxed, so that it stays where it is whatever happens to this frame.
         let slot: Box<Cell<sys::ncclComm_t>> = Box::new(Cell::new(std::ptr::null_mut()));
-        // SAFETY: a live communicator; `slot` stays valid until the parent says the split
-        // is complete (or is leaked below when it fails); the config is read during the call.
-        let r = unsafe { sys::ncclCommSplit(parent, color, key, slot.as_ptr(), &mut config) };
-        let call = Call::new("splitting the communicator", "ncclCommSplit")
-            .ptr("comm", parent)
-            .arg(
-                "color",
-                if color == NOCOLOR {
-                    "NCCL_SPLIT_NOCOLOR".into()
-                } else {
-                    color.to_string()
-                },
-            )
-            .arg("key", key)
-            .ptr("newcomm", slot.as_ptr())
-            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=0}}"));
-        self.shown.show(
-            &call,
-            Some(&r),
+        let said = (
+            "splitting the communicator",
             "every rank of the parent calls it; those of one color form a communicator (a job of the parent: polled)",
         );
-        // As in split_timed: the parent says ncclInProgress until the new one is written.
-        let r = match r {
-            ncclResult_t::ncclSuccess => ncclResult_t::ncclInProgress,
-            other => other,
-        };
-        if let Err(e) = self.called(r, call.label()) {
-            // NCCL may still write the slot if the abort did not stop its thread in time.
+        // SAFETY: `slot` outlives the split: kept until the parent says it is complete, or
+        // leaked when it fails (NCCL may still write it if the abort did not stop its thread).
+        if let Err(e) = unsafe { self.split_into(color, key, false, slot.as_ptr(), said) } {
             Box::leak(slot);
             return Err(e);
         }
@@ -551,34 +528,13 @@ impl Nccl {
     /// Makes the blocking communicator of timed loops: `ncclCommSplit` of this one, every
     /// rank in it (color 0, key = rank: the same ranks, in the same order).
     fn split_timed(&self) -> Result<()> {
-        let parent = self.live("ncclCommSplit")?;
-        let mut config = config(true);
-        let slot = self.timed_slot.as_ptr();
-        // SAFETY: a live communicator; `slot` stays valid as long as `self` (NCCL writes it
-        // when the split is complete, before the parent says ncclSuccess, or never once the
-        // parent is aborted); the config is read during the call.
-        let r = unsafe { sys::ncclCommSplit(parent, 0, self.rank() as c_int, slot, &mut config) };
-        let call = Call::new("making the timed loop's blocking communicator", "ncclCommSplit")
-            .ptr("comm", parent)
-            .arg("color", 0)
-            .arg("key", self.rank())
-            .ptr("newcomm", slot)
-            .arg("config", format!("{{size={CONFIG_SIZE}, blocking=1}}"));
-        self.shown.show(
-            &call,
-            Some(&r),
+        let said = (
+            "making the timed loop's blocking communicator",
             "the same ranks, blocking, for timed loops as nccl-tests times them (a job of the non-blocking one: polled)",
         );
-        // On a non-blocking parent, ncclCommSplit says ncclSuccess while its job runs on:
-        // NCCL drops its group's ncclInProgress (`NCCLCHECK(ncclGroupEndInternal())` in
-        // init.cc, 2.18 to 2.30; seen on an H200 with NCCL 2.28.3 and 2.28.9). The parent
-        // says ncclInProgress until the new communicator is written, so it is polled, as
-        // PyTorch does (NVIDIA/nccl issue 1472), whatever the call said.
-        let r = match r {
-            ncclResult_t::ncclSuccess => ncclResult_t::ncclInProgress,
-            other => other,
-        };
-        self.called(r, call.label())?;
+        // SAFETY: `timed_slot` lives as long as `self` (NCCL writes it when the split is
+        // complete, or never once the parent is aborted).
+        unsafe { self.split_into(0, self.rank() as c_int, true, self.timed_slot.as_ptr(), said)? };
         let timed = self.timed_slot.get();
         if timed.is_null() {
             return Err(anyhow!(
@@ -588,6 +544,52 @@ impl Nccl {
         }
         self.timed.set(timed);
         Ok(())
+    }
+
+    /// `ncclCommSplit` of this communicator into `slot` (`color`, `key`, a `blocking` child
+    /// or not), shown with `said` (what it is for, and the note), and polled until the
+    /// parent says the split is complete.
+    ///
+    /// # Safety
+    /// `slot` must stay valid until then, or for as long as NCCL's helper thread may still
+    /// write it after a failure (the caller leaks it, or it lives as long as `self`).
+    unsafe fn split_into(
+        &self,
+        color: c_int,
+        key: c_int,
+        blocking: bool,
+        slot: *mut sys::ncclComm_t,
+        (why, note): (&'static str, &str),
+    ) -> Result<()> {
+        let parent = self.live("ncclCommSplit")?;
+        let mut config = config(blocking);
+        // SAFETY: a live communicator; `slot` as the caller promises; the config is read
+        // during the call.
+        let r = unsafe { sys::ncclCommSplit(parent, color, key, slot, &mut config) };
+        let shown_color = match color {
+            NOCOLOR => "NCCL_SPLIT_NOCOLOR".to_string(),
+            c => c.to_string(),
+        };
+        let call = Call::new(why, "ncclCommSplit")
+            .ptr("comm", parent)
+            .arg("color", shown_color)
+            .arg("key", key)
+            .ptr("newcomm", slot)
+            .arg(
+                "config",
+                format!("{{size={CONFIG_SIZE}, blocking={}}}", u8::from(blocking)),
+            );
+        self.shown.show(&call, Some(&r), note);
+        // On a non-blocking parent, ncclCommSplit says ncclSuccess while its job runs on:
+        // NCCL drops its group's ncclInProgress (`NCCLCHECK(ncclGroupEndInternal())` in
+        // init.cc, 2.18 to 2.30; seen on an H200 with NCCL 2.28.3 and 2.28.9). The parent
+        // says ncclInProgress until the new communicator is written, so it is polled, as
+        // PyTorch does (NVIDIA/nccl issue 1472), whatever the call said.
+        let r = match r {
+            ncclResult_t::ncclSuccess => ncclResult_t::ncclInProgress,
+            other => other,
+        };
+        self.called(r, call.label())
     }
 
     /// Ends the timed loops' communicator, if there is one: finalize, then destroy, each
