@@ -34,8 +34,11 @@ struct Args {
 /// Which all-reduce a run times (`--time`).
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
 enum Timed {
+    /// The hierarchical all-reduce alone.
     Hierarchical,
+    /// The flat all-reduce of the world's communicator alone.
     Flat,
+    /// Both, the hierarchical first.
     Both,
 }
 
