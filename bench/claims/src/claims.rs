@@ -208,6 +208,7 @@ pub fn all() -> Vec<Claim> {
     all.extend(perf_section());
     all.extend(tuner());
     all.extend(protocols());
+    all.extend(chapter12());
     all
 }
 
@@ -912,5 +913,38 @@ fn protocols() -> Vec<Claim> {
             },
         ],
         depends: Some("a CPU's protocols cost its cores' work per byte, not a link's width: other CPUs differ"),
+    }]
+}
+
+/// EXERCISES.md, chapter 12: exercise 12's hierarchical all-reduce against the flat ring,
+/// on 2 emulated nodes of 2 ranks over a simulated network (`bench/hierarchy.sh`).
+fn chapter12() -> Vec<Claim> {
+    let own = |link: &str, size: &str, which: &str| {
+        cmd(
+            "sol12-hierarchical-allreduce",
+            &format!("--nproc-per-node 2 --link {link} --size {size} --iters 10 --time {which}"),
+        )
+        .env("NCCL_ALGO", "Ring")
+        .nodes(2)
+    };
+    vec![Claim {
+        id: "ch12.hierarchy",
+        place: "EXERCISES.md, chapter 12b",
+        file: "EXERCISES.md",
+        quote: "of the time in theory, 0.41 measured",
+        says: "over 1 Gbit/s the hierarchy takes well under the flat ring's time at 1 and 8 MiB; over 10 Gbit/s it leads at 64 KiB",
+        measures: vec![
+            time("1 Gbit/s, 1 MiB, hierarchical", own("50us,1Gbps", "1M", "hierarchical")),
+            time("1 Gbit/s, 1 MiB, flat", own("50us,1Gbps", "1M", "flat")),
+            time("1 Gbit/s, 8 MiB, hierarchical", own("50us,1Gbps", "8M", "hierarchical")),
+            time("1 Gbit/s, 8 MiB, flat", own("50us,1Gbps", "8M", "flat")),
+            time(
+                "10 Gbit/s, 64 KiB, hierarchical",
+                own("50us,10Gbps", "64K", "hierarchical"),
+            ),
+            time("10 Gbit/s, 64 KiB, flat", own("50us,10Gbps", "64K", "flat")),
+        ],
+        checks: vec![less_by(0, 1, 1.5), less_by(2, 3, 1.5), less(4, 5)],
+        depends: Some("4 ranks on this machine's cores: the copies inside a node take turns"),
     }]
 }
