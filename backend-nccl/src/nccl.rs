@@ -761,6 +761,10 @@ impl Nccl {
                     }
                     self.async_state()?;
                     dog.check(since, progressed, &waited_for)?;
+                } else {
+                    // A call that failed leaves nothing running: the stream is idle at
+                    // once, and only the communicator's error says that it failed.
+                    self.async_state()?;
                 }
                 Ok(done)
             });

@@ -223,6 +223,23 @@ impl Room {
         fs::read(self.path(name)).ok()
     }
 
+    /// File `name`'s contents if it exists, or the failure to read one that does: no room
+    /// in host memory for a rank's share is an error ([`crate::memory::no_room`]), not a
+    /// file that has not arrived yet (which would be waited for until the deadline).
+    fn read_share(&self, name: &str) -> Result<Option<Vec<u8>>, Failure> {
+        match fs::read(self.path(name)) {
+            Ok(data) => Ok(Some(data)),
+            Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                let bytes = fs::metadata(self.path(name)).map_or(0, |m| m.len() as usize);
+                Err(Failure::new(
+                    SYSTEM_ERROR,
+                    format!("reading {name}: {}", crate::memory::no_room(bytes)),
+                ))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
     /// Removes file `name` (gone already is fine).
     pub fn remove(&self, name: &str) {
         let _ = fs::remove_file(self.path(name));
@@ -266,7 +283,7 @@ impl Room {
         let mut read_all = |got: &mut Vec<Option<Vec<u8>>>| -> Result<bool, Failure> {
             for (w, slot) in wanted.iter().zip(got.iter_mut()) {
                 if slot.is_none()
-                    && let Some(data) = self.read(&w.name)
+                    && let Some(data) = self.read_share(&w.name)?
                 {
                     check(w.from, &data)?;
                     *slot = Some(data);

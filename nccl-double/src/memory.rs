@@ -98,7 +98,30 @@ fn check_in(t: &BTreeMap<usize, Allocation>, ptr: usize, len: usize) -> Result<u
 pub fn read_checked(ptr: usize, len: usize) -> Result<Vec<u8>, String> {
     let held = table();
     check_in(&held, ptr, len)?;
-    Ok(read(ptr, len))
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the range was checked above, under the table's lock.
+    try_copy(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
+}
+
+/// A copy of `data` in host memory, or why there is none: the double keeps its "device"
+/// memory and its working copies in the host's memory, and a process limited in address
+/// space (`ulimit -v`) may have no room for one more; that must end in an error, never in
+/// an allocation abort.
+pub fn try_copy(data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(data.len()).map_err(|_| no_room(data.len()))?;
+    v.extend_from_slice(data);
+    Ok(v)
+}
+
+/// Why a working copy of `bytes` bytes could not be made.
+pub fn no_room(bytes: usize) -> String {
+    format!(
+        "the test double has no host memory left for a working copy of {bytes} bytes (it keeps device memory in \
+         the host's: is the address space limited, ulimit -v?)"
+    )
 }
 
 /// Writes `data` at `ptr` if the range is still live device memory (see [`read_checked`]).
@@ -107,16 +130,6 @@ pub fn write_checked(ptr: usize, data: &[u8]) -> Result<(), String> {
     check_in(&held, ptr, data.len())?;
     write(ptr, data);
     Ok(())
-}
-
-/// Bytes `[ptr, ptr + len)` of device memory, copied out. The range must have passed
-/// [`check`].
-pub fn read(ptr: usize, len: usize) -> Vec<u8> {
-    if len == 0 {
-        return Vec::new();
-    }
-    // SAFETY: the caller checked that the range lies inside a live allocation.
-    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec()
 }
 
 /// Writes `data` at `ptr`. The range must have passed [`check`].
@@ -140,7 +153,7 @@ mod tests {
         assert_eq!(check(p, 16), Ok(2));
         assert_eq!(check(p + 8, 8), Ok(2));
         assert!(check(p + 8, 9).unwrap_err().contains("run past the end"));
-        let f = f32::from_ne_bytes(read(p, 4).try_into().unwrap());
+        let f = f32::from_ne_bytes(read_checked(p, 4).unwrap().try_into().unwrap());
         assert!(f.is_nan());
         let host = [0u8; 4];
         assert!(

@@ -168,8 +168,8 @@ macro_rules! float_elem {
 }
 float_elem!(f32, f64);
 
-fn reduce_as<T: Elem>(shares: &[&[u8]], op: Op) -> Vec<u8> {
-    let mut out = shares[0].to_vec();
+fn reduce_as<T: Elem>(shares: &[&[u8]], op: Op) -> Result<Vec<u8>, String> {
+    let mut out = crate::memory::try_copy(shares[0])?;
     for share in &shares[1..] {
         for (a, b) in out.chunks_exact_mut(T::SIZE).zip(share.chunks_exact(T::SIZE)) {
             let (x, y) = (T::load(a), T::load(b));
@@ -199,11 +199,12 @@ fn reduce_as<T: Elem>(shares: &[&[u8]], op: Op) -> Vec<u8> {
             T::load(a).div_n(shares.len()).store(a);
         }
     }
-    out
+    Ok(out)
 }
 
-/// Reduces every rank's share (all of one length, at least one) element by element.
-pub fn reduce(shares: &[&[u8]], dtype: DataType, op: Op) -> Vec<u8> {
+/// Reduces every rank's share (all of one length, at least one) element by element; an
+/// error when host memory for the result is short ([`crate::memory::try_copy`]).
+pub fn reduce(shares: &[&[u8]], dtype: DataType, op: Op) -> Result<Vec<u8>, String> {
     match dtype {
         DataType::I8 => reduce_as::<i8>(shares, op),
         DataType::U8 => reduce_as::<u8>(shares, op),
@@ -219,20 +220,30 @@ pub fn reduce(shares: &[&[u8]], dtype: DataType, op: Op) -> Vec<u8> {
 }
 
 /// A 2-byte type reduced in f32: widened, reduced, rounded back once.
-fn reduce_half(shares: &[&[u8]], op: Op, widen: fn(u16) -> f32, narrow: fn(f32) -> u16) -> Vec<u8> {
-    let wide: Vec<Vec<u8>> = shares
-        .iter()
-        .map(|s| {
+fn reduce_half(shares: &[&[u8]], op: Op, widen: fn(u16) -> f32, narrow: fn(f32) -> u16) -> Result<Vec<u8>, String> {
+    let mut wide: Vec<Vec<u8>> = Vec::new();
+    for s in shares {
+        let mut w = Vec::new();
+        w.try_reserve_exact(2 * s.len())
+            .map_err(|_| crate::memory::no_room(2 * s.len()))?;
+        w.extend(
             s.chunks_exact(2)
-                .flat_map(|c| widen(u16::from_ne_bytes([c[0], c[1]])).to_ne_bytes())
-                .collect()
-        })
-        .collect();
+                .flat_map(|c| widen(u16::from_ne_bytes([c[0], c[1]])).to_ne_bytes()),
+        );
+        wide.push(w);
+    }
     let parts: Vec<&[u8]> = wide.iter().map(Vec::as_slice).collect();
-    reduce_as::<f32>(&parts, op)
-        .chunks_exact(4)
-        .flat_map(|c| narrow(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).to_ne_bytes())
-        .collect()
+    let summed = reduce_as::<f32>(&parts, op)?;
+    drop(wide);
+    let mut out = Vec::new();
+    out.try_reserve_exact(summed.len() / 2)
+        .map_err(|_| crate::memory::no_room(summed.len() / 2))?;
+    out.extend(
+        summed
+            .chunks_exact(4)
+            .flat_map(|c| narrow(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).to_ne_bytes()),
+    );
+    Ok(out)
 }
 
 /// IEEE binary16 to f32 (exact: every half is a float).
@@ -320,24 +331,33 @@ mod tests {
     fn every_op_on_floats_and_ints() {
         let (a, b, c) = (bytes(&[1f32, 5.0]), bytes(&[2f32, -1.0]), bytes(&[3f32, 2.0]));
         let s = [&a[..], &b[..], &c[..]];
-        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Sum)), [6.0, 6.0]);
-        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Prod)), [6.0, -10.0]);
-        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Max)), [3.0, 5.0]);
-        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Min)), [1.0, -1.0]);
-        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Avg)), [2.0, 2.0]);
+        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Sum).unwrap()), [6.0, 6.0]);
+        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Prod).unwrap()), [6.0, -10.0]);
+        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Max).unwrap()), [3.0, 5.0]);
+        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Min).unwrap()), [1.0, -1.0]);
+        assert_eq!(back::<f32>(&reduce(&s, DataType::F32, Op::Avg).unwrap()), [2.0, 2.0]);
         let (a, b) = (bytes(&[7i32, i32::MAX]), bytes(&[2i32, 1]));
         let s = [&a[..], &b[..]];
-        assert_eq!(back::<i32>(&reduce(&s, DataType::I32, Op::Sum)), [9, i32::MIN]);
-        assert_eq!(back::<i32>(&reduce(&s, DataType::I32, Op::Avg)), [4, i32::MIN / 2]);
+        assert_eq!(back::<i32>(&reduce(&s, DataType::I32, Op::Sum).unwrap()), [9, i32::MIN]);
+        assert_eq!(
+            back::<i32>(&reduce(&s, DataType::I32, Op::Avg).unwrap()),
+            [4, i32::MIN / 2]
+        );
         let (a, b) = (bytes(&[200u8]), bytes(&[100u8]));
-        assert_eq!(back::<u8>(&reduce(&[&a[..], &b[..]], DataType::U8, Op::Sum)), [44]);
+        assert_eq!(
+            back::<u8>(&reduce(&[&a[..], &b[..]], DataType::U8, Op::Sum).unwrap()),
+            [44]
+        );
         // Integer avg: the wrapped sum divided by n, truncated toward zero.
         let (a, b) = (bytes(&[-7i32, 7]), bytes(&[2i32, -2]));
-        assert_eq!(back::<i32>(&reduce(&[&a[..], &b[..]], DataType::I32, Op::Avg)), [-2, 2]);
+        assert_eq!(
+            back::<i32>(&reduce(&[&a[..], &b[..]], DataType::I32, Op::Avg).unwrap()),
+            [-2, 2]
+        );
         let s: Vec<Vec<u8>> = (0..300).map(|_| bytes(&[1u8])).collect();
         let s: Vec<&[u8]> = s.iter().map(Vec::as_slice).collect();
         // 300 ones wrap to 44 in u8, divided by 300 (not by 300 as u8).
-        assert_eq!(back::<u8>(&reduce(&s, DataType::U8, Op::Avg)), [0]);
+        assert_eq!(back::<u8>(&reduce(&s, DataType::U8, Op::Avg).unwrap()), [0]);
         assert_eq!(DataType::from_nccl(6), Ok(DataType::F16));
         assert_eq!(DataType::from_nccl(9), Ok(DataType::BF16));
         assert!(DataType::from_nccl(10).unwrap_err().contains("ncclFloat8e4m3"));
@@ -439,19 +459,40 @@ mod tests {
         // 2048 + 1 + 1 = 2050 in f32, exact in half (rounding at each step would give 2048).
         let (x, y, z) = (h(&[2048.0, 3.0]), h(&[1.0, -4.0]), h(&[1.0, 2.0]));
         let s = [&x[..], &y[..], &z[..]];
-        assert_eq!(out(reduce(&s, DataType::F16, Op::Sum), f16_to_f32), [2050.0, 1.0]);
-        assert_eq!(out(reduce(&s, DataType::F16, Op::Prod), f16_to_f32), [2048.0, -24.0]);
-        assert_eq!(out(reduce(&s, DataType::F16, Op::Max), f16_to_f32), [2048.0, 3.0]);
-        assert_eq!(out(reduce(&s, DataType::F16, Op::Min), f16_to_f32), [1.0, -4.0]);
         assert_eq!(
-            out(reduce(&s, DataType::F16, Op::Avg), f16_to_f32),
+            out(reduce(&s, DataType::F16, Op::Sum).unwrap(), f16_to_f32),
+            [2050.0, 1.0]
+        );
+        assert_eq!(
+            out(reduce(&s, DataType::F16, Op::Prod).unwrap(), f16_to_f32),
+            [2048.0, -24.0]
+        );
+        assert_eq!(
+            out(reduce(&s, DataType::F16, Op::Max).unwrap(), f16_to_f32),
+            [2048.0, 3.0]
+        );
+        assert_eq!(
+            out(reduce(&s, DataType::F16, Op::Min).unwrap(), f16_to_f32),
+            [1.0, -4.0]
+        );
+        assert_eq!(
+            out(reduce(&s, DataType::F16, Op::Avg).unwrap(), f16_to_f32),
             [f16_to_f32(f32_to_f16(2050.0 / 3.0)), 1.0 / 3.0].map(|v| f16_to_f32(f32_to_f16(v)))
         );
         let (x, y) = (b(&[255.0, 1.5]), b(&[2.0, 2.0]));
         let s = [&x[..], &y[..]];
         // 257 ties to 256; 1.5 * 2 = 3.
-        assert_eq!(out(reduce(&s, DataType::BF16, Op::Sum), bf16_to_f32), [256.0, 3.5]);
-        assert_eq!(out(reduce(&s, DataType::BF16, Op::Prod), bf16_to_f32), [510.0, 3.0]);
-        assert_eq!(out(reduce(&s, DataType::BF16, Op::Avg), bf16_to_f32), [128.0, 1.75]);
+        assert_eq!(
+            out(reduce(&s, DataType::BF16, Op::Sum).unwrap(), bf16_to_f32),
+            [256.0, 3.5]
+        );
+        assert_eq!(
+            out(reduce(&s, DataType::BF16, Op::Prod).unwrap(), bf16_to_f32),
+            [510.0, 3.0]
+        );
+        assert_eq!(
+            out(reduce(&s, DataType::BF16, Op::Avg).unwrap(), bf16_to_f32),
+            [128.0, 1.75]
+        );
     }
 }

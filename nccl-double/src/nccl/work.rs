@@ -19,6 +19,7 @@ use super::{INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE};
 use crate::exchange::{Failure, Halt, Room, Wanted};
 use crate::memory;
 use crate::reduce::{DataType, Op, reduce};
+use crate::result::SYSTEM_ERROR;
 use crate::stream::{self, Key, Ticket};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
@@ -397,11 +398,18 @@ fn complete(call: &Call, n: u64, p: &Progress, room: &Room, abort: &AtomicBool) 
             }
             let data: Vec<&[u8]> = shares.iter().map(|(_, d)| *d).collect();
             // What this rank receives (`None`: nothing, a reduce's non-root).
+            // Working copies in host memory: short of it, the call fails (NCCL's system
+            // error, as for any host allocation NCCL cannot make), never the process.
             let result = match kind {
                 Kind::AllReduce(o) => Some(reduce(&data, *dtype, *o)),
-                Kind::Broadcast(root) => Some(data[*root].to_vec()),
+                Kind::Broadcast(root) => Some(memory::try_copy(data[*root])),
                 Kind::Reduce(o, root) => (p.rank == *root).then(|| reduce(&data, *dtype, *o)),
-                Kind::AllGather => Some(data.concat()),
+                Kind::AllGather => Some(memory::try_copy(&[]).and_then(|mut all| {
+                    let total = data.iter().map(|d| d.len()).sum();
+                    all.try_reserve_exact(total).map_err(|_| memory::no_room(total))?;
+                    data.iter().for_each(|d| all.extend_from_slice(d));
+                    Ok(all)
+                })),
                 Kind::ReduceScatter(o) => {
                     // Block `rank` of every rank's sendbuff.
                     let at = p.rank * recv_bytes;
@@ -409,7 +417,10 @@ fn complete(call: &Call, n: u64, p: &Progress, room: &Room, abort: &AtomicBool) 
                     Some(reduce(&blocks, *dtype, *o))
                 }
             };
-            let result = result.unwrap_or_default();
+            let result = result
+                .transpose()
+                .map_err(|why| Failure::new(SYSTEM_ERROR, format!("{call}: {why}")))?
+                .unwrap_or_default();
             if result.len() != *recv_bytes {
                 return Err(Failure::new(
                     INTERNAL_ERROR,

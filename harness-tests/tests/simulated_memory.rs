@@ -1,0 +1,46 @@
+//! Simulated GPUs keep device memory, and the double's working copies, in host memory: a
+//! process limited in address space (`ulimit -v`) can run out of it in the middle of a
+//! collective. That must end the run in one line per rank (NCCL's system error, on the
+//! call that failed), never in an allocation abort with a backtrace (issue 30, item 5).
+
+use testkit::{LIMIT, finish, spawn};
+
+const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
+
+#[test]
+fn a_working_copy_the_double_cannot_make_is_one_line_not_an_abort() {
+    // Needs `ulimit -v` (RLIMIT_AS), which any user may lower. Each rank holds 300 MiB of
+    // "device" memory and reads back as much for the check; the double's reduction needs
+    // one more copy of 300 MiB, over the 1.43 GiB each process may map. Before: "memory
+    // allocation of 314572800 bytes failed", a backtrace and SIGABRT (nccl-double's
+    // reduce.rs), and the other rank blaming it for the store.
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "ulimit -v 1500000 && exec \"$0\" \"$@\"", BIN])
+        .args([
+            "--simulate-gpus",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--size",
+            "300M",
+            "--iters",
+            "1",
+        ])
+        .args(["--timeout", testkit::TIMEOUT]);
+    testkit::clear_job_env(&mut cmd);
+    let r = finish(spawn(cmd), LIMIT);
+    assert_eq!(r.code, Some(1), "{r}");
+    for abort in ["memory allocation of", "stack backtrace", "panicked", "signal 6"] {
+        assert!(!r.stderr.contains(abort), "{abort:?} in:\n{r}");
+    }
+    let said = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error: rank ") && l.contains("with ncclSystemError"))
+        .unwrap_or_else(|| panic!("no rank says NCCL's system error:\n{r}"));
+    assert!(
+        said.contains("no host memory left for a working copy of 314572800 bytes"),
+        "{said}"
+    );
+    assert!(said.contains("ulimit -v"), "{said}");
+}
