@@ -287,10 +287,16 @@ fn chapter_5_a_ring_that_sends_first_deadlocks_on_large_chunks_only() {
     ];
     let r = run(ring, &args);
     assert_eq!(r.code, Some(1), "{r}");
+    // Each rank's line says which send waits for which rank, and that this rank is sending
+    // too (the accounts of the session's point-to-point calls), then what its link saw.
     let stuck = r.stderr.lines().any(|l| {
         (0..3).any(|rank| {
             let right = (rank + 1) % 3;
-            l.starts_with(&format!("error: rank {rank}: sending 266666"))
+            l.starts_with(&format!(
+                "error: rank {rank}: its send of 10.2 MiB to rank {right} is not received: rank {right} is in a \
+                 send too, to rank {}",
+                (right + 1) % 3
+            )) && l.contains(": sending 266666")
                 && l.contains(&format!("elements to (rank {right} "))
                 && l.ends_with(&format!(
                     "nothing moved to or from rank {right} for the whole --timeout: it is stuck or gone"
