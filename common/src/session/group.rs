@@ -635,7 +635,9 @@ fn run_pack<T: Element>(s: &mut Session, calls: &mut [Coll<'_>], title: &str) ->
         packed::unpack(host(&recv), recv_blocks, &mut parts);
     }
     keep(recv);
-    send.map(keep);
+    if let Some(send) = send {
+        keep(send);
+    }
     ran
 }
 

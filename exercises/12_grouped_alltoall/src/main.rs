@@ -29,7 +29,7 @@ struct Args {
     no_group: bool,
 }
 
-/// 12. The all-to-all as n - 1 sends and n - 1 receives, all in one group: block j of
+/// The all-to-all as n - 1 sends and n - 1 receives, all in one group: block j of
 /// `send` to rank j, block i of `recv` from rank i. Your own block is copied already.
 #[allow(unused_variables)] // remove this line when you are done
 fn all_to_all_grouped(s: &mut Session, send: &[Buffer<f32>], recv: &mut [Buffer<f32>]) -> Result<()> {
