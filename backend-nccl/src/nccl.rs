@@ -77,6 +77,10 @@ pub struct Nccl {
     gpu: Gpu,
     /// Working memory for [`Nccl::copy_aside`].
     aside: RefCell<Option<CudaSlice<u8>>>,
+    /// The working memory of copies set aside inside an open group: one per call (the
+    /// calls of a group run together, at its end, so they cannot share one), freed in
+    /// stream order once the group is queued ([`Nccl::group_end`]).
+    held: RefCell<Vec<CudaSlice<u8>>>,
     /// Where `--show-calls` prints the calls.
     shown: Shown,
 }
@@ -194,6 +198,7 @@ impl Nccl {
             watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
             gpu,
             aside: RefCell::new(None),
+            held: RefCell::new(Vec::new()),
             shown,
         };
         let mut comm = std::ptr::null_mut();
@@ -328,6 +333,7 @@ impl Nccl {
             watchdog: RefCell::new(watchdog),
             gpu: self.gpu.clone(),
             aside: RefCell::new(None),
+            held: RefCell::new(Vec::new()),
             shown: self.shown,
         };
         // The new communicator is non-blocking too: it may still be connecting.
@@ -369,9 +375,10 @@ impl Nccl {
 
     /// A copy of `bytes` at `src`, queued on the stream into working memory this rank
     /// keeps: for a collective whose input its own output would overwrite.
+    /// Inside an open group, each copy has working memory of its own, kept until the group
+    /// is queued: the group's calls all run at its end, after every copy.
     pub fn copy_aside(&self, src: *const c_void, bytes: usize) -> Result<*const c_void> {
-        let mut aside = self.aside.borrow_mut();
-        if aside.as_ref().is_none_or(|a| a.len() < bytes) {
+        let make = || -> Result<CudaSlice<u8>> {
             let made = self
                 .stream
                 .alloc_zeros::<u8>(bytes.max(1))
@@ -383,10 +390,24 @@ impl Nccl {
                 "working memory for an input the output would overwrite",
             );
             drop(_written);
-            *aside = Some(made);
-        }
+            Ok(made)
+        };
+        let mut held = self.held.borrow_mut();
+        let mut aside = self.aside.borrow_mut();
+        let target = match self.groups.get() {
+            0 => {
+                if aside.as_ref().is_none_or(|a| a.len() < bytes) {
+                    *aside = Some(make()?);
+                }
+                aside.as_mut().expect("just made")
+            }
+            _ => {
+                held.push(make()?);
+                held.last_mut().expect("just made")
+            }
+        };
         let stream = self.stream.as_ref();
-        let (dst, _written) = aside.as_mut().expect("just made").device_ptr_mut(stream);
+        let (dst, _written) = target.device_ptr_mut(stream);
         // SAFETY: both ranges are device memory of this context, `bytes` long, on this stream.
         let r = unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(dst, src as u64, bytes, stream.cu_stream()) };
         self.shown.show(
@@ -464,7 +485,12 @@ impl Nccl {
         let r = unsafe { sys::ncclGroupEnd() };
         let call = Call::new("closing a group", "ncclGroupEnd");
         self.shown.show(&call, Some(&r), "");
-        self.called(r, call.label())
+        let queued = self.called(r, call.label());
+        if self.groups.get() == 0 {
+            // Freed in stream order: after the group's calls, which read them.
+            self.held.borrow_mut().clear();
+        }
+        queued
     }
 
     /// Leaves the communicator as NCCL documents it: once every queued operation has

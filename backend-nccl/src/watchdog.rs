@@ -150,6 +150,13 @@ impl Watchdog {
             })
             .collect();
         let said = match silent.as_slice() {
+            // A send waits for its receiver (past NCCL's eager size), a receive for its sender.
+            [] if what.contains("(ncclSend)") || what.contains("(ncclRecv)") => format!(
+                "nothing finished in {limit} (--timeout) waiting for {what}: every rank is alive, and a send \
+                 returns only once its peer receives it (past NCCL's eager size), a receive once its peer sends: if \
+                 that peer waits in a send or a receive of its own, this is a deadlock; sends and receives that must \
+                 progress together go in one group (ncclGroupStart ... ncclGroupEnd; here, session.group())"
+            ),
             [] => format!(
                 "nothing finished in {limit} (--timeout) waiting for {what}: every rank is alive, so NCCL \
                  itself made no progress (a network problem? run with NCCL_DEBUG=INFO to see where it stopped)"

@@ -55,10 +55,26 @@ impl Communicator {
         root: usize,
         op: ReduceOp,
     ) -> Result<()> {
+        self.collective_as(coll.title, coll, send, recv, count, root, op)
+    }
+
+    /// [`Communicator::collective`], shown by `--steps` and `--trace` as `title` (a
+    /// group's calls packed into one: "3 broadcasts packed into one").
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn collective_as<T: Element>(
+        &mut self,
+        title: &str,
+        coll: &'static Collective,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        count: usize,
+        root: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
         let (rank, world) = (self.rank(), self.world());
         match self {
             Communicator::Cpu(cpu) => {
-                crate::record::watch(coll.title, host(recv), send.map(host), true);
+                crate::record::watch(title, host(recv), send.map(host), true);
                 if coll.reduces {
                     crate::record::combining(op.name());
                 }
@@ -192,7 +208,8 @@ impl Communicator {
     }
 
     /// Opens a group: on NCCL, sends and receives until [`Communicator::group_end`] progress
-    /// together (a no-op on the CPU backend).
+    /// together (a no-op on the CPU backend, where [`crate::session::Group`] runs a group's
+    /// calls together itself).
     pub fn group_start(&self) -> Result<()> {
         match self {
             Communicator::Cpu(_) => Ok(()),

@@ -36,7 +36,7 @@ pub use args::{DataArgs, Init, RunArgs};
 pub use backend::Buffer;
 pub use communicator::Communicator;
 pub use element::{DataType, Element, ReduceOp};
-pub use session::{SPLIT_NOCOLOR, Session, Split};
+pub use session::{Group, SPLIT_NOCOLOR, Session, Split};
 
 use anyhow::Result;
 use clap::Parser;

@@ -13,6 +13,7 @@
 
 mod check;
 mod collectives;
+mod group;
 mod harness;
 mod join;
 pub(crate) use join::check_nccl_tuning;
@@ -26,6 +27,7 @@ mod time;
 // Public for the benchmark's crate (workbook-perf) alone: no lesson calls it.
 #[doc(hidden)]
 pub use check::corrupt_for_tests;
+pub use group::Group;
 use show::print_out;
 pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 pub use split::{SPLIT_NOCOLOR, Split};

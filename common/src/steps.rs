@@ -416,7 +416,42 @@ pub fn render(all: &[Vec<Event>], labels: &[String]) -> Vec<String> {
         if ranks.iter().all(|s| s.ops.is_empty()) || !shown.insert(ranks[0].name) {
             continue;
         }
-        out.extend(render_segment(&ranks, labels));
+        // Messages watched against no buffer (a group's sends and receives): the messages.
+        match ranks.iter().all(|s| s.start.is_some_and(<[f64]>::is_empty)) {
+            true => out.extend(render_messages(&ranks, labels)),
+            false => out.extend(render_segment(&ranks, labels)),
+        }
+    }
+    out
+}
+
+/// A segment of messages with no buffer watched (a group's sends and receives, each of a
+/// buffer of its own): what each rank sent and got, in the order it happened.
+fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
+    let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let mut out = vec![format!(
+        "Messages of {} on {} ranks (each from or into a buffer of its own, not shown):",
+        ranks[0].name,
+        ranks.len()
+    )];
+    for (label, s) in labels.iter().zip(ranks) {
+        let words: Vec<String> = s
+            .ops
+            .iter()
+            .flat_map(|e| &e.parts)
+            .map(|p| {
+                let size = crate::units::human_bytes(p.bytes as usize);
+                match p.dir {
+                    Dir::Send => format!("sent {size} → rank {}", p.peer),
+                    Dir::Recv => format!("got {size} from rank {}", p.peer),
+                }
+            })
+            .collect();
+        let said = match words.is_empty() {
+            true => "-".to_string(),
+            false => words.join(", "),
+        };
+        out.push(format!("    {label:>width$}  {said}"));
     }
     out
 }

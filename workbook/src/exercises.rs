@@ -276,6 +276,14 @@ pub fn all() -> Vec<Exercise> {
             ),
         },
         Exercise {
+            number: 11,
+            title: "protocols",
+            code: None,
+            hint: "Run 07-nccl-perf on 2 ranks from 8 B to 4 MiB with -P ll,ll128,simple -A ring and compare \
+                   each size's time and busbw across the three sweeps: the last column says which protocol ran.",
+            more: None,
+        },
+        Exercise {
             number: 12,
             title: "hierarchical all-reduce from split communicators",
             code: Some(Code {
@@ -292,6 +300,25 @@ pub fn all() -> Vec<Exercise> {
                    i32). Then s.on(&mut h.node, |s| s.reduce_scatter_into(buf, shard, ReduceOp::Sum))?; \
                    s.on(&mut h.across, |s| s.all_reduce(shard, ReduceOp::Sum))?; and s.on(&mut h.node, \
                    |s| s.all_gather_into(shard, buf)).",
+            ),
+        },
+        Exercise {
+            number: 13,
+            title: "an all-to-all in one group",
+            code: Some(Code {
+                dir: "13_grouped_alltoall",
+                cases: grouped_alltoall_cases,
+            }),
+            hint: "A group is opened by the session and ended by its own end(): everything issued on it in \
+                   between progresses together. Which blocks go where: block j of `send` to rank j, block i \
+                   of `recv` from rank i, every rank but yourself. If the compiler says a block of `recv` is \
+                   borrowed twice, look at how you walk over it: the group keeps every buffer until its end.",
+            more: Some(
+                "let rank = s.rank(); let mut g = s.group()?; then for (peer, block) in \
+                   send.iter().enumerate() with peer != rank, g.send(block, peer)?; for (peer, block) in \
+                   recv.iter_mut().enumerate() with peer != rank, g.recv(block, peer)?; and last g.end(). \
+                   Without the group (--no-group) the large case deadlocks: every rank's first send waits \
+                   for a peer that is itself sending.",
             ),
         },
     ]
@@ -466,6 +493,33 @@ fn sharded_cases(max: usize) -> Vec<Case> {
     let n = 3.min(max.max(2));
     let args = ["--count", "13", "--lr", "0.125", "--iters", "1", "--show", "16"];
     cases.push(Case::new(n, &args, "after", step(n, 13, 0.125)));
+    cases
+}
+
+/// Exercise 12's large case: 1,000,000 elements (3.8 MiB) per block, more than the
+/// shared-memory channel between two ranks holds ([`SHM_CHANNEL`]): without a group, a send
+/// of it waits for its receiver, which is sending too.
+const BLOCK_LARGER_THAN_A_CHANNEL: usize = 1_000_000;
+const _: () = assert!(BLOCK_LARGER_THAN_A_CHANNEL * 4 > SHM_CHANNEL);
+
+/// Exercise 12: block i of rank r's receive buffer holds 10 i + r (sent by rank i, for
+/// rank r), on 2 to 5 ranks, blocks of one element, of a few, of many, and a block larger
+/// than a link holds (where sends made one by one deadlock). The tables show `--show 16`
+/// elements of each block: element k of the shown row lies in block k / min(16, count).
+fn grouped_alltoall_cases(max: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let shown = |count: usize| move |rank: usize, k: usize| (10 * (k / count.min(16)) + rank) as f64;
+    for n in worlds(max) {
+        for count in [1, 7, 100003] {
+            let c = count.to_string();
+            let args = ["--count", &c, "--iters", "1", "--show", "16"];
+            cases.push(Case::new(n, &args, "after", shown(count)));
+        }
+    }
+    let n = 3.min(max.max(2));
+    let c = BLOCK_LARGER_THAN_A_CHANNEL.to_string();
+    let args = ["--count", &c, "--iters", "1", "--show", "16"];
+    cases.push(Case::new(n, &args, "after", shown(BLOCK_LARGER_THAN_A_CHANNEL)));
     cases
 }
 

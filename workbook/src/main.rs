@@ -751,7 +751,8 @@ fn deadlock(stderr: &str) -> Vec<String> {
          causes are that both ranks of a pair send first, or both receive first, or a ring in which every \
          rank waits for its left neighbour before it sends to its right. {why} Order the calls so that one \
          side of every pair sends while the other receives (in a chain, the first rank only sends), or use \
-         send_recv, which sends and receives at once.",
+         send_recv, which sends and receives at once. Or issue a rank's sends and receives together, in one \
+         group (s.group(), then g.end()): they progress together, whatever their order.",
         waits.join("; ")
     );
     wrap(&text, 90).lines().map(str::to_string).collect()

@@ -287,10 +287,16 @@ fn chapter_5_a_ring_that_sends_first_deadlocks_on_large_chunks_only() {
     ];
     let r = run(ring, &args);
     assert_eq!(r.code, Some(1), "{r}");
+    // Each rank's line says which send waits for which rank, and that this rank is sending
+    // too (the accounts of the session's point-to-point calls), then what its link saw.
     let stuck = r.stderr.lines().any(|l| {
         (0..3).any(|rank| {
             let right = (rank + 1) % 3;
-            l.starts_with(&format!("error: rank {rank}: sending 266666"))
+            l.starts_with(&format!(
+                "error: rank {rank}: its send of 10.2 MiB to rank {right} is not received: rank {right} is in a \
+                 send too, to rank {}",
+                (right + 1) % 3
+            )) && l.contains(": sending 266666")
                 && l.contains(&format!("elements to (rank {right} "))
                 && l.ends_with(&format!(
                     "nothing moved to or from rank {right} for the whole --timeout: it is stuck or gone"
@@ -298,6 +304,118 @@ fn chapter_5_a_ring_that_sends_first_deadlocks_on_large_chunks_only() {
         })
     });
     assert!(stuck, "{r}");
+}
+
+#[test]
+fn chapter_7c_a_group_is_the_same_876_broadcasts_in_3_nccl_groups_and_the_cpu_backend_says_what_it_did() {
+    let sync = built("sol07-packed-broadcast");
+    let sync = sync.to_str().unwrap();
+    let args = [
+        "--simulate-gpus",
+        "2",
+        "--show-calls",
+        "--iters",
+        "1",
+        "--method",
+        "group",
+    ];
+    let r = run(sync, &args).ok();
+    let count = |f: &str| {
+        r.stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("rank 0 │ {f}(")))
+            .count()
+    };
+    assert_eq!(
+        (count("ncclBroadcast"), count("ncclGroupStart"), count("ncclGroupEnd")),
+        (876, 3, 3),
+        "{r}"
+    );
+    // The Group: lines the chapter shows, at --hidden 8 and 128.
+    for (hidden, line) in [
+        (
+            "8",
+            "Group: 292 broadcasts (float, root 0) packed into one broadcast of 121.1 KiB",
+        ),
+        (
+            "128",
+            "Group: 292 broadcasts (float, root 0): 194 under 64.0 KiB packed into one of 157.0 KiB, 98 of 64.0 KiB \
+             or more run as they are (18.6 MiB)",
+        ),
+    ] {
+        let args = [
+            "--nproc-per-node",
+            "2",
+            "--iters",
+            "1",
+            "--method",
+            "group",
+            "--hidden",
+            hidden,
+        ];
+        let r = run(sync, &args).ok();
+        assert!(r.stdout.lines().any(|l| l == line), "no {line:?}:\n{r}");
+    }
+}
+
+#[test]
+fn chapter_13_without_its_group_the_all_to_all_deadlocks_on_large_blocks_and_each_rank_says_why() {
+    let bin = built("sol13-grouped-alltoall");
+    let bin = bin.to_str().unwrap();
+    // Small blocks fit in the links: the sends return, and the receives find them.
+    run(
+        bin,
+        &["--nproc-per-node", "3", "--count", "7", "--no-group", "--iters", "1"],
+    )
+    .ok();
+    // In a group, blocks larger than a link holds go through.
+    let r = run(bin, &["--nproc-per-node", "3", "--count", "1000000", "--iters", "1"]).ok();
+    assert!(
+        r.stdout.lines().any(|l| l
+            == "Group: 2 sends and 2 receives progressed together (the sends to 2 ranks on threads of their own \
+                while this one receives)"),
+        "{r}"
+    );
+    // Without it, every rank waits in its first send.
+    let args = [
+        "--nproc-per-node",
+        "3",
+        "--count",
+        "1000000",
+        "--no-group",
+        "--timeout",
+        "5",
+        "--iters",
+        "1",
+    ];
+    let r = run(bin, &args);
+    assert_eq!(r.code, Some(1), "{r}");
+    let said = "error: rank 0: its send of 3.8 MiB to rank 1 is not received: rank 1 is in a send too, to rank 0 (a \
+                deadlock: past the link's buffer a send returns only once its receiver takes it, as NCCL's does past \
+                its eager size; issue the sends and receives together, in one group: session.group()): sending \
+                1000000 elements to (rank 1 over shared memory): ";
+    assert!(r.stderr.lines().any(|l| l.starts_with(said)), "{r}");
+    // Simulated GPUs have no eager size: without the group, even 7 elements wait.
+    let args = [
+        "--simulate-gpus",
+        "3",
+        "--count",
+        "7",
+        "--no-group",
+        "--timeout",
+        "3",
+        "--iters",
+        "1",
+    ];
+    let r = run(bin, &args);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with(
+            "error: rank 0: nothing finished in 3 s (--timeout) waiting for the GPU to finish send to rank 1 \
+             (ncclSend)"
+        )),
+        "{r}"
+    );
 }
 
 #[test]

@@ -80,6 +80,13 @@ fn required(number: u32) -> Vec<String> {
             }
             labels.push("world 3, --count 13 --lr 0.125".into());
         }
+        13 => {
+            for n in 2..=5 {
+                labels.push(format!("world {n}, --count 7"));
+            }
+            // More than a shared-memory channel holds: without a group, a deadlock.
+            labels.push("world 3, --count 1000000".into());
+        }
         10 => {
             labels.push("world 1, --count 7".into());
             for n in [2, 3, 5, 8, 17] {
@@ -102,7 +109,7 @@ fn required(number: u32) -> Vec<String> {
 
 #[test]
 fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
-    for number in [3, 4, 5, 7, 8, 10, 12] {
+    for number in [3, 4, 5, 7, 8, 10, 12, 13] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--starting", "--keep-going"]);
         assert_eq!(r.code, Some(1), "exercise {number}: {r}");
@@ -127,7 +134,7 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
 
 #[test]
 fn every_solution_passes_every_case() {
-    for number in [3, 4, 5, 7, 8, 10, 12] {
+    for number in [3, 4, 5, 7, 8, 10, 12, 13] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--solution"]);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -206,6 +213,8 @@ fn hints_list_and_bad_input() {
         (7, "exercises/07_packed_broadcast"),
         (8, "exercises/08_sharded_update"),
         (10, "exercises/10_tree_allreduce"),
+        (12, "exercises/12_hierarchical_allreduce"),
+        (13, "exercises/13_grouped_alltoall"),
     ] {
         assert!(
             r.stdout
@@ -214,15 +223,15 @@ fn hints_list_and_bad_input() {
             "{r}"
         );
     }
-    assert_eq!(r.stdout.lines().count(), 10, "chapters 1 to 10:\n{r}");
+    assert_eq!(r.stdout.lines().count(), 13, "chapters 1 to 13:\n{r}");
 
     let r = workbook(&["check", "1"]).ok();
     assert!(r.stdout.contains("there is no code to check"), "{r}");
 
     for (args, says) in [
         (
-            vec!["check", "11"],
-            "error: there is no exercise 11: the exercises are 1 to 10",
+            vec!["check", "14"],
+            "error: there is no exercise 14: the exercises are 1 to 13",
         ),
         (vec!["hint", "0"], "error: there is no exercise 0"),
         (vec!["check"], "error: say which exercise to check"),
@@ -245,7 +254,7 @@ fn hints_list_and_bad_input() {
 #[test]
 fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
     // The NCCL test double with 4 GPUs: send_recv and the parts go through NCCL groups.
-    for number in ["3", "4", "5", "7", "8", "10", "12"] {
+    for number in ["3", "4", "5", "7", "8", "10", "12", "13"] {
         let args = ["check", number, "--solution", "--backend", "nccl", "--max-world", "4"];
         let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -491,7 +500,7 @@ fn output_to_a_closed_pipe_ends_quietly() {
 
 #[test]
 fn a_hint_nudges_and_more_says_the_solution() {
-    for number in ["3", "4", "5", "7", "8", "10", "12"] {
+    for number in ["3", "4", "5", "7", "8", "10", "12", "13"] {
         let hint = workbook(&["hint", number]).ok();
         let more = workbook(&["hint", number, "--more"]).ok();
         assert!(
@@ -538,4 +547,37 @@ fn the_starting_tree_passes_one_rank_and_fails_two_as_chapter_10_says() {
         "{r}"
     );
     assert!(r.stdout.contains("rank 0: element 0 is 1 instead of 3"), "{r}");
+}
+
+#[test]
+fn an_all_to_all_without_its_group_deadlocks_on_large_blocks_and_the_checker_says_so() {
+    // Exercise 13's sends and receives made one by one (workbook/fixtures/wrong/13_no_group.rs):
+    // the small blocks pass (a send returns once its data fits in the link), the one larger
+    // than a shared-memory channel deadlocks, every rank in its first send.
+    let r = workbook(&["check", "13", "--fixture", "wrong13-no-group", "--timeout", "3s"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    let failed: Vec<_> = cases(&r).into_iter().filter(|(ok, _)| !ok).collect();
+    assert_eq!(failed, [(false, "world 3, --count 1000000".to_string())], "{r}");
+    // Each rank's own line: which send waits for which rank, and what that rank waits in.
+    for rank in 0..3 {
+        let line = r
+            .stdout
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(&format!("error: rank {rank}: ")))
+            .unwrap_or_else(|| panic!("no line of rank {rank}:\n{r}"));
+        assert!(line.contains(": its send of 3.8 MiB to rank "), "{line}\n{r}");
+        assert!(line.contains(" is in a send too, to rank "), "{line}\n{r}");
+        assert!(line.contains("in one group: session.group()"), "{line}\n{r}");
+    }
+    let said = explanation(&r);
+    assert!(
+        said.starts_with("This is a deadlock: rank 0 was sending to rank 1;"),
+        "{said:?}:\n{r}"
+    );
+    assert!(said.contains("Here every rank sends first"), "{said:?}:\n{r}");
+    assert!(
+        said.contains("Or issue a rank's sends and receives together, in one group (s.group(), then g.end())"),
+        "{said:?}:\n{r}"
+    );
 }

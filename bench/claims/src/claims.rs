@@ -638,7 +638,64 @@ fn chapter7() -> Vec<Claim> {
     );
     tcp.says = "packed wins by tens of times at --hidden 8; per tensor wins at 256";
     tcp.checks[0] = less_by(1, 0, 10.0);
-    vec![shm, tcp]
+    vec![
+        shm,
+        tcp,
+        group("ch7.group.shm", "", GROUP_SHM),
+        group("ch7.group.tcp", "--transport tcp", GROUP_TCP),
+    ]
+}
+
+/// EXERCISES.md 7c's figures: each, group and packed at --hidden 8 and 128, in one run.
+const GROUP_SHM: &str = "| shared memory | 0.41 ms | 0.28 ms | 0.19 ms | 7.8 ms | 7.3 ms | 34 ms |";
+const GROUP_TCP: &str = "| TCP (`--transport tcp`) | 12.6 ms | 0.32 ms | 0.37 ms | 35 ms | 34 ms | 44 ms |";
+
+/// Chapter 7c: the same broadcasts one by one, in one group, and packed (the CPU
+/// backend's group packs them itself: it costs what packing costs).
+fn group(id: &'static str, transport: &'static str, quote: &'static str) -> Claim {
+    let mut measures = vec![];
+    for h in [8, 128] {
+        for method in ["each", "group", "packed"] {
+            let args = format!("--nproc-per-node 4 --iters 20 --method {method} --hidden {h} {transport}");
+            measures.push(time(
+                format!("{method}, --hidden {h}"),
+                cmd("sol07-packed-broadcast", &args),
+            ));
+        }
+    }
+    let tcp = !transport.is_empty();
+    Claim {
+        id,
+        place: "EXERCISES.md, 7c",
+        file: "EXERCISES.md",
+        quote,
+        says: match tcp {
+            true => "group level with packed at --hidden 8 (tens of times faster than each); with each at 128",
+            false => "group level with packed at --hidden 8; with each at 128, where packed loses",
+        },
+        measures,
+        // 0-2: each, group, packed at --hidden 8; 3-5 at --hidden 128.
+        checks: {
+            let mut checks = vec![
+                Check::Within {
+                    a: vec![1],
+                    b: vec![2],
+                    factor: 1.5,
+                },
+                Check::Within {
+                    a: vec![4],
+                    b: vec![3],
+                    factor: 1.5,
+                },
+                less(4, 5),
+            ];
+            if tcp {
+                checks.push(less_by(1, 0, 10.0));
+            }
+            checks
+        },
+        depends: None,
+    }
 }
 
 /// Chapter 8: the reduce-scatter + all-gather pair against the all-reduce; the sharded step.

@@ -13,7 +13,9 @@
 //! - the accounts of every message ([`Ledger`]): each rank counts what it sent to and
 //!   received from each peer, and the end of the job compares them, so that a message sent
 //!   and never received is an error on every backend (NCCL would hang there; the CPU
-//!   backend's buffers would hold a small one and say nothing).
+//!   backend's buffers would hold a small one and say nothing); and a rank that fails
+//!   inside a send says what its receiver was waiting in meanwhile (a send of its own:
+//!   a deadlock, which a group, [`Session::group`], would have avoided).
 //!
 //! On the CPU backend buffers are host memory and these calls are the backend's own
 //! send and receive on slices. On NCCL they stage through host memory (download, NCCL
@@ -63,9 +65,23 @@ pub(crate) struct Ledger {
     pub inside: bool,
     /// Said at this rank's failure (else at a meeting, before waiting there).
     pub failed: bool,
+    /// The one send or receive this rank is inside, when it is one call of one direction
+    /// (not an exchange, nor a group's): what it waits for.
+    #[serde(default)]
+    pub waits: Option<Wait>,
     /// Changed since the store last heard of it (at first, it never did).
     #[serde(skip)]
     unsaid: bool,
+}
+
+/// A send to a peer, or a receive from one, that a rank waits in.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct Wait {
+    /// A send (else a receive).
+    pub send: bool,
+    /// The peer, as a rank of the world.
+    pub peer: usize,
+    pub bytes: u64,
 }
 
 impl Ledger {
@@ -76,6 +92,7 @@ impl Ledger {
             received: vec![Tally::default(); world],
             inside: false,
             failed: false,
+            waits: None,
             unsaid: true,
         }
     }
@@ -92,12 +109,34 @@ impl Ledger {
         }
         self.inside = true;
         self.unsaid = true;
+        let wait = |send: bool, (peer, bytes): (usize, usize)| Wait {
+            send,
+            peer,
+            bytes: bytes as u64,
+        };
+        self.waits = match (send, recv) {
+            (Some(s), None) => Some(wait(true, s)),
+            (None, Some(r)) => Some(wait(false, r)),
+            _ => None,
+        };
+    }
+
+    /// Several calls begin at once (a group's): each counted, none waited in alone.
+    pub(super) fn enter_all(
+        &mut self,
+        calls: impl IntoIterator<Item = (Option<(usize, usize)>, Option<(usize, usize)>)>,
+    ) {
+        for (send, recv) in calls {
+            self.enter(send, recv);
+        }
+        self.waits = None;
     }
 
     /// The call returned (with or without an error of its own).
     pub(super) fn leave<R>(&mut self, result: Result<R>) -> Result<R> {
         if result.is_ok() {
             self.inside = false;
+            self.waits = None;
         }
         result
     }
@@ -216,6 +255,12 @@ impl Session {
         if self.ledger.sent.iter().all(|t| t.messages == 0) {
             return None;
         }
+        // Stuck in a send whose receiver waits in a send or receive of its own: a deadlock.
+        if let Some(w) = self.ledger.waits.filter(|w| w.send && self.ledger.inside)
+            && let Some(line) = self.stuck_send(&mut store, w)
+        {
+            return Some(line);
+        }
         // A peer's accounts are current if it said them failing, or if it waits in the
         // store now (it said them on its way into that meeting).
         let meeting = store.waiting().ok()?;
@@ -234,6 +279,61 @@ impl Session {
             .into_iter()
             .find(|(from, _)| *from == rank)
             .map(|(_, line)| line)
+    }
+}
+
+impl Session {
+    /// This rank failed inside its send `w`: what its receiver was doing meanwhile, as its
+    /// accounts say once it has failed too (or waits at a meeting), asked for up to a
+    /// second. One line: which send waits for which rank, and what that rank waits in.
+    /// `None` when the receiver is in no send or receive (it went on without receiving:
+    /// the caller's story), or its accounts do not say (it is gone, or still running).
+    fn stuck_send(&self, store: &mut crate::rendezvous::Store, w: Wait) -> Option<String> {
+        let rank = self.rank();
+        let since = std::time::Instant::now();
+        let peer = loop {
+            let meeting = store.waiting().ok()?;
+            let said = store
+                .get(&format!("p2p/{}", w.peer))
+                .ok()
+                .flatten()
+                .and_then(|v| serde_json::from_slice::<Ledger>(&v).ok())
+                .filter(|l| l.failed || meeting.contains(&w.peer));
+            match said {
+                Some(l) => break l,
+                None if since.elapsed() < Duration::from_secs(1) => thread::sleep(Duration::from_millis(20)),
+                None => return None,
+            }
+        };
+        let p = w.peer;
+        let doing = match (peer.inside, peer.waits) {
+            (
+                true,
+                Some(Wait {
+                    send: true, peer: q, ..
+                }),
+            ) => format!("rank {p} is in a send too, to rank {q}"),
+            (
+                true,
+                Some(Wait {
+                    send: false, peer: q, ..
+                }),
+            ) if q != rank => {
+                format!("rank {p} waits in a receive from rank {q}")
+            }
+            _ => return None,
+        };
+        let why = match self.backend_name() {
+            "nccl" => "past NCCL's eager size a send returns only once its receiver takes it",
+            _ => {
+                "past the link's buffer a send returns only once its receiver takes it, as NCCL's does past its eager size"
+            }
+        };
+        Some(format!(
+            "its send of {} to rank {p} is not received: {doing} (a deadlock: {why}; issue the sends and \
+             receives together, in one group: session.group())",
+            human_bytes(w.bytes as usize)
+        ))
     }
 }
 

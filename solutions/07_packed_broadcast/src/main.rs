@@ -22,7 +22,8 @@ struct Args {
     /// The rank whose model is sent to everyone.
     #[arg(long, value_name = "R", default_value_t = 0)]
     root: usize,
-    /// `each`: one broadcast per tensor; `packed`: one broadcast of all tensors packed together.
+    /// `each`: one broadcast per tensor; `group`: one broadcast per tensor, all in one group
+    /// (NCCL's ncclGroupStart/ncclGroupEnd); `packed`: one broadcast of all tensors packed together.
     #[arg(long, value_enum, default_value_t = Method::Each)]
     method: Method,
     /// The model's layers (each has 12 tensors).
@@ -39,6 +40,7 @@ struct Args {
 #[derive(ValueEnum, Clone, Copy)]
 enum Method {
     Each,
+    Group,
     Packed,
 }
 
@@ -63,6 +65,18 @@ fn broadcast_each(s: &mut Session, model: &mut [Buffer<f32>], root: usize) -> Re
     Ok(())
 }
 
+/// 7c. One broadcast per tensor, all issued together in one group: written for you, to
+/// read (EXERCISES.md 7c). On NCCL, `s.group()` is ncclGroupStart and `g.end()`
+/// ncclGroupEnd, and NCCL launches the 292 broadcasts together; on the CPU backend the
+/// group packs them into one broadcast itself, and says so.
+fn broadcast_group(s: &mut Session, model: &mut [Buffer<f32>], root: usize) -> Result<()> {
+    let mut g = s.group()?;
+    for tensor in model.iter_mut() {
+        g.broadcast(tensor, root)?;
+    }
+    g.end()
+}
+
 /// 7b. Pack every tensor into one buffer, broadcast it once, unpack.
 fn broadcast_packed(s: &mut Session, model: &mut [Buffer<f32>], root: usize) -> Result<()> {
     let mut flat = Vec::with_capacity(model.iter().map(|t| t.len()).sum());
@@ -84,6 +98,7 @@ fn broadcast_packed(s: &mut Session, model: &mut [Buffer<f32>], root: usize) -> 
 fn sync(s: &mut Session, model: &mut [Buffer<f32>], root: usize, method: Method) -> Result<()> {
     match method {
         Method::Each => broadcast_each(s, model, root),
+        Method::Group => broadcast_group(s, model, root),
         Method::Packed => broadcast_packed(s, model, root),
     }
 }
