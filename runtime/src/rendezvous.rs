@@ -156,9 +156,10 @@ impl StoreServer {
                         continue;
                     }
                 };
-                let id = strangers.lock().unwrap_or_else(|p| p.into_inner()).admit(&conn);
                 let (shared, strangers) = (shared.clone(), strangers.clone());
                 let _ = thread::Builder::new().name("store-conn".into()).spawn(move || {
+                    // Counted in by its own thread, which alone closes it, after counting it out.
+                    let id = strangers.lock().unwrap_or_else(|p| p.into_inner()).admit(&conn);
                     serve(conn, &shared, &|| {
                         strangers.lock().unwrap_or_else(|p| p.into_inner()).joined(id);
                     })
@@ -210,23 +211,25 @@ impl Drop for StoreServer {
     }
 }
 
-/// The connections that have not joined yet, oldest first.
+/// The connections that have not joined yet, oldest first, by descriptor: one descriptor
+/// each (a clone would double what strangers cost rank 0). A connection's thread counts it
+/// out ([`Strangers::joined`]) before it can close it, under the same lock as
+/// [`Strangers::close_oldest`], so a descriptor listed here is always still that connection's.
 #[derive(Default)]
 struct Strangers {
     next: u64,
-    waiting: std::collections::VecDeque<(u64, TcpStream)>,
+    waiting: std::collections::VecDeque<(u64, std::os::fd::RawFd)>,
 }
 
 impl Strangers {
     /// Counts a new connection in (closing the oldest stranger past the cap); its id.
     fn admit(&mut self, conn: &TcpStream) -> u64 {
+        use std::os::fd::AsRawFd;
         if self.waiting.len() >= MAX_STRANGERS {
             self.close_oldest();
         }
         self.next += 1;
-        if let Ok(c) = conn.try_clone() {
-            self.waiting.push_back((self.next, c));
-        }
+        self.waiting.push_back((self.next, conn.as_raw_fd()));
         self.next
     }
 
@@ -235,11 +238,13 @@ impl Strangers {
         self.waiting.retain(|(i, _)| *i != id);
     }
 
-    /// Closes the connection that has waited longest without joining: its thread's read
-    /// ends at once, and its descriptors are freed.
+    /// Shuts down the connection that has waited longest without joining: its thread's
+    /// read ends at once, and its thread then closes it.
     fn close_oldest(&mut self) {
-        if let Some((_, c)) = self.waiting.pop_front() {
-            let _ = c.shutdown(std::net::Shutdown::Both);
+        if let Some((_, fd)) = self.waiting.pop_front() {
+            // SAFETY: `fd` is open (its thread counts it out before closing it, under the
+            // lock held here); shutdown(2) ends its reads and writes, and closes nothing.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         }
     }
 }
