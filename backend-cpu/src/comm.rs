@@ -8,6 +8,7 @@
 
 use crate::element::{Element, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
+use crate::heartbeat::Heartbeat;
 use crate::host_memory::{self, PeerArena};
 use crate::launch::Identity;
 use crate::rendezvous::Store;
@@ -70,6 +71,9 @@ pub struct Comm {
     protocols: bool,
     /// Says, at the end, how many shared-memory channels this rank made.
     report: ChannelReport,
+    /// This rank's heartbeat, while it lives ([`crate::heartbeat`]): shared with the communicators
+    /// split from this one, and stopped with the last of them.
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
 impl Comm {
@@ -101,6 +105,7 @@ impl Comm {
             peer_arenas: None,
             protocols: false,
             report: ChannelReport { rank, shm: false },
+            heartbeat: None,
         }
     }
 
@@ -206,6 +211,7 @@ impl Comm {
                 .map(|a| members.iter().map(|&m| a[m].clone()).collect()),
             protocols: world > 1 && every_pair_in_memory,
             report: ChannelReport { rank, shm: false },
+            heartbeat: self.heartbeat.clone(),
         }
     }
 
@@ -453,13 +459,25 @@ impl Comm {
         use std::io::ErrorKind::*;
         // The world's number: on a split communicator, the rank a user can find.
         let peer = self.world_ranks[peer];
+        // Typed, so that the rank asks the store whom to blame (`Session::explain`): a peer
+        // that closed may have given up on a third rank, and one that sent nothing may be
+        // waiting for one.
+        let link = |timed_out: bool, message: String| {
+            anyhow::Error::new(crate::error::LinkFailed {
+                peer,
+                timed_out,
+                message,
+            })
+        };
         match e.kind() {
-            UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => {
-                anyhow!("lost rank {peer}: its connection closed (it exited, crashed or was killed)")
-            }
-            WouldBlock | TimedOut => {
-                anyhow!("nothing moved to or from rank {peer} for the whole --timeout: it is stuck or gone")
-            }
+            UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => link(
+                false,
+                format!("lost rank {peer}: its connection closed (it exited, crashed or was killed)"),
+            ),
+            WouldBlock | TimedOut => link(
+                true,
+                format!("nothing moved to or from rank {peer} for the whole --timeout: it is stuck or gone"),
+            ),
             InvalidData => match e.get_ref().and_then(|i| i.downcast_ref::<Mismatch>()) {
                 Some(m) => anyhow!(
                     "rank {peer} is in a {} while this rank is in a {}: every rank must call the same collectives \
@@ -534,6 +552,11 @@ impl Comm {
         names: fn(u8) -> &'static str,
     ) -> Result<(Comm, BTreeMap<String, Via>)> {
         let (rank, world) = (id.rank, id.world_size);
+        // Beats from now on, on a thread and a store connection of its own: a rank stopped
+        // from here on is named as such by the others (no heartbeat), never confused with
+        // the ranks that wait for it. Not rank 0: it hosts the store, which stops with it
+        // (the others then say so), and it holds the most descriptors already.
+        let heartbeat = (rank > 0).then(|| Heartbeat::start(store, id, timeout)).flatten();
         let cores = cores().map_err(|message| SharedError { message, usage: true })?;
         // One machine = one host name and one boot: two containers may share a name, not a
         // boot id. Each rank says how many cores it may run on, after its machine.
@@ -603,6 +626,7 @@ impl Comm {
         };
         let mut comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local);
         comm.report.shm = any_shm;
+        comm.heartbeat = heartbeat.map(Arc::new);
         comm.shm_on_node = via != TransportChoice::Tcp;
         let comm = comm
             .with_peer_arenas(arenas)

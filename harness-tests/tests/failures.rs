@@ -734,7 +734,7 @@ fn a_hard_limit_of_open_files_too_low_for_the_job_is_said_before_it_starts() {
     assert!(
         r.stderr
             .contains("ulimit -n: a process here may hold 20 open files (its hard limit")
-            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 48"),
+            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 64"),
         "{r}"
     );
     let by_hand = ["--backend", "cpu", "--world-size", "16", "--rank", "0", "--count", "4"];

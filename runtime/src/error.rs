@@ -51,6 +51,32 @@ impl fmt::Display for Culprit {
 
 impl std::error::Error for Culprit {}
 
+/// A link to a peer failed (the CPU backend's): the peer's end closed, or nothing moved
+/// for the whole `--timeout` (`timed_out`). The rank then asks the store whom to blame
+/// (`Session::explain`): the peer may only be waiting for a third rank.
+#[derive(Debug)]
+pub struct LinkFailed {
+    /// The peer, as the world numbers it.
+    pub peer: usize,
+    /// Nothing moved for the whole `--timeout` (else the peer's end closed).
+    pub timed_out: bool,
+    /// What to say.
+    pub message: String,
+}
+
+impl fmt::Display for LinkFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for LinkFailed {}
+
+/// The link failure `err` comes from, if any.
+pub fn link_failed(err: &anyhow::Error) -> Option<&LinkFailed> {
+    err.chain().find_map(|e| e.downcast_ref::<LinkFailed>())
+}
+
 /// Whether `err` already names the rank that caused it.
 pub fn names_culprit(err: &anyhow::Error) -> bool {
     err.chain().any(|e| e.downcast_ref::<Culprit>().is_some())

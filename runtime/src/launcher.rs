@@ -4,8 +4,9 @@
 //! each with the variables a rank reads (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 //! `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), lets them write straight to this
 //! terminal, and waits. When one fails, the others get a moment to say what they saw
-//! (a lost peer), then are stopped, and the launcher exits non-zero naming the rank
-//! that failed first and how.
+//! (a lost peer), then are stopped, and the launcher exits non-zero naming the rank at
+//! fault and how: the rank its ranks blame ([`crate::blame`]), which may run on another
+//! node, else the first of its own that failed.
 
 use crate::error::{EXIT_FAILURE, EXIT_USAGE, usage};
 use crate::launch::{ENV_JOB_ID, ENV_LAUNCHED, Plan};
@@ -40,6 +41,8 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
     let exe = std::env::current_exe().context("finding this program's own path to start the ranks")?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut ranks: Vec<(usize, Child)> = Vec::with_capacity(nproc);
+    // Where the ranks say whom they blame: a rank on another node, this launcher cannot see.
+    let mut verdicts = crate::blame::Verdicts::new();
     for local in 0..nproc {
         let rank = plan.node_rank * nproc + local;
         let mut cmd = Command::new(&exe);
@@ -55,6 +58,9 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
             .env(ENV_LAUNCHED, "1")
             .env_remove("TORCHELASTIC_USE_AGENT_STORE");
         cmd.envs(extra_env.iter().map(|(k, v)| (k, v)));
+        if let Some(v) = &verdicts {
+            v.pass_to(&mut cmd);
+        }
         die_with_parent(&mut cmd);
         match cmd.spawn() {
             Ok(child) => ranks.push((rank, child)),
@@ -64,8 +70,11 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
             }
         }
     }
+    if let Some(v) = &mut verdicts {
+        v.started();
+    }
     let pids: Vec<u32> = ranks.iter().map(|(_, c)| c.id()).collect();
-    let code = watch(ranks);
+    let code = watch(ranks, verdicts.as_ref());
     left_by(&pids);
     Ok(code)
 }
@@ -88,12 +97,17 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
-/// Waits for every rank; on the first failure, gives the rest a grace period, then stops them.
-fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
+/// Waits for every rank; on the first failure, gives the rest a grace period, then stops
+/// them. The line it says names the rank the ranks blamed (`verdicts`), as every node's
+/// launcher does, else what it saw itself.
+fn watch(mut ranks: Vec<(usize, Child)>, verdicts: Option<&crate::blame::Verdicts>) -> u8 {
     let mut first: Option<(usize, ExitStatus)> = None;
     let mut grace_end: Option<Instant> = None;
     let mut live = ranks.len();
     let mut done = vec![false; ranks.len()];
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; ranks.len()];
+    // The ranks this launcher killed (frozen, or still running after the grace period).
+    let mut killed = vec![false; ranks.len()];
     let mut stopped = 0;
     let mut frozen: Option<Vec<usize>> = None;
     while live > 0 {
@@ -104,6 +118,7 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
             }
             if let Ok(Some(status)) = child.try_wait() {
                 done[i] = true;
+                statuses[i] = Some(status);
                 live -= 1;
                 ended.push((*rank, status));
             }
@@ -131,6 +146,7 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
             // A stopped rank cannot exit on its own: no grace period for it.
             for &i in &stopped_now {
                 let _ = ranks[i].1.kill();
+                killed[i] = true;
                 stopped += 1;
             }
             frozen = Some(stopped_now.iter().map(|&i| ranks[i].0).collect());
@@ -139,6 +155,7 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
             for (i, (_, child)) in ranks.iter_mut().enumerate() {
                 if !done[i] {
                     let _ = child.kill();
+                    killed[i] = true;
                     stopped += 1;
                 }
             }
@@ -152,36 +169,83 @@ fn watch(mut ranks: Vec<(usize, Child)>) -> u8 {
         None => 0,
         // Rank 0 has already said what the user got wrong: nothing to add.
         Some((_, s)) if s.code() == Some(EXIT_USAGE as i32) => EXIT_USAGE,
-        Some((rank, status)) => {
+        Some(first) => {
             let rest = match stopped {
                 0 => String::new(),
                 1 => "; stopped 1 rank still running".into(),
                 n => format!("; stopped {n} ranks still running"),
             };
-            let frozen = frozen.unwrap_or_default();
-            let cause = match frozen.as_slice() {
-                [] => String::new(),
-                [one] => format!("rank {one} was frozen (its process was stopped: SIGSTOP, or a debugger); then "),
-                many => format!(
-                    "{} were frozen (their processes were stopped: SIGSTOP, or a debugger); then ",
-                    crate::rank::list(&many.iter().map(|r| *r as u64).collect::<Vec<_>>())
-                ),
-            };
-            // The launcher sends no SIGKILL before the first failure: someone else did, and
-            // most often that is the kernel's out-of-memory killer.
-            let oom = match status.signal() {
-                Some(9) => {
-                    ": by someone, or by the kernel's out-of-memory killer (memory ran out: `dmesg`, or \
-                            `sacct -o State` under Slurm, says which)"
-                }
-                _ => "",
-            };
-            crate::error::say_line(&format!(
-                "launcher: {cause}rank {rank} failed first ({}{oom}){rest}",
-                describe(status)
-            ));
+            // How each rank ended, unless this launcher ended it.
+            let ended: Vec<(usize, Option<ExitStatus>)> = ranks
+                .iter()
+                .zip(statuses)
+                .zip(killed)
+                .map(|(((r, _), s), by_us)| (*r, s.filter(|_| !by_us)))
+                .collect();
+            let blamed = verdicts.and_then(|v| v.first());
+            let said = fault_line(first, &ended, &frozen.unwrap_or_default(), blamed);
+            crate::error::say_line(&format!("launcher: {said}{rest}"));
             EXIT_FAILURE
         }
+    }
+}
+
+/// What the launcher says of a failure (after "launcher: "): the rank at fault and how,
+/// then, if that is not the first of its ranks to fail, which one did. `first` is the
+/// first of its ranks that failed, `ended` how each of its ranks ended (in the order it
+/// started them; `None`: ended by this launcher), `frozen` those it found stopped,
+/// `blamed` whom the ranks blamed.
+fn fault_line(
+    first: (usize, ExitStatus),
+    ended: &[(usize, Option<ExitStatus>)],
+    frozen: &[usize],
+    blamed: Option<(usize, String)>,
+) -> String {
+    let failed = |rank: usize, status: ExitStatus| {
+        // The launcher sends no SIGKILL before the first failure: someone else did, and
+        // most often that is the kernel's out-of-memory killer.
+        let oom = match status.signal() {
+            Some(9) => {
+                ": by someone, or by the kernel's out-of-memory killer (memory ran out: `dmesg`, or `sacct -o State` \
+                 under Slurm, says which)"
+            }
+            _ => "",
+        };
+        format!("rank {rank} failed first ({}{oom})", describe(status))
+    };
+    let (rank, status) = first;
+    let frozen_line = || {
+        let cause = match frozen {
+            [] => String::new(),
+            [one] => format!("rank {one} was frozen (its process was stopped: SIGSTOP, or a debugger); then "),
+            many => format!(
+                "{} were frozen (their processes were stopped: SIGSTOP, or a debugger); then ",
+                crate::rank::list(&many.iter().map(|r| *r as u64).collect::<Vec<_>>())
+            ),
+        };
+        format!("{cause}{}", failed(rank, status))
+    };
+    let Some((culprit, cause)) = blamed else {
+        return frozen_line();
+    };
+    // The ranks blame one of this node's ranks: what this launcher saw of it says how.
+    if frozen.contains(&culprit) {
+        return frozen_line();
+    }
+    // "rank 0, which hosts the store, ...", "rank 3 stopped responding ...".
+    let sep = if cause.starts_with("which") { ", " } else { " " };
+    match ended.iter().find(|(r, _)| *r == culprit) {
+        Some((_, Some(s))) if !s.success() => failed(culprit, *s),
+        // Neither ended by itself nor stopped here (or ended well): as the ranks say.
+        Some(_) => format!(
+            "rank {culprit}{sep}{cause}; then rank {rank} failed ({})",
+            describe(status)
+        ),
+        // A rank of another node: as the ranks say, then what happened here.
+        None => format!(
+            "rank {culprit} (on another node){sep}{cause}; then rank {rank} here failed ({})",
+            describe(status)
+        ),
     }
 }
 
@@ -255,4 +319,64 @@ pub fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(Instant::now().elapsed().as_nanos() ^ u128::from(std::process::id()));
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    fn signal(sig: i32) -> ExitStatus {
+        ExitStatus::from_raw(sig)
+    }
+
+    #[test]
+    fn every_launcher_names_the_rank_its_ranks_blame() {
+        let silent = || {
+            Some((
+                3,
+                "stopped responding (no heartbeat for 4 s: its process is stopped or frozen)".into(),
+            ))
+        };
+        // On another node: as the ranks say, then what happened here.
+        let here = [(0, Some(exit(1))), (1, Some(exit(1)))];
+        assert_eq!(
+            fault_line((0, exit(1)), &here, &[], silent()),
+            "rank 3 (on another node) stopped responding (no heartbeat for 4 s: its process is stopped or frozen); \
+             then rank 0 here failed (exit status 1)"
+        );
+        // On this node, found frozen: as this launcher saw it.
+        let here = [(2, Some(exit(1))), (3, None)];
+        assert_eq!(
+            fault_line((2, exit(1)), &here, &[3], silent()),
+            "rank 3 was frozen (its process was stopped: SIGSTOP, or a debugger); then rank 2 failed first (exit \
+             status 1)"
+        );
+        // Killed on this node, though another of its ranks exited first.
+        let lost = Some((2, "failed first (its connection closed)".to_string()));
+        let here = [(2, Some(signal(9))), (3, Some(exit(1)))];
+        assert!(
+            fault_line((3, exit(1)), &here, &[], lost.clone())
+                .starts_with("rank 2 failed first (killed by signal 9 (SIGKILL): by someone, or by the kernel's")
+        );
+        // The store's host, on another node.
+        assert_eq!(
+            fault_line(
+                (1, exit(1)),
+                &[(1, Some(exit(1)))],
+                &[],
+                Some((0, "which hosts the store, stopped answering or is gone".into()))
+            ),
+            "rank 0 (on another node), which hosts the store, stopped answering or is gone; then rank 1 here failed \
+             (exit status 1)"
+        );
+        // Nobody blamed: the first of its own that failed.
+        assert_eq!(
+            fault_line((1, exit(1)), &[(1, Some(exit(1)))], &[], None),
+            "rank 1 failed first (exit status 1)"
+        );
+    }
 }

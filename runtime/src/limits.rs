@@ -41,11 +41,12 @@ pub fn open_files() -> Option<u64> {
 }
 
 /// About how many descriptors a rank of a job of `world` ranks holds: one per peer (a
-/// socket or a shared-memory channel), one more per rank for the one that hosts the store
-/// (rank 0: its clients), and 16 of its own (arena, streams, the store's listener). Measured
-/// on the CPU backend, one host: rank 0 holds 2 × world + 7, the others world + 6.
+/// socket or a shared-memory channel), two more per rank for the one that hosts the store
+/// (rank 0: its clients, each with its heartbeat's connection), and 16 of its own (arena,
+/// streams, the store's listener). Measured on the CPU backend, one host of 16 ranks:
+/// rank 0 holds 3 × world + 9, the others at most world + 10.
 pub fn files_needed(world: usize, hosts_store: bool) -> u64 {
-    let per_rank = if hosts_store { 2 } else { 1 };
+    let per_rank = if hosts_store { 3 } else { 1 };
     per_rank * world as u64 + 16
 }
 
@@ -57,7 +58,7 @@ pub fn open_files_short(world: usize, hosts_store: bool) -> Option<String> {
     let need = files_needed(world, hosts_store);
     let who = if hosts_store { "rank 0" } else { "a rank" };
     let per = if hosts_store {
-        "2 per rank, as it hosts the store"
+        "3 per rank, as it hosts the store and the ranks' heartbeats"
     } else {
         "1 per rank"
     };

@@ -27,10 +27,19 @@ const BYE: u8 = 5;
 const FIRST_LOST: u8 = 6;
 const CLOCK: u8 = 7;
 const WAITING: u8 = 8;
+/// A heartbeat, on a rank's heartbeat connection ([`Store::heartbeat`]).
+const BEAT: u8 = 9;
+/// Who is to blame for a failure ([`Store::blame`]).
+const BLAME: u8 = 10;
 const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
 const MAX_FRAME: u64 = 16 << 20;
+/// What a connection joins as, after the rank (absent: [`ROLE_RANK`]).
+const ROLE_RANK: u64 = 0;
+/// A rank's heartbeat connection: it beats, and its closing says nothing (the rank's own
+/// connection says whether the rank is gone).
+const ROLE_HEARTBEAT: u64 = 1;
 /// The largest join: a job id (200 bytes at most), a world size and a rank.
 const MAX_HELLO: u64 = 4 << 10;
 /// How long a connection may take to join, whatever it sends meanwhile.
@@ -113,6 +122,11 @@ struct State {
     /// What each rank is waiting for in the store now: a rank missing from a wait that
     /// is itself waiting here is not the one stuck.
     waiting: HashMap<usize, String>,
+    /// When each rank's heartbeat last came (the ranks that beat: the CPU backend's).
+    beats: HashMap<usize, Instant>,
+    /// The rank to blame for the job's failure, and why, once a rank asked
+    /// ([`Store::blame`]): every rank that asks later gets the same answer.
+    culprit: Option<(usize, String)>,
 }
 
 impl StoreServer {
@@ -156,9 +170,10 @@ impl StoreServer {
                         continue;
                     }
                 };
-                let id = strangers.lock().unwrap_or_else(|p| p.into_inner()).admit(&conn);
                 let (shared, strangers) = (shared.clone(), strangers.clone());
                 let _ = thread::Builder::new().name("store-conn".into()).spawn(move || {
+                    // Counted in by its own thread, which alone closes it, after counting it out.
+                    let id = strangers.lock().unwrap_or_else(|p| p.into_inner()).admit(&conn);
                     serve(conn, &shared, &|| {
                         strangers.lock().unwrap_or_else(|p| p.into_inner()).joined(id);
                     })
@@ -210,23 +225,25 @@ impl Drop for StoreServer {
     }
 }
 
-/// The connections that have not joined yet, oldest first.
+/// The connections that have not joined yet, oldest first, by descriptor: one descriptor
+/// each (a clone would double what strangers cost rank 0). A connection's thread counts it
+/// out ([`Strangers::joined`]) before it can close it, under the same lock as
+/// [`Strangers::close_oldest`], so a descriptor listed here is always still that connection's.
 #[derive(Default)]
 struct Strangers {
     next: u64,
-    waiting: std::collections::VecDeque<(u64, TcpStream)>,
+    waiting: std::collections::VecDeque<(u64, std::os::fd::RawFd)>,
 }
 
 impl Strangers {
     /// Counts a new connection in (closing the oldest stranger past the cap); its id.
     fn admit(&mut self, conn: &TcpStream) -> u64 {
+        use std::os::fd::AsRawFd;
         if self.waiting.len() >= MAX_STRANGERS {
             self.close_oldest();
         }
         self.next += 1;
-        if let Ok(c) = conn.try_clone() {
-            self.waiting.push_back((self.next, c));
-        }
+        self.waiting.push_back((self.next, conn.as_raw_fd()));
         self.next
     }
 
@@ -235,11 +252,13 @@ impl Strangers {
         self.waiting.retain(|(i, _)| *i != id);
     }
 
-    /// Closes the connection that has waited longest without joining: its thread's read
-    /// ends at once, and its descriptors are freed.
+    /// Shuts down the connection that has waited longest without joining: its thread's
+    /// read ends at once, and its thread then closes it.
     fn close_oldest(&mut self) {
-        if let Some((_, c)) = self.waiting.pop_front() {
-            let _ = c.shutdown(std::net::Shutdown::Both);
+        if let Some((_, fd)) = self.waiting.pop_front() {
+            // SAFETY: `fd` is open (its thread counts it out before closing it, under the
+            // lock held here); shutdown(2) ends its reads and writes, and closes nothing.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         }
     }
 }
@@ -280,8 +299,8 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     let Ok((HELLO, payload)) = hello else {
         return;
     };
-    let rank = match shared.join(&payload, &peer) {
-        Ok(rank) => rank,
+    let (rank, role) = match shared.join(&payload, &peer) {
+        Ok(joined) => joined,
         Err(why) => {
             let _ = wire::write_frame(&mut conn, ERR, why.as_bytes());
             return;
@@ -294,9 +313,26 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     let how = loop {
         let (kind, payload) = match wire::read_frame(&mut conn, MAX_FRAME) {
             Ok(frame) => frame,
+            Err(_) if role == ROLE_HEARTBEAT => return,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break "its connection closed".to_string(),
             Err(e) => break format!("its connection failed: {e}"),
         };
+        if role == ROLE_HEARTBEAT {
+            // Only heartbeats; their connection closing says nothing.
+            if kind != BEAT {
+                return;
+            }
+            shared
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .beats
+                .insert(rank, Instant::now());
+            if wire::write_frame(&mut conn, OK, &[]).is_err() {
+                return;
+            }
+            continue;
+        }
         if kind == BYE {
             shared.update(|st| st.finished.insert(rank));
             return;
@@ -323,10 +359,16 @@ impl Shared {
     }
 
     /// Checks a join against the job: identity, world size, rank, no second copy of a rank.
-    fn join(&self, payload: &[u8], peer: &str) -> std::result::Result<usize, String> {
+    /// Returns the rank and what the connection joins as (a rank, or its heartbeat).
+    fn join(&self, payload: &[u8], peer: &str) -> std::result::Result<(usize, u64), String> {
         let mut d = Decoder(payload);
         let (job, world, rank) =
             (|| Ok::<_, io::Error>((d.str()?, d.u64()?, d.u64()?)))().map_err(|e| format!("malformed join: {e}"))?;
+        let role = if d.0.is_empty() {
+            ROLE_RANK
+        } else {
+            d.u64().map_err(|e| format!("malformed join: {e}"))?
+        };
         if job != self.job_id {
             return Err(format!(
                 "this store belongs to job '{}', not to job '{job}': is another job using the same \
@@ -343,6 +385,22 @@ impl Shared {
         }
         crate::rank::check(rank as usize, world as usize, "the joining rank")?;
         let rank = rank as usize;
+        match role {
+            ROLE_RANK => {}
+            // A heartbeat comes from a rank that has joined: it adds no rank.
+            ROLE_HEARTBEAT
+                if self
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .joined
+                    .contains_key(&rank) =>
+            {
+                return Ok((rank, role));
+            }
+            ROLE_HEARTBEAT => return Err(format!("a heartbeat of rank {rank}, which has not joined")),
+            other => return Err(format!("malformed join: role {other}")),
+        }
         self.update(|st| {
             if let Some(first) = st.joined.get(&rank) {
                 return Err(format!(
@@ -350,7 +408,7 @@ impl Shared {
                 ));
             }
             st.joined.insert(rank, peer.to_string());
-            Ok(rank)
+            Ok((rank, role))
         })
     }
 
@@ -404,6 +462,17 @@ impl Shared {
                 }
                 Ok(e.0)
             }
+            BLAME => {
+                let quiet = Duration::from_millis(d.u64().map_err(malformed)?);
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if st.culprit.is_none() {
+                    st.culprit = culprit(&st, rank, quiet, Instant::now());
+                }
+                Ok(match &st.culprit {
+                    Some((r, why)) => Encoder::default().u64(1).u64(*r as u64).str(why).0,
+                    None => Encoder::default().u64(0).0,
+                })
+            }
             CLOCK => Ok(Encoder::default().u64(crate::clock::monotonic_ns()).str(&self.boot).0),
             other => Err(format!("unknown request kind {other}")),
         }
@@ -447,6 +516,32 @@ impl Shared {
                 .0;
         }
     }
+}
+
+/// The rank to blame for a failure that `asker` met, and why: the first rank lost (its
+/// connection closed without a goodbye: killed, crashed, or exited without a word), else
+/// the rank whose heartbeat has been missing longest, at least `quiet` (its process is
+/// stopped or frozen: it cannot even beat). `None` when every rank is alive and beating.
+fn culprit(st: &State, asker: usize, quiet: Duration, now: Instant) -> Option<(usize, String)> {
+    if let Some(r) = st.first_lost {
+        return Some((r, format!("failed first ({})", st.lost[&r])));
+    }
+    let gone = |r: &usize| st.finished.contains(r) || st.lost.contains_key(r) || *r == asker;
+    st.beats
+        .iter()
+        .filter(|(r, _)| !gone(r))
+        .map(|(r, at)| (now.saturating_duration_since(*at), *r))
+        .filter(|(silent, _)| *silent >= quiet)
+        .max()
+        .map(|(silent, r)| {
+            (
+                r,
+                format!(
+                    "stopped responding (no heartbeat for {}: its process is stopped or frozen)",
+                    crate::units::human_duration(Duration::from_millis(silent.as_millis() as u64 / 100 * 100))
+                ),
+            )
+        })
 }
 
 /// Who of `missing` kept a wait from ending, the rank the others wait on first: ranks
@@ -514,6 +609,25 @@ pub fn lost_the_store(err: &anyhow::Error) -> bool {
     err.chain().any(|e| e.is::<StoreLost>())
 }
 
+/// What the store answered to a request it could not grant: a wait whose ranks never
+/// came or are gone, a refusal. Typed, so that a rank tells a failure that other ranks
+/// caused (it then asks whom to blame) from its own.
+#[derive(Debug)]
+pub struct StoreSaid(String);
+
+impl std::fmt::Display for StoreSaid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreSaid {}
+
+/// Whether `err` (or what it wraps) is the store's answer ([`StoreSaid`]).
+pub fn store_said(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<StoreSaid>())
+}
+
 /// A rank's connection to the store.
 pub struct Store {
     conn: TcpStream,
@@ -531,7 +645,7 @@ impl Store {
         let deadline = Instant::now() + timeout;
         let mut last_err;
         loop {
-            match try_connect(&addr, join, deadline, timeout) {
+            match try_connect(&addr, join, ROLE_RANK, deadline, timeout) {
                 Ok(conn) => {
                     return Ok(Store {
                         conn,
@@ -655,6 +769,42 @@ impl Store {
         })
     }
 
+    /// Who is to blame for the failure this rank met, as the store judges it for every rank
+    /// alike: the first rank lost, else the rank silent longest, at least `quiet` (no
+    /// heartbeat: stopped or frozen). The first answer given is the answer every rank gets
+    /// from then on. `None` when every rank is alive and beating (nothing is recorded).
+    pub fn blame(&mut self, quiet: Duration) -> Result<Option<(usize, String)>> {
+        let reply = self.call(BLAME, &Encoder::default().u64(quiet.as_millis() as u64).0, "who failed")?;
+        let mut d = Decoder(&reply);
+        Ok(if d.u64()? == 1 {
+            Some((d.u64()? as usize, d.str()?.to_string()))
+        } else {
+            None
+        })
+    }
+
+    /// A connection of this rank's own for its heartbeat ([`crate::heartbeat`]), beside the
+    /// rank's connection (which must have joined): each request gives up after `limit`.
+    /// Its closing, whenever, says nothing: the rank's connection says whether it is gone.
+    pub fn heartbeat(&self, join: &Join, limit: Duration) -> Result<Store> {
+        let deadline = Instant::now() + limit;
+        match try_connect(&self.addr, join, ROLE_HEARTBEAT, deadline, limit) {
+            Ok(conn) => Ok(Store {
+                conn,
+                addr: self.addr.clone(),
+                timeout: limit,
+                reply_within: limit,
+            }),
+            Err(Attempt::Refused(why) | Attempt::Silent(why)) => bail!("{why}"),
+            Err(Attempt::Failed(e)) => Err(e.into()),
+        }
+    }
+
+    /// One heartbeat, on a connection made by [`Store::heartbeat`].
+    pub fn beat(&mut self) -> Result<()> {
+        self.call(BEAT, &[], "a heartbeat").map(drop)
+    }
+
     /// The ranks waiting in the store now (in a meeting: a table, a check, a barrier):
     /// ranks that went on, as opposed to ranks busy elsewhere.
     pub fn waiting(&mut self) -> Result<Vec<usize>> {
@@ -697,7 +847,7 @@ impl Store {
         let (reply, body) = wire::read_frame(&mut Until::new(&self.conn, reply_by), MAX_FRAME).map_err(lost)?;
         match reply {
             OK => Ok(body),
-            ERR => Err(anyhow!("{}", String::from_utf8_lossy(&body))),
+            ERR => Err(StoreSaid(String::from_utf8_lossy(&body).into_owned()).into()),
             other => Err(anyhow!(
                 "the store sent an unknown reply kind {other} to a request about '{about}'"
             )),
@@ -717,6 +867,7 @@ enum Attempt {
 fn try_connect(
     addr: &str,
     join: &Join,
+    role: u64,
     deadline: Instant,
     timeout: Duration,
 ) -> std::result::Result<TcpStream, Attempt> {
@@ -733,10 +884,13 @@ fn try_connect(
             Ok(mut conn) => {
                 let _ = conn.set_nodelay(true);
                 conn.set_write_timeout(Some(left)).map_err(Attempt::Failed)?;
-                let hello = Encoder::default()
+                let mut hello = Encoder::default()
                     .str(&join.job_id)
                     .u64(join.world_size as u64)
                     .u64(join.rank as u64);
+                if role != ROLE_RANK {
+                    hello = hello.u64(role);
+                }
                 wire::write_frame(&mut conn, HELLO, &hello.0).map_err(Attempt::Failed)?;
                 let mut reply = Until::new(&conn, by);
                 let answer = wire::read_frame(&mut reply, MAX_FRAME);
@@ -872,6 +1026,80 @@ mod tests {
         let e = st.barrier("b", 0, 2).unwrap_err().to_string();
         assert!(e.contains("rank 1 is gone"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(2));
+    }
+
+    /// A heartbeat connection for `rank` of a world of 3, beside `store`'s.
+    fn heartbeat_of(store: &Store, rank: usize) -> Result<Store> {
+        let j = Join {
+            job_id: "job-a".into(),
+            world_size: 3,
+            rank,
+        };
+        store.heartbeat(&j, Duration::from_secs(2))
+    }
+
+    #[test]
+    fn the_rank_whose_heartbeat_stopped_is_blamed_and_every_rank_gets_that_answer() {
+        let s = server(3);
+        let mut zero = join(&s, "job-a", 3, 0).unwrap();
+        let (one, two) = (join(&s, "job-a", 3, 1).unwrap(), join(&s, "job-a", 3, 2).unwrap());
+        let (mut beat1, mut beat2) = (heartbeat_of(&one, 1).unwrap(), heartbeat_of(&two, 2).unwrap());
+        beat1.beat().unwrap();
+        beat2.beat().unwrap();
+        // Both beat: nobody to blame (and nothing recorded).
+        assert_eq!(zero.blame(Duration::from_millis(300)).unwrap(), None);
+        // Rank 2 stops beating; rank 1 goes on.
+        for _ in 0..8 {
+            thread::sleep(Duration::from_millis(50));
+            beat1.beat().unwrap();
+        }
+        let (rank, why) = zero.blame(Duration::from_millis(300)).unwrap().unwrap();
+        assert_eq!(rank, 2, "{why}");
+        assert!(
+            why.starts_with("stopped responding (no heartbeat for ")
+                && why.ends_with(": its process is stopped or frozen)"),
+            "{why}"
+        );
+        // The answer stands, for every rank, whatever happens next (rank 1 lost, say).
+        drop(beat1);
+        drop(one);
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(zero.blame(Duration::from_millis(300)).unwrap(), Some((2, why)));
+        drop(two);
+    }
+
+    #[test]
+    fn a_lost_rank_is_blamed_before_a_silent_one_and_a_heartbeat_closing_loses_nobody() {
+        let s = server(3);
+        let mut zero = join(&s, "job-a", 3, 0).unwrap();
+        let one = join(&s, "job-a", 3, 1).unwrap();
+        let two = join(&s, "job-a", 3, 2).unwrap();
+        let mut beat1 = heartbeat_of(&one, 1).unwrap();
+        beat1.beat().unwrap();
+        // A heartbeat's connection closing says nothing; its rank is still there.
+        drop(beat1);
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(zero.first_lost().unwrap(), None);
+        // Rank 1 is silent by now, but rank 2 is lost: the lost one is to blame.
+        drop(two);
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            zero.blame(Duration::from_millis(50)).unwrap(),
+            Some((2, "failed first (its connection closed)".into()))
+        );
+        drop(one);
+    }
+
+    #[test]
+    fn a_heartbeat_is_refused_for_a_rank_that_has_not_joined() {
+        let s = server(3);
+        let zero = join(&s, "job-a", 3, 0).unwrap();
+        let e = heartbeat_of(&zero, 2).err().unwrap().to_string();
+        assert!(e.contains("a heartbeat of rank 2, which has not joined"), "{e}");
+        // A heartbeat adds no rank: rank 0 may beat, and still join only once.
+        assert!(heartbeat_of(&zero, 0).is_ok());
+        let e = join(&s, "job-a", 3, 0).err().unwrap().to_string();
+        assert!(e.contains("already joined"), "{e}");
     }
 
     #[test]

@@ -254,39 +254,82 @@ impl Session {
         }
     }
 
-    /// Adds to a failure which rank went first, when that is another rank: a rank whose
-    /// neighbour exited because of a third rank's crash then names the crashed one.
+    /// Adds to a failure the rank at fault, when that is another rank, and tells this
+    /// rank's launcher (if any) whom it blames (`workbook_runtime::blame`), so that every launcher
+    /// names the same rank. The store judges for every rank alike
+    /// ([`crate::rendezvous::Store::blame`]): the first rank lost (killed, crashed), else
+    /// the rank whose heartbeat stopped (stopped or frozen). A rank whose neighbour gave up
+    /// waiting for a third one then names the third, not its neighbour.
     #[doc(hidden)]
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+        use workbook_runtime::blame::{named_in, tell_launcher};
+        const STORE_GONE: &str = "which hosts the store, stopped answering or is gone";
         if crate::error::is_shared(&err) {
             return err;
         }
+        let me = self.rank();
         // The store itself is lost: asking it anything would wait for nothing.
         if crate::rendezvous::lost_the_store(&err) {
-            return match self.rank() {
+            return match me {
                 0 => err,
-                _ => err.context("rank 0, which hosts the store, stopped answering or is gone"),
+                _ => {
+                    tell_launcher(0, STORE_GONE);
+                    err.context(format!("rank 0, {STORE_GONE}"))
+                }
             };
         }
         // A message this rank sent and a peer went on without receiving: the cause.
         if let Some(line) = self.unreceived_at_failure() {
             return err.context(line);
         }
-        if crate::error::is_shared(&err) || crate::error::names_culprit(&err) {
+        // Already named (the NCCL backend's watchdog): the launcher hears it too.
+        if crate::error::names_culprit(&err) {
+            let named = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<crate::error::Culprit>())
+                .and_then(|c| named_in(&c.0));
+            if let Some((r, why)) = named.filter(|(r, _)| *r != me) {
+                tell_launcher(r, &why);
+            }
             return err;
         }
-        // Give the store a moment to see the connection of a killed rank close; ask it
-        // briefly (a frozen rank 0 must not hold this rank's exit back).
-        std::thread::sleep(Duration::from_millis(50));
-        let asked = self
-            .store
-            .watcher(Duration::from_secs(1))
-            .and_then(|mut s| s.first_lost());
-        match asked {
-            Ok(Some((r, how))) if r != self.rank() => err.context(format!("rank {r} failed first ({how})")),
-            Ok(_) => err,
-            Err(_) if self.rank() != 0 => err.context("rank 0, which hosts the store, is gone too"),
-            Err(_) => err,
+        // This rank's own failure (a full /dev/shm, a refused allocation): another rank that
+        // failed too, or first, is no cause of it. On the CPU backend, a failure that other
+        // ranks caused comes from a link or from the store.
+        let caused_by_others = crate::error::link_failed(&err).is_some()
+            || crate::rendezvous::store_said(&err)
+            || !matches!(self.comm, Communicator::Cpu(_));
+        if !caused_by_others {
+            return err;
+        }
+        // A peer's end closed: the store may learn that a killed rank's connection closed a
+        // moment after its peers do. Ask it again for up to a second (a frozen rank 0 must
+        // not hold this rank's exit back: each question waits a second at most).
+        let patience = match crate::error::link_failed(&err) {
+            Some(link) if !link.timed_out => Duration::from_secs(1),
+            _ => Duration::from_millis(100),
+        };
+        let quiet = workbook_runtime::heartbeat::quiet(self.timeout);
+        let asked_at = std::time::Instant::now();
+        let mut store = match self.store.watcher(Duration::from_secs(1)) {
+            Ok(s) => s,
+            Err(_) => return err,
+        };
+        loop {
+            match store.blame(quiet) {
+                Ok(Some((r, why))) if r != me => {
+                    tell_launcher(r, &why);
+                    return err.context(format!("rank {r} {why}"));
+                }
+                Ok(Some(_)) => return err,
+                Ok(None) if asked_at.elapsed() < patience => std::thread::sleep(Duration::from_millis(50)),
+                Ok(None) => return err,
+                Err(_) if me != 0 => {
+                    tell_launcher(0, STORE_GONE);
+                    return err.context(format!("rank 0, {STORE_GONE}"));
+                }
+                Err(_) => return err,
+            }
         }
     }
 }
