@@ -112,7 +112,7 @@ fn a_rank_killed_in_the_split_is_named_within_the_timeout_and_nothing_is_left() 
     for nccl in [false, true] {
         let rooms = testkit::nccl_double_dir().with_file_name(format!("rooms-split-{}", std::process::id()));
         std::fs::create_dir_all(&rooms).unwrap();
-        let shm_before = std::fs::read_dir("/dev/shm").map(|d| d.count()).unwrap_or(0);
+        let before = orphans();
         let args = [
             "--nproc-per-node",
             "4",
@@ -145,8 +145,26 @@ fn a_rank_killed_in_the_split_is_named_within_the_timeout_and_nothing_is_left() 
             );
         }
         assert!(!r.stderr.contains("panicked"), "{ctx}");
-        let shm_after = std::fs::read_dir("/dev/shm").map(|d| d.count()).unwrap_or(0);
-        assert!(shm_after <= shm_before, "files left in /dev/shm: {ctx}");
+        let left: Vec<String> = orphans().difference(&before).cloned().collect();
+        assert!(left.is_empty(), "files left in /dev/shm: {left:?}\n{ctx}");
         let _ = std::fs::remove_dir_all(&rooms);
     }
+}
+
+/// The shared-memory channel files in /dev/shm whose owner (the process in their name,
+/// `nccl-workbook-<pid>-...`) is gone: what a job left behind. (Counting every file would
+/// count the channels of the jobs this file's other tests run at the same time.)
+fn orphans() -> std::collections::BTreeSet<String> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Default::default();
+    };
+    dir.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            let owner = name.strip_prefix("nccl-workbook-").and_then(|r| r.split('-').next());
+            owner
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect()
 }

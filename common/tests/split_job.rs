@@ -83,19 +83,22 @@ fn every_collective_on_split_communicators_of_1_to_8_ranks() {
 
 #[test]
 fn every_collective_on_split_communicators_on_the_nccl_double() {
-    // Communicators of 2 (and a rank without a color), 3 and 1 ranks.
+    // Communicators of 2 (and a rank without a color), 3, 1, 4, 7 and 8 ranks.
     for (world, colors, extra) in [
         (4usize, 2usize, &["--reverse"][..]),
         (5, 2, &["--nocolor-last"][..]),
         (6, 2, &[][..]),
         (2, 2, &[][..]),
+        (8, 2, &["--reverse"][..]),
+        (8, 1, &["--nocolor-last"][..]),
+        (8, 1, &[][..]),
     ] {
         let c = colors.to_string();
         let mut args = vec!["--colors", &c];
         args.extend_from_slice(extra);
         all_checked(
             &job(world, &args, true),
-            2,
+            colors,
             &format!("{world} GPUs, {colors} colors {extra:?}"),
         );
     }
@@ -104,10 +107,10 @@ fn every_collective_on_split_communicators_on_the_nccl_double() {
 #[test]
 fn a_rank_that_never_splits_is_named_within_the_timeout() {
     for gpus in [false, true] {
-        let started = std::time::Instant::now();
         let r = job(3, &["--skip-split", "1", "--timeout", "3"], gpus);
         assert_eq!(r.code, Some(1), "{r}");
-        assert!(started.elapsed().as_secs() < 3 + 5, "{r}");
+        // The job's own time (building the example or the double is not counted).
+        assert!(r.elapsed.as_secs() < 3 + 5, "{r}");
         assert!(
             r.stderr
                 .contains("rank 1 failed first (its connection closed): timed out after 3 s waiting for every rank's color and key for the split"),
