@@ -36,6 +36,8 @@ USAGE
 }
 
 bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=bench/nodes.sh
+source "$bench_dir/nodes.sh"
 repo_dir=$(dirname "$bench_dir")
 target_dir=${CARGO_TARGET_DIR:-$repo_dir/target}
 case "$target_dir" in
@@ -91,32 +93,12 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/hierarchy.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# One job on every node, on a master port picked at random (another once more if it was
-# taken): prints "hierarchical_us flat_us" (node 0's two Time: lines).
+# One job on every node (bench/nodes.sh): prints "hierarchical_us flat_us" (node 0's two
+# Time: lines).
 job() {
-    local size=$1 port node try failed pids
-    for try in 1 2 3; do
-        port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        pids=()
-        for ((node = 0; node < nodes; node++)); do
-            SLURMD_NODENAME="node-$node" NCCL_ALGO=$algo timeout 600 "$bin" --backend cpu \
-                --nnodes "$nodes" --node-rank "$node" --nproc-per-node "$per_node" \
-                --master-addr 127.0.0.1 --master-port "$port" --link "$link" \
-                --size "$size" --iters "$iters" --show 0 \
-                >"$work/out.$node" 2>"$work/err.$node" &
-            pids+=($!)
-        done
-        failed=-1
-        for ((node = 0; node < nodes; node++)); do
-            wait "${pids[$node]}" || ((failed >= 0)) || failed=$node
-        done
-        ((failed < 0)) && break
-        if ((try == 3)) || ! grep -q 'already in use' "$work/err.0"; then
-            echo "bench/hierarchy.sh: --size $size failed on node $failed:" >&2
-            tail -3 "$work/err.$failed" >&2
-            exit 1
-        fi
-    done
+    local size=$1
+    on_nodes "$work" "$nodes" "--size $size" env NCCL_ALGO="$algo" "$bin" --backend cpu \
+        --nproc-per-node "$per_node" --link "$link" --size "$size" --iters "$iters" --show 0
     grep '^Time:' "$work/out.0" | awk '{ printf "%s ", $2 } END { print "" }'
 }
 

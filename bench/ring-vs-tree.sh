@@ -33,6 +33,8 @@ USAGE
 }
 
 bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=bench/nodes.sh
+source "$bench_dir/nodes.sh"
 repo_dir=$(dirname "$bench_dir")
 target_dir=${CARGO_TARGET_DIR:-$repo_dir/target}
 case "$target_dir" in
@@ -90,32 +92,13 @@ command -v jq >/dev/null || die "jq is needed to read 07-nccl-perf's JSON (apt-g
 work=$(mktemp -d "${TMPDIR:-/tmp}/ring-vs-tree.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# One sweep on every node, on a master port picked at random (another once more if it was
-# taken): prints "size time_us algo" per row (node 0's JSON).
+# One sweep on every node (bench/nodes.sh): prints "size time_us algo" per row (node 0's
+# JSON).
 sweep() {
-    local link=$1 algo=$2 port node try failed pids
-    for try in 1 2 3; do
-        port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        pids=()
-        for ((node = 0; node < nodes; node++)); do
-            SLURMD_NODENAME="node-$node" NCCL_ALGO=$algo timeout 600 "$perf_bin" --backend cpu \
-                --nnodes "$nodes" --node-rank "$node" --nproc-per-node "$per_node" \
-                --master-addr 127.0.0.1 --master-port "$port" --link "$link" --op all_reduce \
-                -b "$min" -e "$max" -f "$factor" -n "$iters" -w 3 --format json \
-                >"$work/out.$node" 2>"$work/err.$node" &
-            pids+=($!)
-        done
-        failed=-1
-        for ((node = 0; node < nodes; node++)); do
-            wait "${pids[$node]}" || ((failed >= 0)) || failed=$node
-        done
-        ((failed < 0)) && break
-        if ((try == 3)) || ! grep -q 'already in use' "$work/err.0"; then
-            echo "bench/ring-vs-tree.sh: --link $link NCCL_ALGO=$algo failed on node $failed:" >&2
-            tail -3 "$work/err.$failed" >&2
-            exit 1
-        fi
-    done
+    local link=$1 algo=$2
+    on_nodes "$work" "$nodes" "--link $link NCCL_ALGO=$algo" env NCCL_ALGO="$algo" "$perf_bin" --backend cpu \
+        --nproc-per-node "$per_node" --link "$link" --op all_reduce \
+        -b "$min" -e "$max" -f "$factor" -n "$iters" -w 3 --format json
     jq -r '.rows[] | "\(.size) \(.out_of_place.time_us) \(.out_of_place.algo)"' "$work/out.0"
 }
 

@@ -34,8 +34,7 @@ fn main() -> std::process::ExitCode {
     common::main(&args.run, |session| {
         let (rank, n) = (session.rank(), session.world_size());
         // The grid: `tp` ranks per row, as Megatron places them (rank = row × tp + column).
-        let on_node_0 = (0..n).filter(|&r| session.host_of(r) == session.host_of(0)).count();
-        let tp = common::grid::row_length("--tp", args.tp, on_node_0, n)?;
+        let tp = common::grid::row_length("--tp", args.tp, session.ranks_per_node(), n)?;
         let (row, column) = (rank / tp, rank % tp);
 
         // Two splits, each called by every rank: the color says which group, the key the

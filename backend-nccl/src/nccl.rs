@@ -182,25 +182,14 @@ impl Nccl {
 
         // 4. Join, without blocking: the call returns at once, and the wait below polls
         //    until every rank has joined (or someone failed, or the deadline passed).
-        let nccl = Nccl {
+        let watchdog = Watchdog::new(store, rank, world, timeout)?;
+        let nccl = Nccl::on_stream(
             rank,
-            place: (rank, world),
-            stream,
-            comm: Cell::new(std::ptr::null_mut()),
-            groups: Cell::new(0),
-            timed: Cell::new(std::ptr::null_mut()),
-            timed_slot: Box::new(Cell::new(std::ptr::null_mut())),
-            in_timed_loop: Cell::new(false),
-            stuck: RefCell::new(None),
-            waited: Cell::new(Duration::ZERO),
-            last: RefCell::new(Label::of("joining the communicator (ncclCommInitRankConfig)")),
-            progress: RefCell::new(Progress::default()),
-            watchdog: RefCell::new(Watchdog::new(store, rank, world, timeout)?),
-            gpu,
-            aside: RefCell::new(None),
-            held: RefCell::new(Vec::new()),
-            shown,
-        };
+            (rank, world),
+            (stream, gpu, shown),
+            watchdog,
+            "joining the communicator (ncclCommInitRankConfig)",
+        );
         let mut comm = std::ptr::null_mut();
         let mut config = config(false);
         let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
@@ -220,6 +209,37 @@ impl Nccl {
         );
         nccl.called(r, call.label())?;
         Ok(nccl)
+    }
+
+    /// A rank's communicator before NCCL has made it (null until the init or split writes
+    /// it): world rank `rank`, `place` in it, on `stream` of `gpu`, calls shown as `shown`
+    /// says, its waits watched by `watchdog`; `doing` names what the first wait is for.
+    fn on_stream(
+        rank: usize,
+        place: (usize, usize),
+        (stream, gpu, shown): (Arc<CudaStream>, Gpu, Shown),
+        watchdog: Watchdog,
+        doing: &'static str,
+    ) -> Nccl {
+        Nccl {
+            rank,
+            place,
+            stream,
+            comm: Cell::new(std::ptr::null_mut()),
+            groups: Cell::new(0),
+            timed: Cell::new(std::ptr::null_mut()),
+            timed_slot: Box::new(Cell::new(std::ptr::null_mut())),
+            in_timed_loop: Cell::new(false),
+            stuck: RefCell::new(None),
+            waited: Cell::new(Duration::ZERO),
+            last: RefCell::new(Label::of(doing)),
+            progress: RefCell::new(Progress::default()),
+            watchdog: RefCell::new(watchdog),
+            gpu,
+            aside: RefCell::new(None),
+            held: RefCell::new(Vec::new()),
+            shown,
+        }
     }
 
     /// The GPU's name, as `nvidia-smi` shows it.
@@ -317,25 +337,14 @@ impl Nccl {
                 self.rank
             ));
         }
-        let child = Nccl {
-            rank: self.rank,
+        let child = Nccl::on_stream(
+            self.rank,
             place,
-            stream: self.stream.clone(),
-            comm: Cell::new(comm),
-            groups: Cell::new(0),
-            timed: Cell::new(std::ptr::null_mut()),
-            timed_slot: Box::new(Cell::new(std::ptr::null_mut())),
-            in_timed_loop: Cell::new(false),
-            stuck: RefCell::new(None),
-            waited: Cell::new(Duration::ZERO),
-            last: RefCell::new(Label::of("joining the split communicator (ncclCommSplit)")),
-            progress: RefCell::new(Progress::default()),
-            watchdog: RefCell::new(watchdog),
-            gpu: self.gpu.clone(),
-            aside: RefCell::new(None),
-            held: RefCell::new(Vec::new()),
-            shown: self.shown,
-        };
+            (self.stream.clone(), self.gpu.clone(), self.shown),
+            watchdog,
+            "joining the split communicator (ncclCommSplit)",
+        );
+        child.comm.set(comm);
         // The new communicator is non-blocking too: it may still be connecting.
         child.called(
             ncclResult_t::ncclInProgress,

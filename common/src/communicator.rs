@@ -46,22 +46,10 @@ impl Communicator {
     /// [`crate::collective::tuner::choose`] picks; on NCCL, the collective's one call,
     /// queued on the stream. The caller has checked the sizes and the root
     /// ([`crate::Session`]'s calls do, at the API's edge).
-    pub fn collective<T: Element>(
-        &mut self,
-        coll: &'static Collective,
-        send: Option<&Buffer<T>>,
-        recv: &mut Buffer<T>,
-        count: usize,
-        root: usize,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.collective_as(coll.title, coll, send, recv, count, root, op)
-    }
-
-    /// [`Communicator::collective`], shown by `--steps` and `--trace` as `title` (a
-    /// group's calls packed into one: "3 broadcasts packed into one").
+    /// `--steps` and `--trace` show it as `title` (the collective's own, or a group's
+    /// calls packed into one: "3 broadcasts packed into one").
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn collective_as<T: Element>(
+    pub fn collective<T: Element>(
         &mut self,
         title: &str,
         coll: &'static Collective,

@@ -27,12 +27,14 @@ pub fn row_length(flag: &str, given: Option<usize>, per_node: usize, world: usiz
 }
 
 /// The length of each of `parts` equal shards of a buffer of `count` elements (a
-/// reduce-scatter's), which they must divide: else the user's error, alike on every rank.
-pub fn shard_len(count: usize, parts: usize) -> Result<usize> {
+/// reduce-scatter's), which they must divide: else the user's error, alike on every rank,
+/// naming the flag that gave the size (`said`: "--count 7", "--size 6").
+pub fn shard_len(count: usize, parts: usize, said: &str) -> Result<usize> {
     match count.is_multiple_of(parts) {
         true => Ok(count / parts),
         false => Err(shared(format!(
-            "--count {count}: not a multiple of the {parts} ranks per node, among which it is cut in equal shards"
+            "{said}: {count} element(s), not a multiple of the {parts} ranks per node, among which the buffer is cut in \
+             equal shards"
         ))),
     }
 }
@@ -53,7 +55,7 @@ mod tests {
         assert!(row_length("--tp", Some(3), 2, 8).is_err());
         assert!(row_length("--tp", Some(0), 2, 8).is_err());
         assert!(row_length("--tp", None, 3, 4).is_err());
-        assert_eq!(shard_len(12, 4).unwrap(), 3);
-        assert!(shard_len(10, 4).is_err());
+        assert_eq!(shard_len(12, 4, "--count 12").unwrap(), 3);
+        assert!(shard_len(10, 4, "--count 10").is_err());
     }
 }

@@ -111,6 +111,8 @@ pub struct Session {
     scope: Option<split::Scope>,
     /// How many splits this session made (each names its keys in the store).
     splits: u64,
+    /// Inside [`Session::time_as`]: what is timed is the program's own calls.
+    hand_written: bool,
 }
 
 impl Session {
@@ -124,10 +126,12 @@ impl Session {
         self.id.world_size
     }
 
-    /// The machine rank `rank` runs on (its host name; each emulated node's own): where a
-    /// lesson learns which ranks share a node.
-    pub fn host_of(&self, rank: usize) -> &str {
-        &self.members[rank].host
+    /// How many ranks run on rank 0's machine (its node): where a lesson lays its groups
+    /// out a node at a time.
+    pub fn ranks_per_node(&self) -> usize {
+        // Each emulated node has a host name of its own (SLURMD_NODENAME).
+        let first = &self.members[0].host;
+        self.members.iter().filter(|m| &m.host == first).count()
     }
 
     /// The communicator this session runs every collective on: the world's, holding
@@ -139,22 +143,31 @@ impl Session {
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
-        crate::rank::check(rank, self.comm.world(), flag).map_err(|message| {
-            // Inside Session::on, the ranks are the split communicator's.
-            let message = match &self.scope {
-                Some(s) => message.replace("the world has", &format!("the communicator of color {} has", s.color)),
-                None => message,
-            };
-            SharedError { message, usage: true }
-        })?;
+        self.rank_here(rank, flag)
+            .map_err(|message| SharedError { message, usage: true })?;
         Ok(rank)
+    }
+
+    /// Whether `rank`, given as `what`, is a rank of the communicator the calls run on
+    /// now: the world's, or inside [`Session::on`] the split one's, named by its color.
+    fn rank_here(&self, rank: usize, what: &str) -> Result<(), String> {
+        match &self.scope {
+            Some(s) => crate::rank::check_in(
+                rank,
+                self.comm.world(),
+                what,
+                &format!("the communicator of color {}", s.color),
+            ),
+            None => crate::rank::check(rank, self.comm.world(), what),
+        }
     }
 
     /// Checks that `peer` is another rank, before anything is sent to it or awaited from
     /// it: the one check of every point-to-point call.
     pub(crate) fn ensure_peer(&self, peer: usize) -> Result<()> {
         let who = self.who();
-        crate::rank::check(peer, self.comm.world(), "peer").map_err(|m| crate::error::usage(format!("{who}: {m}")))?;
+        self.rank_here(peer, "peer")
+            .map_err(|m| crate::error::usage(format!("{who}: {m}")))?;
         if peer == self.comm.rank() {
             return Err(crate::error::usage(format!(
                 "{who} cannot send to or receive from itself"
@@ -203,7 +216,7 @@ impl Session {
         root: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let (rank, world, who) = (self.rank(), self.comm.world(), self.who());
+        let (world, who) = (self.comm.world(), self.who());
         let root = match coll.rooted {
             true => self.ensure_rank(root, "root")?,
             false => 0,
@@ -211,18 +224,36 @@ impl Session {
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
             .map_err(|why| crate::error::usage(format!("{who}: {why}")))?;
+        self.run_checked(coll.title, coll, send, recv, count, root, op)
+    }
+
+    /// [`Session::run`] once the sizes and the root are checked (a group's calls, packed
+    /// or not, come here too): noted for timing, shown by `--steps` and `--trace` as
+    /// `title`, and run on the communicator the calls run on now.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_checked<T: Element>(
+        &mut self,
+        title: &str,
+        coll: &'static Collective,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        count: usize,
+        root: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (rank, world, who) = (self.rank(), self.comm.world(), self.who());
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();
         self.last_op = Some((coll, bytes));
         crate::fault::late(rank);
-        // The trace and --steps name the communicator a collective ran on, inside Session::on.
-        let title = match &self.scope {
-            Some(s) => format!("{} (color {})", coll.title, s.color),
-            None => coll.title.to_string(),
+        // The trace names the communicator a collective ran on, inside Session::on.
+        let span = match &self.scope {
+            Some(s) => format!("{title} (color {})", s.color),
+            None => title.to_string(),
         };
-        let _span = crate::record::collective(&title, bytes as u64);
+        let _span = crate::record::collective(&span, bytes as u64);
         let _range = self.nvtx(coll.nccl_name);
-        let done = self.comm.collective(coll, send, recv, count, root, op);
+        let done = self.comm.collective(title, coll, send, recv, count, root, op);
         done.with_context(|| who)
     }
 

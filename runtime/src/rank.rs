@@ -5,15 +5,21 @@
 /// where the number came from (`what`: "--root", "SLURM_PROCID", "peer"...) and which
 /// ranks there are: `--root 4 is not a rank: the world has ranks 0 to 3`.
 pub fn check(rank: usize, world: usize, what: &str) -> Result<(), String> {
-    match world {
-        _ if rank < world => Ok(()),
+    check_in(rank, world, what, "the world")
+}
+
+/// [`check`] for a communicator of `size` ranks that `whose` names ("the communicator of
+/// color 1", for a split one): the same line, saying whose ranks they are.
+pub fn check_in(rank: usize, size: usize, what: &str, whose: &str) -> Result<(), String> {
+    match size {
+        _ if rank < size => Ok(()),
         0 => Err(format!(
-            "{what} {rank} is not a rank: the world has no ranks (a world size of 0)"
+            "{what} {rank} is not a rank: {whose} has no ranks (a world size of 0)"
         )),
-        1 => Err(format!("{what} {rank} is not a rank: the world has one rank, 0")),
+        1 => Err(format!("{what} {rank} is not a rank: {whose} has one rank, 0")),
         _ => Err(format!(
-            "{what} {rank} is not a rank: the world has ranks 0 to {}",
-            world - 1
+            "{what} {rank} is not a rank: {whose} has ranks 0 to {}",
+            size - 1
         )),
     }
 }
@@ -32,6 +38,10 @@ mod tests {
         assert_eq!(
             check(1, 1, "peer").unwrap_err(),
             "peer 1 is not a rank: the world has one rank, 0"
+        );
+        assert_eq!(
+            check_in(2, 2, "--root", "the communicator of color 1").unwrap_err(),
+            "--root 2 is not a rank: the communicator of color 1 has ranks 0 to 1"
         );
         assert_eq!(
             check(0, 0, "SLURM_PROCID").unwrap_err(),

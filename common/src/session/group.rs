@@ -195,29 +195,6 @@ impl Session {
             ended: false,
         })
     }
-
-    /// [`Session::run`] for calls already checked, shown by `--steps` and `--trace` as `title`.
-    #[allow(clippy::too_many_arguments)]
-    fn run_checked<T: Element>(
-        &mut self,
-        title: &str,
-        coll: &'static Collective,
-        send: Option<&Buffer<T>>,
-        recv: &mut Buffer<T>,
-        count: usize,
-        root: usize,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let (rank, world, who) = (self.rank(), self.comm.world(), self.who());
-        let (send_len, recv_len) = (coll.counts)(count, world);
-        let bytes = send_len.max(recv_len) * size_of::<T>();
-        self.last_op = Some((coll, bytes));
-        crate::fault::late(rank);
-        let _span = record::collective(title, bytes as u64);
-        let _range = self.nvtx(coll.nccl_name);
-        let done = self.comm.collective_as(title, coll, send, recv, count, root, op);
-        done.with_context(|| who)
-    }
 }
 
 impl<'a> Group<'a> {

@@ -126,6 +126,9 @@ impl Session {
     /// ([`crate::collective::tuner`]); on NCCL, NCCL chooses (`NCCL_DEBUG=INFO` shows it).
     #[doc(hidden)]
     pub fn algorithm(&self) -> &'static str {
+        if self.hand_written {
+            return "hand-written calls";
+        }
         match &self.comm {
             Communicator::Cpu(c) => c.last_algorithm().map_or("?", |a| a.name()),
             Communicator::Nccl(_) => "NCCL's choice",

@@ -257,6 +257,7 @@ impl Session {
             ledger: p2p::Ledger::new(world),
             scope: None,
             splits: 0,
+            hand_written: false,
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.

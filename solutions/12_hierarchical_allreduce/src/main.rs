@@ -84,13 +84,12 @@ fn main() -> std::process::ExitCode {
     let args: Args = common::parse_args();
     common::main(&args.run, |s| {
         let (rank, n) = (s.rank(), s.world_size());
-        let on_first = (0..n).filter(|&r| s.host_of(r) == s.host_of(0)).count();
-        let p = common::grid::row_length("--per-node", args.per_node, on_first, n)?;
+        let p = common::grid::row_length("--per-node", args.per_node, s.ranks_per_node(), n)?;
         // Element i of rank r starts as r + 1 + 10 × (i mod 1000): every element's sum is
         // different (so a shard in the wrong place shows) and exact in f32.
         let start = |rank: usize, i: usize| (rank + 1 + 10 * (i % 1000)) as f32;
         let mut buf = s.buffer_with(&args.data, |i| start(rank, i))?;
-        let len = common::grid::shard_len(buf.len(), p)?;
+        let len = common::grid::shard_len(buf.len(), p, &args.data.what())?;
         let mut shard = s.from_host(vec![0.0f32; len])?;
         let mut h = hierarchy(s, p)?;
         s.show("Before all-reduce", &buf)?;
