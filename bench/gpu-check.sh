@@ -921,6 +921,25 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   else
     record "failure cases and per-task binding" SKIP "one GPU: they need 2 ranks on 2 GPUs" 0 ""
   fi
+
+  # -------------------------------------------------------------------------------------
+  # 10. One GPU: 4 nodes of one GPU each played on it (NCCL_HOSTID per node), so that NCCL
+  #     runs across nodes here: its network transport, rings, trees and tuning table.
+  if [ "$gpus" = 1 ] && ! $mig; then
+    log=$tmp/gpu-nodes.log
+    nodes_report=$tmp/gpu-nodes.md
+    nodes_args=(--nodes 4 --bin-dir "$bins" --out "$nodes_report")
+    [ "$on_double" = 1 ] && nodes_args+=(--double --quick)
+    run_step "4 nodes of one GPU each (bench/gpu-nodes.sh)" 400 "$log" bash "$repo/bench/gpu-nodes.sh" "${nodes_args[@]}"
+    if $timed_out; then
+      record "4 nodes of one GPU each" FAIL "did not end within 400 s" "$secs" "$cmd" "$log"
+    elif [ "$rc" != 0 ]; then
+      record "4 nodes of one GPU each" FAIL "exit $rc: $(grep -m 1 -E 'FAIL|gpu-nodes.sh:' "$log")" "$secs" "$cmd" "$log"
+    else
+      record "4 nodes of one GPU each" PASS "$(grep -c ': PASS$' "$log") steps passed; its report is the last section" "$secs" "$cmd" "$log"
+    fi
+    left=$(reap_leftovers) || record "4 nodes: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
+  fi
 fi
 
 # A last look: nothing of ours may still run.
@@ -1044,6 +1063,10 @@ total=${#names[@]}
     echo '```'
     grep -vE '^[^:]*: line [0-9]+: +[0-9]+ (Killed|Stopped)' "$tmp/bash-notes.log" | head -n 50
     echo '```'
+  fi
+  if [ -s "${nodes_report:-}" ]; then
+    echo
+    sed '1s/^# /## /' "$nodes_report" # its title one level down; its tables' "#" lines are text
   fi
 } >"$out"
 say "report: $out"

@@ -108,6 +108,26 @@ fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
     assert!(!said.contains("nccl-double WARN"), "{}", runs[0]);
 }
 
+/// NCCL's rule is one GPU per rank *of a host as NCCL tells hosts apart* (`NCCL_HOSTID`,
+/// else the machine): two tasks on one GPU that set their own `NCCL_HOSTID` are two
+/// nodes of one GPU each to NCCL, which runs them (`bench/gpu-nodes.sh` rehearses a
+/// cluster so on one real GPU). The workbook refuses what NCCL refuses, no more.
+#[test]
+fn two_tasks_on_one_gpu_with_their_own_nccl_hostid_run_as_two_nodes() {
+    let port = free_port();
+    let cmds = (0..2)
+        .map(|r| {
+            let mut cmd = by_hand(2, r, port, 4, &[]);
+            cmd.env("CUDA_VISIBLE_DEVICES", "1").env("NCCL_HOSTID", format!("node-{r}"));
+            cmd
+        })
+        .collect();
+    for run in all(cmds) {
+        assert_eq!(run.code, Some(0), "{run}");
+        assert!(!run.stderr.contains("Duplicate GPU"), "{run}");
+    }
+}
+
 /// Four ranks by hand on two emulated nodes of two GPUs, placed cyclically as `srun
 /// --distribution=cyclic` places them: ranks 0 and 2 on node-a, 1 and 3 on node-b (local
 /// ranks 0 and 1 on each), each rank with `extra` arguments.

@@ -83,7 +83,9 @@ pub struct Card {
     /// The PCI bus id of its GPU (NCCL compares bus ids, not device ordinals).
     pub bus_id: String,
     pub real_host: String,
-    /// The node it plays (see [`crate::devices::host`]).
+    /// The host as NCCL's `getHostHash` tells hosts apart: `NCCL_HOSTID` if set (so
+    /// that ranks may play nodes of one GPU each on one GPU, as with real NCCL), else the
+    /// node it plays (see [`crate::devices::host`]).
     pub host: String,
 }
 
@@ -96,7 +98,7 @@ impl Card {
             pid: std::process::id(),
             bus_id,
             real_host: crate::devices::real_host(),
-            host: crate::devices::host().to_string(),
+            host: std::env::var("NCCL_HOSTID").unwrap_or_else(|_| crate::devices::host().to_string()),
         }
     }
 

@@ -1,7 +1,10 @@
 //! One rank per GPU: every rank's GPU is compared through the store before NCCL is asked
 //! for anything, as NCCL compares them ("Duplicate GPU detected"), and two ranks on one
 //! GPU are refused in one line that names both ranks and the GPU, and the placement when
-//! it is the cause. Shared by the workbook's NCCL backend and by lesson 08, which calls
+//! it is the cause. "One GPU" is NCCL's rule: the same GPU on the same host as NCCL tells
+//! hosts apart (`NCCL_HOSTID`, else the machine), so ranks that each set their own
+//! `NCCL_HOSTID` may share a GPU as NCCL's nodes of one GPU each (`bench/gpu-nodes.sh`
+//! rehearses a cluster so on one GPU). Shared by the workbook's NCCL backend and by lesson 08, which calls
 //! NCCL itself, so that both refuse the same jobs alike.
 
 use super::LOCAL_RANK_RULE;
@@ -18,6 +21,9 @@ use std::ffi::{CStr, c_char, c_int};
 pub struct Gpu {
     /// The host the rank runs on.
     pub host: String,
+    /// The host as NCCL tells hosts apart (its `getHostHash`): `NCCL_HOSTID` if set, else
+    /// the machine's name and boot id; emulated nodes (`SLURMD_NODENAME`) do not change it.
+    pub nccl_host: String,
     /// The GPU's UUID, as `nvidia-smi -L` prints it (`GPU-8f2c...`): unique in the world.
     pub uuid: String,
     /// The GPU's PCI bus id (`0000:1B:00.0`): what NCCL compares on one host.
@@ -55,6 +61,7 @@ pub fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
     let devices = CudaContext::device_count().map_err(|e| anyhow!("cuDeviceGetCount: {e:?}"))?;
     Ok(Gpu {
         host: host.to_string(),
+        nccl_host: nccl_host(),
         uuid,
         bus_id,
         name,
@@ -63,11 +70,22 @@ pub fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
     })
 }
 
-/// The first two ranks on one physical GPU (the same UUID), if any.
+/// This process's host as NCCL's `getHostHash` reads it (`src/misc/utils.cc`, 2.18 to
+/// 2.30): `NCCL_HOSTID`, else the hostname followed by the kernel's boot id.
+fn nccl_host() -> String {
+    if let Some(id) = std::env::var_os("NCCL_HOSTID") {
+        return format!("NCCL_HOSTID={}", id.to_string_lossy());
+    }
+    let read = |f: &str| std::fs::read_to_string(f).map(|t| t.trim().to_string()).unwrap_or_default();
+    read("/proc/sys/kernel/hostname") + &read("/proc/sys/kernel/random/boot_id")
+}
+
+/// The first two ranks on one physical GPU (the same UUID) of one host as NCCL sees
+/// hosts, if any.
 pub fn duplicate(gpus: &[Gpu]) -> Option<(usize, usize)> {
     (0..gpus.len()).find_map(|a| {
         (a + 1..gpus.len())
-            .find(|&b| gpus[a].uuid == gpus[b].uuid)
+            .find(|&b| gpus[a].uuid == gpus[b].uuid && gpus[a].nccl_host == gpus[b].nccl_host)
             .map(|b| (a, b))
     })
 }
@@ -103,7 +121,8 @@ fn refusal(gpus: &[Gpu], a: usize, b: usize) -> String {
         ),
         None => format!(
             "{both}; start at most one rank per GPU (--nproc-per-node, or --ntasks-per-node, no more than the \
-             node's GPUs), give each task its own (srun --gpus-per-task=1), or use --backend cpu"
+             node's GPUs), give each task its own (srun --gpus-per-task=1), or use --backend cpu (to play nodes \
+             of one GPU each on one GPU, give each node its own NCCL_HOSTID: bench/gpu-nodes.sh)"
         ),
     }
 }
@@ -127,6 +146,7 @@ mod tests {
     fn gpu(host: &str, uuid: &str, device: usize) -> Gpu {
         Gpu {
             host: host.into(),
+            nccl_host: "box".into(),
             uuid: uuid.into(),
             bus_id: "0000:1B:00.0".into(),
             name: "A100".into(),
@@ -164,5 +184,16 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("--device-rule local-rank"), "{e}");
+    }
+
+    #[test]
+    fn ranks_that_nccl_sees_on_two_hosts_may_share_a_gpu() {
+        // NCCL_HOSTID set per node: NCCL's hash differs, so its rule passes, and ours.
+        let mut a = gpu("node-0", "GPU-a", 0);
+        let mut b = gpu("node-1", "GPU-a", 0);
+        assert_eq!(duplicate(&[a.clone(), b.clone()]), Some((0, 1)), "emulated nodes alone are one host to NCCL");
+        a.nccl_host = "NCCL_HOSTID=node-0".into();
+        b.nccl_host = "NCCL_HOSTID=node-1".into();
+        assert_eq!(duplicate(&[a, b]), None);
     }
 }
