@@ -732,7 +732,7 @@ fn cores() -> Result<usize, String> {
 
 /// Whether `NCCL_DEBUG` asks for NCCL's INFO lines (INFO or TRACE), as NCCL reads it.
 pub fn debug_info() -> bool {
-    std::env::var("NCCL_DEBUG").is_ok_and(|v| info_level(&v))
+    workbook_runtime::users_nccl_debug().is_some_and(|v| info_level(&v))
 }
 
 /// Whether an `NCCL_DEBUG` value prints INFO lines (INFO or TRACE, any case): the one

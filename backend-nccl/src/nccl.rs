@@ -83,7 +83,15 @@ pub struct Nccl {
     held: RefCell<Vec<CudaSlice<u8>>>,
     /// Where `--show-calls` prints the calls.
     shown: Shown,
+    /// The last collective queued (NCCL's name without `nccl`, and its bytes as NCCL
+    /// counts them), to look up what NCCL chose for it ([`Nccl::choice`]).
+    last_collective: Cell<Option<(&'static str, u64)>>,
+    /// Collectives queued: NCCL's own lines are read every [`LOG_EVERY`] of them.
+    collectives: Cell<u64>,
 }
+
+/// How often (in collectives) NCCL's lines are read, so that they never pile up.
+const LOG_EVERY: u64 = 1024;
 
 impl Nccl {
     /// Joins the NCCL communicator of `world` ranks as `rank`, on GPU `device` of this
@@ -239,7 +247,17 @@ impl Nccl {
             aside: RefCell::new(None),
             held: RefCell::new(Vec::new()),
             shown,
+            last_collective: Cell::new(None),
+            collectives: Cell::new(0),
         }
+    }
+
+    /// The algorithm and protocol NCCL chose for the last collective (`ring`, `simple`),
+    /// as it printed them ([`crate::nccl_log`]): on the communicator's rank 0, with NCCL
+    /// 2.21 or later, and where the user left `NCCL_DEBUG` to the workbook.
+    pub fn choice(&self) -> Option<(&'static str, &'static str)> {
+        let (function, bytes) = self.last_collective.get()?;
+        crate::nccl_log::choice(function, bytes).map(|c| (c.algo, c.proto))
     }
 
     /// The GPU's name, as `nvidia-smi` shows it.
@@ -714,6 +732,14 @@ impl Nccl {
         }
         drop((stuck, range, span));
         let bytes = call.moved() as usize;
+        if let Some(function) = collective_name(call.function()) {
+            self.last_collective.set(Some((function, bytes as u64)));
+            let n = self.collectives.get() + 1;
+            self.collectives.set(n);
+            if n.is_multiple_of(LOG_EVERY) {
+                crate::nccl_log::update();
+            }
+        }
         let call = call.ptr("comm", comm).ptr("stream", stream);
         self.shown.show(&call, Some(&r), "");
         self.called(r, &what)?;
@@ -1053,6 +1079,17 @@ fn last_error_text(comm: sys::ncclComm_t) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string()
 }
 
+/// A collective's name as NCCL's lines print it (`ncclAllReduce` → `AllReduce`); `None`
+/// for what is not a collective NCCL plans (sends, receives, groups).
+fn collective_name(function: &'static str) -> Option<&'static str> {
+    match function {
+        "ncclAllReduce" | "ncclBroadcast" | "ncclReduce" | "ncclAllGather" | "ncclReduceScatter" => {
+            function.strip_prefix("nccl")
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1066,3 +1103,4 @@ mod tests {
         assert_eq!((c.size, size_of::<sys::ncclConfig_t>()), (44, 48));
     }
 }
+

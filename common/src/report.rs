@@ -110,6 +110,10 @@ pub struct Perf {
     /// fit per algorithm, over the sizes it ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fits: Vec<AlgoFit>,
+    /// `--fit` on NCCL: NCCL's own cost model for the collective, the cells of its TUNING
+    /// table that can run (latency µs, bandwidth GB/s), as rank 0's NCCL printed them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nccl_costs: Vec<workbook_nccl::nccl_log::Cost>,
 }
 
 /// One algorithm's rows of a sweep that ran several, and the model fitted to them.

@@ -151,6 +151,43 @@ pub fn lines(p: &Perf) -> Vec<String> {
     out
 }
 
+/// `--fit` on NCCL: NCCL's own model beside the fit, one line per algorithm and protocol
+/// its TUNING table lets run (`nccl_costs`: `None` off NCCL), with the sizes the sweep's
+/// rows say NCCL chose it for. NCCL's estimate is `latency + size / (1000·bandwidth)` µs
+/// (`ncclTopoGetAlgoTime`), before its corrections by size.
+/// `why_none` says why there is no table, where there is none.
+pub fn nccl_lines(p: &Perf, on_nccl: bool, why_none: &str) -> Vec<String> {
+    if !on_nccl {
+        return vec![];
+    }
+    if p.nccl_costs.is_empty() {
+        return vec![format!("# NCCL's own model: none ({why_none})")];
+    }
+    let mut out = vec![
+        "# NCCL's own model (its TUNING table, rank 0): time = latency + size / bandwidth, per algorithm and \
+         protocol:"
+            .to_string(),
+    ];
+    for c in &p.nccl_costs {
+        let chosen: Vec<usize> = p
+            .rows
+            .iter()
+            .filter(|r| r.out_of_place.algo == c.algo && r.out_of_place.proto == c.proto)
+            .map(|r| r.size)
+            .collect();
+        let when = match (chosen.first(), chosen.last()) {
+            (Some(a), Some(b)) if a == b => format!("; NCCL chose it at {}", human_bytes(*a)),
+            (Some(a), Some(b)) => format!("; NCCL chose it from {} to {}", human_bytes(*a), human_bytes(*b)),
+            _ => String::new(),
+        };
+        out.push(format!(
+            "#   {} {}: {:.1} us + size / {:.2} GB/s{when}",
+            c.algo, c.proto, c.latency_us, c.bandwidth_gbs
+        ));
+    }
+    out
+}
+
 /// With `-A`, for every collective, type and operator run by two algorithms or more:
 /// where their fits cross, and which is faster below.
 pub fn crossings(sweeps: &[Perf]) -> Vec<String> {

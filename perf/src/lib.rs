@@ -393,7 +393,15 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
                     if args.fit {
                         perf.fit = fit::fit(&perf);
                         perf.fits = fit::by_algorithm(&perf);
-                        for line in fit::lines(&perf) {
+                        let costs = session.nccl_costs(coll);
+                        perf.nccl_costs = costs.clone().unwrap_or_default();
+                        let why_none = match (session.communicator().world(), common::backend::nccl_log::captured()) {
+                            (1, _) => "one rank: NCCL tunes nothing",
+                            (_, false) => "NCCL_DEBUG is yours: NCCL printed its TUNING table where you asked for it",
+                            (_, true) => "NCCL printed no TUNING table on this rank",
+                        };
+                        let nccl = fit::nccl_lines(&perf, costs.is_some(), why_none);
+                        for line in fit::lines(&perf).into_iter().chain(nccl) {
                             session.say(&line);
                         }
                     }

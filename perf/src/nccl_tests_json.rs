@@ -171,6 +171,7 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
     let env: Vec<String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
         .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || ENV_NAMES.contains(&k.as_str()))
+        .filter(|(k, _)| !common::backend::nccl_log::set_here(k))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     let mut doc = json!({

@@ -24,3 +24,16 @@ pub mod record;
 pub mod rendezvous;
 pub mod units;
 pub mod wire;
+
+/// Set (to `1`) in a rank's process where the workbook, not the user, set `NCCL_DEBUG`
+/// (to read NCCL's own account of its choices: `workbook-nccl`'s `nccl_log`): then
+/// `NCCL_DEBUG` says nothing of what the user asked for, and nothing else may read it so.
+pub const NCCL_DEBUG_IS_OURS: &str = "NCCL_WORKBOOK_NCCL_LOG";
+
+/// Whether the user's `NCCL_DEBUG` (not the workbook's: [`NCCL_DEBUG_IS_OURS`]) is set.
+pub fn users_nccl_debug() -> Option<String> {
+    if std::env::var_os(NCCL_DEBUG_IS_OURS).is_some() {
+        return None;
+    }
+    std::env::var("NCCL_DEBUG").ok()
+}

@@ -123,7 +123,8 @@ impl Session {
     }
 
     /// Which algorithm ran the last collective: the tuner's name on the CPU backend
-    /// ([`crate::collective::tuner`]); on NCCL, NCCL chooses (`NCCL_DEBUG=INFO` shows it).
+    /// ([`crate::collective::tuner`]); on NCCL, NCCL's own choice as it printed it
+    /// (`ring`, `tree`, ...: [`crate::backend::nccl_log`], on rank 0), else "NCCL's choice".
     #[doc(hidden)]
     pub fn algorithm(&self) -> &'static str {
         if self.hand_written {
@@ -131,17 +132,42 @@ impl Session {
         }
         match &self.comm {
             Communicator::Cpu(c) => c.last_algorithm().map_or("?", |a| a.name()),
-            Communicator::Nccl(_) => "NCCL's choice",
+            Communicator::Nccl(n) => n.choice().map_or("NCCL's choice", |(algo, _)| algo),
         }
     }
 
-    /// The protocol of the last collective on the CPU backend (LL, LL128, Simple); on
-    /// NCCL, `None` (NCCL chooses; `NCCL_DEBUG=INFO` shows it).
+    /// The protocol of the last collective (LL, LL128, Simple): the tuner's on the CPU
+    /// backend, NCCL's own where it printed it (as for [`Session::algorithm`]).
     #[doc(hidden)]
     pub fn protocol(&self) -> Option<crate::collective::tuner::Protocol> {
+        use crate::collective::tuner::Protocol;
         match &self.comm {
             Communicator::Cpu(c) => c.last_protocol(),
-            Communicator::Nccl(_) => None,
+            Communicator::Nccl(n) => {
+                let (_, proto) = n.choice()?;
+                Protocol::ALL.into_iter().find(|p| p.name() == proto)
+            }
+        }
+    }
+
+    /// NCCL's cost model for `coll`, from its TUNING table (see
+    /// [`crate::backend::nccl_log`]): `None` off NCCL, empty where NCCL printed none here.
+    #[doc(hidden)]
+    pub fn nccl_costs(&self, coll: &crate::collective::Collective) -> Option<Vec<crate::backend::nccl_log::Cost>> {
+        match &self.comm {
+            Communicator::Nccl(_) => Some(crate::backend::nccl_log::costs(
+                coll.nccl_name.trim_start_matches("nccl"),
+            )),
+            Communicator::Cpu(_) => None,
+        }
+    }
+
+    /// [`Session::algorithm`] as the `Time:` line says it: on NCCL, whose choice it was.
+    pub(crate) fn algorithm_said(&self) -> String {
+        match (&self.comm, self.algorithm()) {
+            (Communicator::Nccl(_), "NCCL's choice") => "NCCL's choice".into(),
+            (Communicator::Nccl(_), algo) => format!("NCCL's {algo}"),
+            (_, algo) => algo.into(),
         }
     }
 

@@ -57,7 +57,7 @@ impl Session {
             t.seconds * 1e6,
             coll.title,
             human_bytes(bytes),
-            self.algorithm(),
+            self.algorithm_said(),
             // The protocol when it is not Simple, as NCCL's tuner names its choice.
             match self.protocol() {
                 Some(p) if p != crate::collective::tuner::Protocol::Simple => format!(" proto {}", p.name()),
