@@ -1,11 +1,14 @@
 //! `NCCL_ALGO` and `NCCL_PROTO` as the NCCL being played reads them: NCCL 2.24 and later
 //! fail the init on a name they do not know (`ncclInvalidUsage`, "Unrecognized element
 //! token"), and a collective left with no algorithm fails when called, naming the
-//! variables; NCCL 2.18 to 2.23 ignore the unknown name, and the collective then finds
-//! no algorithm (`ncclInternalError`). The all-reduce runs by the tree or the ring.
-//! A communicator of one rank reads neither variable (NCCL 2.28.3 on an H200 inited and
-//! ran with `NCCL_ALGO=Bogus`: `bench/nccl-env.sh`). Played with `nccl-double-bare` (a
-//! blocking loop of all-reduces) on 2 ranks, and on 1.
+//! variables; NCCL 2.18 to 2.23 ignore the unknown name, and give Ring and Tree back to
+//! a list that leaves none of Ring, Tree, NVLS and NVLSTree ("ignoring
+//! NCCL_ALGO=COLLNET"), so `NCCL_ALGO=Bogus` runs; `NCCL_PROTO=Bogus` leaves no protocol,
+//! and the collective finds no algorithm (`ncclInternalError`) on 2.18 and on 2.22 and
+//! 2.23, while 2.19 to 2.21 give it its ring back (`ringbdw`). The all-reduce runs by the
+//! tree or the ring. A communicator of one rank reads neither variable (NCCL 2.28.3 on an
+//! H200 inited and ran with `NCCL_ALGO=Bogus`: `bench/nccl-env.sh`). Played with
+//! `nccl-double-bare` (a blocking loop of all-reduces) on 2 ranks, and on 1.
 
 mod support;
 
@@ -88,14 +91,24 @@ fn from_2_24_an_unknown_name_fails_the_init_and_a_collective_left_bare_fails_nam
 }
 
 #[test]
-fn up_to_2_23_an_unknown_name_is_ignored_and_the_collective_finds_no_algorithm() {
-    let out = bare("21803", &[("NCCL_ALGO", "Bogus")]);
-    assert_eq!(out.code, Some(1), "{out}");
-    assert!(
-        !out.stderr.contains("ncclCommInitRankConfig"),
-        "the init succeeds: {out}"
-    );
-    assert!(out.stderr.contains("no algorithm/protocol available"), "{out}");
+fn up_to_2_23_an_unknown_name_is_ignored_and_a_collective_left_bare_finds_no_algorithm() {
+    // No algorithm named: Ring and Tree come back (tuning.cc, "ignoring NCCL_ALGO=COLLNET").
+    for version in ["21803", "22105", "22304"] {
+        let out = bare(version, &[("NCCL_ALGO", "Bogus")]);
+        assert_eq!(out.code, Some(0), "{version}: {out}");
+    }
+    // No protocol: nothing on 2.18, 2.22 and 2.23; 2.19 to 2.21 give the ring back.
+    for version in ["21803", "22203", "22304"] {
+        let out = bare(version, &[("NCCL_PROTO", "Bogus")]);
+        assert_eq!(out.code, Some(1), "{version}: {out}");
+        assert!(
+            !out.stderr.contains("ncclCommInitRankConfig"),
+            "the init succeeds: {out}"
+        );
+        assert!(out.stderr.contains("no algorithm/protocol available"), "{out}");
+    }
+    let out = bare("22105", &[("NCCL_PROTO", "Bogus")]);
+    assert_eq!(out.code, Some(0), "{out}");
 }
 
 #[test]

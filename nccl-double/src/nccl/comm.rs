@@ -285,6 +285,7 @@ impl Comm {
         self.shared.launches.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::clone(&self.shared);
         self.shared.in_background("enqueue", move || {
+            super::tuning::print_choices(unit.calls(), shared.device, shared.rank, shared.nranks);
             shared.push(unit).map_err(|why| Failure::new(INVALID_USAGE, why))
         })
     }
@@ -294,6 +295,8 @@ impl Comm {
     /// (`ncclLaunchOneRank`), non-blocking or not. Refused if the communicator failed.
     pub fn launch_now(&self, unit: Unit) -> NcclResult {
         self.shared.launches.fetch_add(1, Ordering::Relaxed);
+        // Where NCCL plans the launch, rank 0 says each collective's algorithm.
+        super::tuning::print_choices(unit.calls(), self.device(), self.rank(), self.nranks());
         match self.shared.push(unit) {
             Ok(()) => SUCCESS,
             Err(why) => fail(INVALID_USAGE, Some(self.rank()), &why),
@@ -792,6 +795,8 @@ fn worker(shared: Arc<Shared>, card: Card, call: String) {
 
 /// The worker's life: the join, then every unit in turn.
 fn serve(shared: &Shared, card: &Card, call: &str) {
+    // NCCL's first log call of a process opens its debug file.
+    super::debug::open();
     match join(shared, call, card) {
         Ok(()) => shared.update(|s| s.joined = true),
         Err(Halt::Aborted) => return,
@@ -879,7 +884,7 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
         }
     }
     // Then NCCL tunes its model: NCCL_ALGO and NCCL_PROTO are read there.
-    super::tuning::check_init(shared.device, shared.nranks)?;
+    super::tuning::check_init(shared.device, shared.rank, shared.nranks)?;
     Ok(())
 }
 

@@ -1,67 +1,176 @@
-//! `NCCL_DEBUG=INFO` with `COLL` in `NCCL_DEBUG_SUBSYS`: one line per collective, send and
-//! receive, as NCCL prints it when the call has passed its checks (`ncclEnqueueCheck` in
-//! `src/enqueue.cc`, the same from 2.18 to 2.28), on stdout (NCCL's default debug file):
+//! NCCL's `INFO` lines, as `src/debug.cc` writes them (2.18 to 2.30): with `NCCL_DEBUG` at
+//! `INFO` (or `ABORT`, or `TRACE`: every level from INFO up) and the line's subsystem let
+//! through by `NCCL_DEBUG_SUBSYS` (default `INIT,BOOTSTRAP,ENV`; a leading `^` excludes the
+//! listed ones; `ALL`), each line is `host:pid:tid [dev] NCCL INFO <text>`, written in one
+//! write to NCCL's debug file: stdout, or the file `NCCL_DEBUG_FILE` names (below).
 //!
-//! ```text
-//! host:4242:4242 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x5581… recvbuff 0x5581… count 4 datatype 7 op 0 root 0 comm 0x5581… [nranks=2] stream (nil)
-//! ```
+//! The subsystems the double prints:
+//! - `COLL`: one line per collective, send and receive, as NCCL prints it when the call
+//!   has passed its checks (`ncclEnqueueCheck` in `src/enqueue.cc`, the same from 2.18 to
+//!   2.28):
 //!
-//! `datatype` and `op` are NCCL's numbers (7 is ncclFloat32, 0 ncclSum); `root` is the
-//! peer of a send or receive (whose `sendbuff` NCCL prints as NULL: the buffer is
-//! `recvbuff`); `opCount` is the communicator's count of launches so far, one per
-//! ungrouped call and one per group. Other subsystems and levels print nothing here.
+//!   ```text
+//!   host:4242:4242 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x5581… recvbuff 0x5581… count 4 datatype 7 op 0 root 0 comm 0x5581… [nranks=2] stream (nil)
+//!   ```
+//!
+//!   `datatype` and `op` are NCCL's numbers (7 is ncclFloat32, 0 ncclSum); `root` is the
+//!   peer of a send or receive (whose `sendbuff` NCCL prints as NULL: the buffer is
+//!   `recvbuff`); `opCount` is the communicator's count of launches so far, one per
+//!   ungrouped call and one per group;
+//! - `ENV`: `NCCL_ALGO set by environment to …` (`super::tuning`);
+//! - `TUNING`: the table of the tuning model at init, and the algorithm chosen per
+//!   collective (`super::tuning`).
+//!
+//! `NCCL_DEBUG_FILE`, as `ncclDebugInit` reads it: when `NCCL_DEBUG` is `WARN` or above,
+//! the name with `%h` replaced by the host's name (up to its first dot; from 2.29 with
+//! `%` and `/` in it turned into `-`), `%p` by the pid, `%%` by `%` (any other `%x` kept
+//! as it is) is opened once per process with `fopen(name, "w")` (created, or truncated),
+//! and every line goes there; a name that expands to nothing, or a file that cannot be
+//! opened, leaves the lines on stdout. So `/proc/self/fd/N` of a memfd works. The double's
+//! own `nccl-double WARN` lines are not NCCL's: they stay on stderr.
 
 use std::ffi::{c_int, c_uint};
 use std::io::Write;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-/// Whether NCCL_DEBUG asks for INFO (or TRACE) and NCCL_DEBUG_SUBSYS lets COLL through,
-/// read once, as NCCL reads them (`src/debug.cc`: default subsystems INIT,BOOTSTRAP,ENV;
-/// a leading `^` excludes the listed ones).
+/// Whether NCCL_DEBUG asks for INFO (or more) and NCCL_DEBUG_SUBSYS lets COLL through,
+/// read once, as NCCL reads them.
 pub fn coll() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        coll_from(
-            std::env::var("NCCL_DEBUG").ok().as_deref(),
-            std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),
-        )
-    })
+    *ON.get_or_init(|| subsys("COLL"))
 }
 
 /// Whether NCCL_DEBUG asks for INFO and NCCL_DEBUG_SUBSYS lets ENV through (it does by
 /// default), as for [`coll`].
 pub fn env() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        subsys_from(
-            std::env::var("NCCL_DEBUG").ok().as_deref(),
-            std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),
-            "ENV",
-        )
-    })
+    *ON.get_or_init(|| subsys("ENV"))
+}
+
+/// Whether NCCL_DEBUG asks for INFO and NCCL_DEBUG_SUBSYS lets TUNING through (it does
+/// not by default), as for [`coll`].
+pub fn tuning() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| subsys("TUNING"))
+}
+
+/// [`subsys_from`] for this process's variables.
+fn subsys(name: &str) -> bool {
+    subsys_from(
+        std::env::var("NCCL_DEBUG").ok().as_deref(),
+        std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),
+        name,
+    )
 }
 
 /// An `INFO(NCCL_ENV, …)` line, as NCCL prints it on the device `device`.
 pub fn env_line(device: usize, text: &str) {
     if env() {
-        let line = format!(
-            "{}:{}:{} [{device}] NCCL INFO {text}\n",
-            host(),
-            std::process::id(),
-            thread_id()
-        );
-        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+        info(device, text);
     }
 }
 
+/// An `INFO` line of `text` on the device `device`, whose subsystem the caller has let
+/// through: the prefix, then the text, in one write to the debug file.
+pub fn info(device: usize, text: &str) {
+    let line = format!(
+        "{}:{}:{} [{device}] NCCL INFO {text}\n",
+        host(),
+        std::process::id(),
+        thread_id()
+    );
+    write_line(line.as_bytes());
+}
+
+/// NCCL's debug file: stdout, or the file `NCCL_DEBUG_FILE` names (see the module's
+/// doc), opened at the first use.
+enum Sink {
+    Stdout,
+    File(Mutex<std::fs::File>),
+}
+
+/// The debug file, opened once per process: at the first line, or when a communicator
+/// is made (NCCL's first log call of a process opens it, at any level, so that
+/// `NCCL_DEBUG=WARN` makes an empty file too).
+fn sink() -> &'static Sink {
+    static SINK: OnceLock<Sink> = OnceLock::new();
+    SINK.get_or_init(|| {
+        let level = std::env::var("NCCL_DEBUG").ok();
+        let name = std::env::var("NCCL_DEBUG_FILE").ok();
+        match file_name(level.as_deref(), name.as_deref(), host(), std::process::id()) {
+            Some(name) => match std::fs::File::create(&name) {
+                Ok(f) => Sink::File(Mutex::new(f)),
+                Err(_) => Sink::Stdout,
+            },
+            None => Sink::Stdout,
+        }
+    })
+}
+
+/// Opens the debug file if `NCCL_DEBUG_FILE` asks for one: called when a communicator
+/// is made.
+pub fn open() {
+    sink();
+}
+
+/// Writes one whole line to the debug file (lines of several threads never mix).
+fn write_line(line: &[u8]) {
+    match sink() {
+        Sink::Stdout => {
+            let _ = std::io::stdout().lock().write_all(line);
+        }
+        Sink::File(f) => {
+            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = f.write_all(line);
+        }
+    }
+}
+
+/// The file `NCCL_DEBUG_FILE` names for these values of NCCL_DEBUG and NCCL_DEBUG_FILE, on
+/// host `host` in process `pid`, as `ncclDebugInit` expands it; `None`: stdout.
+fn file_name(level: Option<&str>, name: Option<&str>, host: &str, pid: u32) -> Option<String> {
+    // `tempNcclDebugLevel > NCCL_LOG_VERSION`: WARN, INFO, ABORT, TRACE.
+    let level = level?;
+    if !["WARN", "INFO", "ABORT", "TRACE"]
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case(level))
+    {
+        return None;
+    }
+    let mut out = String::new();
+    let mut chars = name?.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('%') => out.push('%'),
+            Some('h') => out.push_str(host),
+            Some('p') => out.push_str(&pid.to_string()),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            // A '%' at the end: NCCL reads the terminating NUL as the "other" character,
+            // writes the '%' and stops.
+            None => out.push('%'),
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// [`coll`] for these values of NCCL_DEBUG and NCCL_DEBUG_SUBSYS.
+#[cfg(test)]
 fn coll_from(level: Option<&str>, subsys: Option<&str>) -> bool {
     subsys_from(level, subsys, "COLL")
 }
 
-/// Whether these NCCL_DEBUG and NCCL_DEBUG_SUBSYS print INFO lines of subsystem `name`.
+/// Whether these NCCL_DEBUG and NCCL_DEBUG_SUBSYS print INFO lines of subsystem `name`:
+/// INFO lines are printed at the levels INFO, ABORT and TRACE (`ncclDebugLog`: a line of
+/// level INFO is dropped when the level set is below it).
 fn subsys_from(level: Option<&str>, subsys: Option<&str>, name: &str) -> bool {
-    let info = level.is_some_and(|l| l.eq_ignore_ascii_case("INFO") || l.eq_ignore_ascii_case("TRACE"));
+    let info = level.is_some_and(|l| ["INFO", "ABORT", "TRACE"].iter().any(|i| l.eq_ignore_ascii_case(i)));
     let subsys = subsys.unwrap_or("INIT,BOOTSTRAP,ENV");
     let (invert, list) = match subsys.strip_prefix('^') {
         Some(rest) => (true, rest),
@@ -119,35 +228,33 @@ impl CollLine<'_> {
         )
     }
 
-    /// Prints the line on stdout in one write (lines of several threads never mix), if
-    /// [`coll`] asks for it.
+    /// Prints the line to the debug file in one write (lines of several threads never
+    /// mix), if [`coll`] asks for it.
     pub fn print(&self) {
-        if !coll() {
-            return;
+        if coll() {
+            info(self.device, &self.text());
         }
-        let line = format!(
-            "{}:{}:{} [{}] NCCL INFO {}\n",
-            host(),
-            std::process::id(),
-            thread_id(),
-            self.device,
-            self.text()
-        );
-        let _ = std::io::stdout().lock().write_all(line.as_bytes());
     }
 }
 
-/// The host's name up to its first dot, as NCCL's `getHostName(…, '.')` keeps it.
+/// The host's name up to its first dot, as NCCL's `getHostName(…, '.')` keeps it; from
+/// 2.29 (`getHostNameForLog`) with `%` and `/` turned into `-`.
 fn host() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
         let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let name = name.trim();
-        name.split('.')
+        let name = name
+            .trim()
+            .split('.')
             .next()
             .filter(|n| !n.is_empty())
             .unwrap_or("localhost")
-            .to_string()
+            .to_string();
+        if super::version() >= 22900 {
+            name.replace(['%', '/'], "-")
+        } else {
+            name
+        }
     })
 }
 
@@ -176,6 +283,39 @@ mod tests {
         assert!(coll_from(Some("info"), Some("ALL")));
         assert!(coll_from(Some("TRACE"), Some("^INIT")));
         assert!(!coll_from(Some("INFO"), Some("^INIT,COLL")));
+    }
+
+    #[test]
+    fn info_lines_are_printed_from_info_up_and_tuning_only_when_named() {
+        assert!(subsys_from(Some("ABORT"), Some("COLL"), "COLL"));
+        assert!(!subsys_from(Some("VERSION"), Some("ALL"), "COLL"));
+        assert!(!subsys_from(Some("INFO"), None, "TUNING"));
+        assert!(subsys_from(Some("INFO"), None, "ENV"));
+        assert!(subsys_from(Some("INFO"), Some("TUNING"), "TUNING"));
+        assert!(!subsys_from(Some("INFO"), Some("^TUNING"), "TUNING"));
+        assert!(!subsys_from(Some("INFO"), Some(""), "ENV"));
+    }
+
+    #[test]
+    fn the_debug_file_is_named_as_nccl_expands_it() {
+        let name = |level, file| file_name(level, file, "node7", 4242);
+        assert_eq!(
+            name(Some("INFO"), Some("/tmp/log.%h.%p")).as_deref(),
+            Some("/tmp/log.node7.4242")
+        );
+        assert_eq!(
+            name(Some("warn"), Some("a%%b%xc%")).as_deref(),
+            Some("a%b%xc%"),
+            "%% is one %, anything else is echoed"
+        );
+        assert_eq!(
+            name(Some("TRACE"), Some("/proc/self/fd/3")).as_deref(),
+            Some("/proc/self/fd/3")
+        );
+        assert_eq!(name(Some("VERSION"), Some("log")), None, "VERSION opens no file");
+        assert_eq!(name(None, Some("log")), None);
+        assert_eq!(name(Some("INFO"), Some("")), None, "an empty name leaves stdout");
+        assert_eq!(name(Some("INFO"), None), None);
     }
 
     #[test]

@@ -51,13 +51,16 @@
 //!
 //! Modules: [`comm`] makes, ends and watches communicators (and runs their workers);
 //! [`calls`] are the collective, point-to-point and group entry points; [`work`] is what
-//! a unit of queued work is and how it runs; [`group`] keeps the open group.
+//! a unit of queued work is and how it runs; [`group`] keeps the open group; [`tuning`]
+//! reads `NCCL_ALGO` and `NCCL_PROTO` and chooses each collective's algorithm by the
+//! double's [`model`]; [`debug`] prints NCCL's `INFO` lines.
 
 mod calls;
 mod comm;
 mod config;
 mod debug;
 mod group;
+mod model;
 mod tuning;
 mod work;
 
@@ -199,6 +202,8 @@ pub unsafe extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> NcclResult {
         if id.is_null() {
             return fail(INVALID_ARGUMENT, None, "ncclGetUniqueId: uniqueId is NULL");
         }
+        // NCCL logs its bootstrap's network here: its debug file is opened.
+        debug::open();
         let mut internal = [0u8; 128];
         internal[..8].copy_from_slice(MAGIC);
         internal[8..24].copy_from_slice(&random_bytes());

@@ -184,6 +184,11 @@ impl Unit {
             tickets: keys.into_iter().map(stream::begin).collect(),
         }
     }
+
+    /// The unit's calls, in issue order.
+    pub fn calls(&self) -> &[Call] {
+        &self.calls
+    }
 }
 
 /// What a worker keeps between units: how many collectives and messages so far, and
