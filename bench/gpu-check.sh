@@ -806,8 +806,8 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
     done
     case $mode in
       Exclusive_Process) how="the workbook refused them, though $mode_said: the driver let both processes open it (an MPS server shares it?), and the ranks, comparing their GPUs' UUIDs as NCCL does, refused the duplicate" ;;
-      "") how="the workbook refused them ($mode_said): the ranks compared their GPUs' UUIDs, as NCCL does, and refused the duplicate" ;;
-      *) how="the workbook refused them ($mode_said, which lets several processes share a GPU: the ranks compared their GPUs' UUIDs, as NCCL does, and refused the duplicate)" ;;
+      "") how="the workbook refused them ($mode_said): the ranks compared their GPUs (UUID) and hosts (NCCL_HOSTID, else the machine), as NCCL does, and refused the duplicate" ;;
+      *) how="the workbook refused them ($mode_said, which lets several processes share a GPU: the ranks compared their GPUs (UUID) and hosts (NCCL_HOSTID, else the machine), as NCCL does, and refused the duplicate)" ;;
     esac
     how+="; exit 2 on both; rank 0 said: $(said 0)"
   else

@@ -1103,4 +1103,3 @@ mod tests {
         assert_eq!((c.size, size_of::<sys::ncclConfig_t>()), (44, 48));
     }
 }
-

@@ -125,7 +125,12 @@ pub fn capture() {
 /// Whether the variable `name` is one [`capture`] set in this process (so not the
 /// user's: a report of the user's environment leaves it out).
 pub fn set_here(name: &str) -> bool {
-    let set = [workbook_runtime::NCCL_DEBUG_IS_OURS, "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"];
+    let set = [
+        workbook_runtime::NCCL_DEBUG_IS_OURS,
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_DEBUG_FILE",
+    ];
     set.contains(&name) && captured()
 }
 
@@ -282,18 +287,8 @@ fn table_line(text: &str) -> TableLine {
     let head = cells.next().unwrap_or("").trim();
     let rest: Vec<&str> = cells.map(str::trim).collect();
     match head {
-        "Algorithm" => TableLine::Algorithms(
-            rest.iter()
-                .filter(|c| !c.is_empty())
-                .map(|c| algo_name(c))
-                .collect(),
-        ),
-        "Protocol" => TableLine::Protocols(
-            rest.iter()
-                .filter(|c| !c.is_empty())
-                .map(|c| proto_name(c))
-                .collect(),
-        ),
+        "Algorithm" => TableLine::Algorithms(rest.iter().filter(|c| !c.is_empty()).map(|c| algo_name(c)).collect()),
+        "Protocol" => TableLine::Protocols(rest.iter().filter(|c| !c.is_empty()).map(|c| proto_name(c)).collect()),
         "Broadcast" | "Reduce" | "AllGather" | "ReduceScatter" | "AllReduce" => {
             let costs: Option<Vec<(f64, f64)>> = rest
                 .iter()
@@ -346,12 +341,18 @@ fn parse_choice(text: &str) -> Option<Choice> {
 /// An algorithm as NCCL writes it (`Ring`, `RING`, `NVLS_TREE`, `CollNetDirect`).
 fn algo_name(text: &str) -> Option<&'static str> {
     let key = text.replace('_', "");
-    ALGOS.iter().find(|(n, _)| n.eq_ignore_ascii_case(&key)).map(|(_, ours)| *ours)
+    ALGOS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(&key))
+        .map(|(_, ours)| *ours)
 }
 
 /// A protocol as NCCL writes it (`Simple`, `SIMPLE`, `LL128`).
 fn proto_name(text: &str) -> Option<&'static str> {
-    PROTOS.iter().find(|(n, _)| n.eq_ignore_ascii_case(text)).map(|(_, ours)| *ours)
+    PROTOS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(text))
+        .map(|(_, ours)| *ours)
 }
 
 #[cfg(test)]
@@ -408,7 +409,11 @@ vm:8612:8648 [0] NCCL INFO AllReduce: 16777216 Bytes -> Algo RING proto SIMPLE c
                 ("ring", "simple", 92.4, 0.8)
             ]
         );
-        let pat = log.table.iter().find(|c| c.function == "AllGather" && c.algo == "pat" && c.bandwidth_gbs > 0.0).unwrap();
+        let pat = log
+            .table
+            .iter()
+            .find(|c| c.function == "AllGather" && c.algo == "pat" && c.bandwidth_gbs > 0.0)
+            .unwrap();
         assert_eq!((pat.proto, pat.latency_us, pat.bandwidth_gbs), ("simple", 27.2, 0.9));
         let c = log.choices.back().unwrap();
         assert_eq!(

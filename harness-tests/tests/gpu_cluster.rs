@@ -118,7 +118,8 @@ fn two_tasks_on_one_gpu_with_their_own_nccl_hostid_run_as_two_nodes() {
     let cmds = (0..2)
         .map(|r| {
             let mut cmd = by_hand(2, r, port, 4, &[]);
-            cmd.env("CUDA_VISIBLE_DEVICES", "1").env("NCCL_HOSTID", format!("node-{r}"));
+            cmd.env("CUDA_VISIBLE_DEVICES", "1")
+                .env("NCCL_HOSTID", format!("node-{r}"));
             cmd
         })
         .collect();

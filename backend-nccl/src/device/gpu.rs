@@ -76,7 +76,11 @@ fn nccl_host() -> String {
     if let Some(id) = std::env::var_os("NCCL_HOSTID") {
         return format!("NCCL_HOSTID={}", id.to_string_lossy());
     }
-    let read = |f: &str| std::fs::read_to_string(f).map(|t| t.trim().to_string()).unwrap_or_default();
+    let read = |f: &str| {
+        std::fs::read_to_string(f)
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default()
+    };
     read("/proc/sys/kernel/hostname") + &read("/proc/sys/kernel/random/boot_id")
 }
 
@@ -191,7 +195,11 @@ mod tests {
         // NCCL_HOSTID set per node: NCCL's hash differs, so its rule passes, and ours.
         let mut a = gpu("node-0", "GPU-a", 0);
         let mut b = gpu("node-1", "GPU-a", 0);
-        assert_eq!(duplicate(&[a.clone(), b.clone()]), Some((0, 1)), "emulated nodes alone are one host to NCCL");
+        assert_eq!(
+            duplicate(&[a.clone(), b.clone()]),
+            Some((0, 1)),
+            "emulated nodes alone are one host to NCCL"
+        );
         a.nccl_host = "NCCL_HOSTID=node-0".into();
         b.nccl_host = "NCCL_HOSTID=node-1".into();
         assert_eq!(duplicate(&[a, b]), None);
