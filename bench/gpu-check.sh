@@ -458,6 +458,10 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
       case $gpu_of in
         each) env+=(CUDA_VISIBLE_DEVICES="$(gpu_id "$r")") ;;
         same) env+=(CUDA_VISIBLE_DEVICES="$(gpu_id 0)") ;;
+        # Nodes of one GPU each on this one GPU: a host of its own to the workbook and to
+        # NCCL (bench/gpu-nodes.sh), over loopback.
+        nodes) env+=(SLURMD_NODENAME="node-$r" NCCL_HOSTID="node-$r" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}"
+          NCCL_IB_DISABLE="${NCCL_IB_DISABLE:-1}") ;;
       esac
       local args=("$bins/$ex" --backend nccl --world-size "$world" --rank "$r"
         --master-addr 127.0.0.1 --master-port "$port" --timeout "$rank_timeout" "$@")
@@ -852,16 +856,25 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
     else
       record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
     fi
+  else
+    record "ranks each on their own GPU" SKIP "one GPU: it needs 2 GPUs" 0 ""
+  fi
 
-    # -----------------------------------------------------------------------------------
-    # 9. A rank killed, then one stopped, during a large all-reduce.
-    big=1G
-    [ "$on_double" = 1 ] && big=16M # the double copies through files: slow
-    victim=$((gpus - 1))
+  # -------------------------------------------------------------------------------------
+  # 9. A rank killed, then one stopped, during a large all-reduce: one rank per GPU; on
+  #    one GPU (not MIG), 4 ranks as nodes of one GPU each (NCCL_HOSTID), which NCCL
+  #    connects over loopback sockets.
+  fail_world=$gpus fail_spread=$spread big=1G
+  if [ "$gpus" = 1 ] && ! $mig; then fail_world=4 fail_spread=nodes big=64M; fi
+  [ "$on_double" = 1 ] && big=16M # the double copies through files: slow
+  if [ "$fail_world" -ge 2 ]; then
+    victim=$((fail_world - 1))
+    as=""
+    [ "$fail_spread" = nodes ] && as=" (4 nodes of one GPU each)"
     for sig in KILL STOP; do
-      name="kill -$sig rank $victim during an all-reduce"
+      name="kill -$sig rank $victim during an all-reduce$as"
       t0=$SECONDS
-      start_ranks 02-nccl-allreduce "$gpus" "$spread" --size "$big" --iters 100000
+      start_ranks 02-nccl-allreduce "$fail_world" "$fail_spread" --size "$big" --iters 100000
       why=""
       # Into the timed loop: rank 0 has printed its check (then the iterations begin).
       started=false
@@ -919,7 +932,7 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
       fi
     done
   else
-    record "failure cases and per-task binding" SKIP "one GPU: they need 2 ranks on 2 GPUs" 0 ""
+    record "a rank killed or stopped" SKIP "MIG on one GPU: it needs 2 ranks" 0 ""
   fi
 
   # -------------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ const ABORT_DEADLINE: Duration = Duration::from_secs(2);
 /// communicator (its `newcomm` is NULL).
 pub const NOCOLOR: c_int = -1;
 
+/// How long a rank whose NCCL failed asks the store whether a peer died (and caused it).
+const LOST_GRACE: Duration = Duration::from_secs(1);
+
 /// How many operations may be queued on the stream before the rank waits for them.
 const MAX_QUEUED: usize = 256;
 
@@ -841,6 +844,12 @@ impl Nccl {
                 }
                 Ok(false) => {}
                 Err(e) => {
+                    // NCCL's own error (a peer's socket closed) often comes before the
+                    // store's word that the peer died: ask the store, briefly, who.
+                    let e = match e.downcast_ref::<crate::error::Culprit>() {
+                        None => dog.name_the_lost(e, &waited_for, LOST_GRACE),
+                        Some(_) => e,
+                    };
                     let e = e.context(format!("rank {}", self.rank));
                     self.abort(Some(&e));
                     return Err(e);
@@ -944,7 +953,8 @@ impl Nccl {
     ///
     /// The abort has a deadline of its own ([`ABORT_DEADLINE`]): NCCL's abort waits for the
     /// node's other ranks, and may never return when one of them is stopped or dead
-    /// (NCCL's issues #863, #1013, #1777). Past it, the process says `failure` (what
+    /// (NCCL's issues #863, #1013, #1777); over the network it hung too, on a GPU, with a
+    /// peer killed and every rank alone on its node (`docs/gpu-runs.md`, run 10). Past it, the process says `failure` (what
     /// made it abort) and that the abort did not return, in one line, and ends at once.
     fn abort(&self, failure: Option<&anyhow::Error>) {
         while self.groups.get() > 0 {
@@ -970,8 +980,8 @@ impl Nccl {
             let _deadline = crate::deadline::arm(
                 ABORT_DEADLINE,
                 format!(
-                    "{said} NCCL's abort (ncclCommAbort) did not return in {}: it waits for the \
-                     node's other ranks, and hangs when one of them is stopped or gone (NCCL issues #1013, #1777); \
+                    "{said} NCCL's abort (ncclCommAbort) did not return in {}: it can wait for \
+                     peers, and hang when one of them is stopped or gone (NCCL issues #1013, #1777); \
                      this process ends here, without cleaning up",
                     crate::units::human_duration(ABORT_DEADLINE)
                 ),
