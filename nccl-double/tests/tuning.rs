@@ -37,25 +37,8 @@ fn bare_on(world: usize, version: &str, env: &[(&str, &str)]) -> support::Out {
     let _ = std::fs::remove_file(&id);
     let ranks: Vec<_> = (0..world)
         .map(|r| {
-            let mut cmd = Command::new(BARE);
-            cmd.args([
-                "--rank",
-                &r.to_string(),
-                "--world",
-                &world.to_string(),
-                "--id-file",
-                id.to_str().unwrap(),
-            ])
-            .args(["--iters", "3", "--warmup", "1"])
-            .env("LD_LIBRARY_PATH", support::lib_dir())
-            .env("NCCL_DOUBLE", "1")
-            .env("NCCL_DOUBLE_DEVICES", "2")
-            .env("NCCL_DOUBLE_DIR", support::meet_dir())
-            .env("NCCL_DOUBLE_VERSION", version)
-            .env("CUDA_VISIBLE_DEVICES", r.to_string())
-            .envs(env.iter().copied())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+            let mut cmd = support::bare_rank(Command::new(BARE), (r, world), 2, &id, version, 3);
+            cmd.envs(env.iter().copied());
             support::Running::new(r, cmd.spawn().unwrap())
         })
         .collect();

@@ -43,7 +43,7 @@ fn job(world: usize, version: &str, file: &str, env: &[(&str, &str)]) -> Vec<Ran
     let fd3_file = |r: usize| dir.join(format!("fd3.{r}"));
     let ranks: Vec<_> = (0..world)
         .map(|r| {
-            let mut cmd = if fd3 {
+            let program = if fd3 {
                 std::fs::write(fd3_file(r), "stale text\n".repeat(100)).unwrap();
                 let mut sh = Command::new("sh");
                 sh.args(["-c", "exec 3<>\"$0\"; exec \"$@\""])
@@ -53,29 +53,13 @@ fn job(world: usize, version: &str, file: &str, env: &[(&str, &str)]) -> Vec<Ran
             } else {
                 Command::new(BARE)
             };
-            cmd.args([
-                "--rank",
-                &r.to_string(),
-                "--world",
-                &world.to_string(),
-                "--id-file",
-                id.to_str().unwrap(),
-            ])
-            .args(["--iters", "1", "--warmup", "1"])
-            .env("LD_LIBRARY_PATH", support::lib_dir())
-            .env("NCCL_DOUBLE", "1")
-            .env("NCCL_DOUBLE_DEVICES", world.to_string())
-            .env("NCCL_DOUBLE_DIR", support::meet_dir())
-            .env("NCCL_DOUBLE_VERSION", version)
-            .env("CUDA_VISIBLE_DEVICES", r.to_string())
-            .env("NCCL_DEBUG", "INFO")
-            .env("NCCL_DEBUG_FILE", if fd3 { file.into() } else { dir.join(file) })
-            .env_remove("NCCL_DEBUG_SUBSYS")
-            .env_remove("NCCL_ALGO")
-            .env_remove("NCCL_PROTO")
-            .envs(env.iter().copied())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+            let mut cmd = support::bare_rank(program, (r, world), world, &id, version, 1);
+            cmd.env("NCCL_DEBUG", "INFO")
+                .env("NCCL_DEBUG_FILE", if fd3 { file.into() } else { dir.join(file) })
+                .env_remove("NCCL_DEBUG_SUBSYS")
+                .env_remove("NCCL_ALGO")
+                .env_remove("NCCL_PROTO")
+                .envs(env.iter().copied());
             support::Running::new(r, cmd.spawn().unwrap())
         })
         .collect();

@@ -373,3 +373,34 @@ pub fn failed_with(outs: &[Out], rank: usize, code: &str, text: &str) {
         all(outs)
     );
 }
+
+/// `cmd` (the bare probe, or a shell that execs it) made rank `r` of `world`, meeting
+/// through the file `id`, on the double playing NCCL `version` with `devices` GPUs (its
+/// own GPU `r`), running `iters` timed calls after one warm-up; its output piped.
+pub fn bare_rank(
+    mut cmd: Command,
+    (r, world): (usize, usize),
+    devices: usize,
+    id: &Path,
+    version: &str,
+    iters: u32,
+) -> Command {
+    cmd.args([
+        "--rank",
+        &r.to_string(),
+        "--world",
+        &world.to_string(),
+        "--id-file",
+        id.to_str().unwrap(),
+    ])
+    .args(["--iters", &iters.to_string(), "--warmup", "1"])
+    .env("LD_LIBRARY_PATH", lib_dir())
+    .env("NCCL_DOUBLE", "1")
+    .env("NCCL_DOUBLE_DEVICES", devices.to_string())
+    .env("NCCL_DOUBLE_DIR", meet_dir())
+    .env("NCCL_DOUBLE_VERSION", version)
+    .env("CUDA_VISIBLE_DEVICES", r.to_string())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    cmd
+}
