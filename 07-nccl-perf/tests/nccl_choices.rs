@@ -134,3 +134,40 @@ fn the_users_nccl_debug_is_left_alone_and_not_taken_for_ours() {
     assert!(r.json().get("nccl_costs").is_none(), "{r}");
     assert!(env.iter().any(|v| v == "NCCL_DEBUG=WARN"), "{env:?}");
 }
+
+/// NCCL 2.20 to 2.23 print numbers, and count an all-gather's bytes over the whole buffer:
+/// the column still names NCCL's choice.
+#[test]
+fn older_nccls_numbered_lines_name_the_choice_of_an_all_gather_too() {
+    for version in ["22103", "22303"] {
+        let mut cmd = nccl_command(
+            BIN,
+            &[
+                "--nproc-per-node",
+                "2",
+                "--op",
+                "all_gather",
+                "-b",
+                "64",
+                "-e",
+                "4K",
+                "-f",
+                "64",
+                "-n",
+                "1",
+                "-w",
+                "1",
+                "--format",
+                "json",
+            ],
+            2,
+        );
+        cmd.args(["--backend", "nccl"]).env("NCCL_DOUBLE_VERSION", version);
+        let r = finish(spawn(cmd), testkit::LIMIT).ok();
+        let chose = choices(&r);
+        assert!(
+            !chose.is_empty() && chose.iter().all(|(a, p)| a == "ring" && !p.is_empty()),
+            "NCCL {version}: {chose:?}\n{r}"
+        );
+    }
+}

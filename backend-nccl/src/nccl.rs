@@ -260,7 +260,7 @@ impl Nccl {
     /// 2.21 or later, and where the user left `NCCL_DEBUG` to the workbook.
     pub fn choice(&self) -> Option<(&'static str, &'static str)> {
         let (function, bytes) = self.last_collective.get()?;
-        crate::nccl_log::choice(function, bytes).map(|c| (c.algo, c.proto))
+        crate::nccl_log::choice(function, bytes, self.place.1).map(|c| (c.algo, c.proto))
     }
 
     /// The GPU's name, as `nvidia-smi` shows it.

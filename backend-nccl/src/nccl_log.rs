@@ -148,15 +148,20 @@ pub fn update() {
 }
 
 /// What NCCL chose for the last call of `function` (`AllReduce`) on `bytes` it printed,
-/// if this rank has NCCL's lines.
-pub fn choice(function: &str, bytes: u64) -> Option<Choice> {
+/// if this rank has NCCL's lines. Up to 2.23 NCCL counted an all-gather's or a
+/// reduce-scatter's bytes over the whole buffer (`bytes` × `ranks`), from 2.24 per rank.
+pub fn choice(function: &str, bytes: u64, ranks: usize) -> Option<Choice> {
     let mut guard = lock();
     let log = guard.as_mut()?;
     log.update();
+    let whole = matches!(function, "AllGather" | "ReduceScatter").then_some(bytes * ranks as u64);
     log.choices
         .iter()
         .rev()
-        .find(|c| c.bytes == bytes && c.function.as_deref().is_none_or(|f| f == function))
+        .find(|c| {
+            let named = c.function.as_deref().is_none_or(|f| f == function);
+            named && (c.bytes == bytes || Some(c.bytes) == whole)
+        })
         .cloned()
 }
 
