@@ -111,10 +111,20 @@ fn a_rank_that_never_splits_is_named_within_the_timeout() {
         assert_eq!(r.code, Some(1), "{r}");
         // The job's own time (building the example or the double is not counted).
         assert!(r.elapsed.as_secs() < 3 + 5, "{r}");
-        assert!(
-            r.stderr
-                .contains("rank 1 failed first (its connection closed): timed out after 3 s waiting for every rank's color and key for the split"),
-            "{r}"
-        );
+        // Ranks 0 and 2 name rank 1, whether its own deadline's words reached them first
+        // ("timed out after 3 s waiting for ...") or only its end ("rank 1 is gone ...
+        // while waiting for ..."): on a loaded machine the three deadlines race.
+        for rank in [0, 2] {
+            let line = r
+                .stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("error: rank {rank}: ")))
+                .unwrap_or_else(|| panic!("no line of rank {rank}:\n{r}"));
+            assert!(
+                line.contains("rank 1 failed first (its connection closed): ")
+                    && line.contains("waiting for every rank's color and key for the split"),
+                "{r}"
+            );
+        }
     }
 }
