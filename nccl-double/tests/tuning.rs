@@ -24,15 +24,7 @@ fn bare(version: &str, env: &[(&str, &str)]) -> support::Out {
 
 /// `bare` on `world` ranks.
 fn bare_on(world: usize, version: &str, env: &[(&str, &str)]) -> support::Out {
-    let tag = format!(
-        "{}-{world}-{version}-{}",
-        std::process::id(),
-        env.iter().map(|(k, v)| format!("{k}{v}")).collect::<String>()
-    );
-    let tag: String = tag
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
+    let tag = support::job_tag(world, version, env);
     let id = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tuning-id-{tag}"));
     let _ = std::fs::remove_file(&id);
     let ranks: Vec<_> = (0..world)

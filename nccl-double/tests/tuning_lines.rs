@@ -24,15 +24,7 @@ struct Rank {
 /// with `NCCL_DEBUG=INFO`, `NCCL_DEBUG_FILE=<fresh folder>/<file>` and `env`: every
 /// rank's end, with the file named `file` with `%h`, `%p` and `%%` expanded.
 fn job(world: usize, version: &str, file: &str, env: &[(&str, &str)]) -> Vec<Rank> {
-    let tag = format!(
-        "{}-{world}-{version}-{}",
-        std::process::id(),
-        env.iter().map(|(k, v)| format!("{k}{v}")).collect::<String>()
-    );
-    let tag: String = tag
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
+    let tag = support::job_tag(world, version, env);
     let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tuning-lines-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

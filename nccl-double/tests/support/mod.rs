@@ -404,3 +404,16 @@ pub fn bare_rank(
     .stderr(std::process::Stdio::piped());
     cmd
 }
+
+/// A name for one job's files, from the test process, the world, the version played and
+/// the variables set: letters, digits and `_` only.
+pub fn job_tag(world: usize, version: &str, env: &[(&str, &str)]) -> String {
+    let tag = format!(
+        "{}-{world}-{version}-{}",
+        std::process::id(),
+        env.iter().map(|(k, v)| format!("{k}{v}")).collect::<String>()
+    );
+    tag.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
