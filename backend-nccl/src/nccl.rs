@@ -789,7 +789,18 @@ impl Nccl {
                 )
             }
             error => {
-                let e = self.error(error, what);
+                // A peer that died makes NCCL fail here too (a blocking communicator's
+                // call): name it, as a wait does.
+                let what = what.to_string();
+                let e = self.error(error, &what);
+                let from_peers = matches!(
+                    error,
+                    ncclResult_t::ncclRemoteError | ncclResult_t::ncclSystemError | ncclResult_t::ncclInternalError
+                );
+                let e = match self.watchdog.try_borrow_mut() {
+                    Ok(mut dog) if from_peers => dog.name_the_lost(e, &format!("NCCL to finish {what}"), LOST_GRACE),
+                    _ => e,
+                };
                 self.abort(Some(&e));
                 Err(e)
             }

@@ -23,19 +23,19 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
-/// NCCL's algorithms in the order of its numbers (`ncclAlgoStr`, 2.18 to 2.30), with
-/// the workbook's names for them.
-const ALGOS: [(&str, &str); 7] = [
-    ("Tree", "tree"),
-    ("Ring", "ring"),
-    ("CollNetDirect", "collnet-direct"),
-    ("CollNetChain", "collnet-chain"),
-    ("NVLS", "nvls"),
-    ("NVLSTree", "nvls-tree"),
-    ("PAT", "pat"),
+/// The workbook's names for NCCL's algorithms, in NCCL's order ([`crate::tuning::ALGOS`],
+/// its numbers: `ncclAlgoStr`, 2.18 to 2.30).
+const ALGO_NAMES: [&str; 7] = [
+    "tree",
+    "ring",
+    "collnet-direct",
+    "collnet-chain",
+    "nvls",
+    "nvls-tree",
+    "pat",
 ];
-/// NCCL's protocols in the order of its numbers (`ncclProtoStr`), with the workbook's names.
-const PROTOS: [(&str, &str); 3] = [("LL", "ll"), ("LL128", "ll128"), ("Simple", "simple")];
+/// The workbook's names for NCCL's protocols, in NCCL's order ([`crate::tuning::PROTOS`]).
+const PROTO_NAMES: [&str; 3] = ["ll", "ll128", "simple"];
 /// How many of rank 0's last per-call lines are kept to look a call up in.
 const KEPT: usize = 256;
 
@@ -44,7 +44,7 @@ const KEPT: usize = 256;
 pub struct Cost {
     /// The collective, as NCCL names it (`AllReduce`).
     pub function: String,
-    /// The algorithm (`ring`, `tree`, ... as [`ALGOS`] names them).
+    /// The algorithm (`ring`, `tree`, ... as [`ALGO_NAMES`] names them).
     pub algo: &'static str,
     /// The protocol (`ll`, `ll128`, `simple`).
     pub proto: &'static str,
@@ -326,15 +326,9 @@ fn parse_choice(text: &str) -> Option<Choice> {
         return None;
     }
     let proto = w.next()?;
-    let by_number = |s: &str, n: usize| s.parse::<usize>().ok().filter(|i| *i < n);
-    let algo = match by_number(algo, ALGOS.len()) {
-        Some(i) => ALGOS[i].1,
-        None => algo_name(algo)?,
-    };
-    let proto = match by_number(proto, PROTOS.len()) {
-        Some(i) => PROTOS[i].1,
-        None => proto_name(proto)?,
-    };
+    let by_number = |s: &str, names: &[&'static str]| s.parse::<usize>().ok().and_then(|i| names.get(i).copied());
+    let algo = by_number(algo, &ALGO_NAMES).or_else(|| algo_name(algo))?;
+    let proto = by_number(proto, &PROTO_NAMES).or_else(|| proto_name(proto))?;
     Some(Choice {
         function,
         bytes,
@@ -346,18 +340,16 @@ fn parse_choice(text: &str) -> Option<Choice> {
 /// An algorithm as NCCL writes it (`Ring`, `RING`, `NVLS_TREE`, `CollNetDirect`).
 fn algo_name(text: &str) -> Option<&'static str> {
     let key = text.replace('_', "");
-    ALGOS
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(&key))
-        .map(|(_, ours)| *ours)
+    let i = crate::tuning::ALGOS.iter().position(|n| n.eq_ignore_ascii_case(&key))?;
+    Some(ALGO_NAMES[i])
 }
 
 /// A protocol as NCCL writes it (`Simple`, `SIMPLE`, `LL128`).
 fn proto_name(text: &str) -> Option<&'static str> {
-    PROTOS
+    let i = crate::tuning::PROTOS
         .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(text))
-        .map(|(_, ours)| *ours)
+        .position(|n| n.eq_ignore_ascii_case(text))?;
+    Some(PROTO_NAMES[i])
 }
 
 #[cfg(test)]

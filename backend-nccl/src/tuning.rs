@@ -9,7 +9,7 @@
 /// NCCL's collectives (`ncclFuncStr`), as per-collective lists name them.
 const FUNCS: [&str; 5] = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
 /// NCCL's algorithms (`ncclAlgoStr`, 2.18 to 2.28; PAT from 2.23).
-const ALGOS: [&str; 7] = [
+pub(crate) const ALGOS: [&str; 7] = [
     "Tree",
     "Ring",
     "CollNetDirect",
@@ -19,7 +19,7 @@ const ALGOS: [&str; 7] = [
     "PAT",
 ];
 /// NCCL's protocols (`ncclProtoStr`).
-const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
+pub(crate) const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
 
 /// Checks `NCCL_ALGO` and `NCCL_PROTO` (read with `var`) against NCCL `version`
 /// (`major.minor.patch`): one line saying what is wrong, if anything.

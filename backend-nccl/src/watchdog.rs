@@ -95,10 +95,7 @@ impl Watchdog {
                 Ok(Some((r, how))) if r != self.rank => {
                     let text = format!("{nccl:#}");
                     let said = text.strip_prefix(&format!("rank {}: ", self.rank)).unwrap_or(&text);
-                    return Culprit(format!(
-                        "rank {r} failed ({how}) while this rank was waiting for {what}; NCCL then said: {said}"
-                    ))
-                    .into();
+                    return Culprit(format!("{}; NCCL then said: {said}", lost(r, &how, what))).into();
                 }
                 Ok(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
                 _ => return nccl,
@@ -134,10 +131,7 @@ impl Watchdog {
         if let Some((r, how)) = self.store.first_lost().map_err(store_gone)?
             && r != self.rank
         {
-            return Err(Culprit(format!(
-                "rank {r} failed ({how}) while this rank was waiting for {what}"
-            ))
-            .into());
+            return Err(Culprit(lost(r, &how, what)).into());
         }
         // Heartbeats matter only if the wait is long: read them from half the deadline on.
         if now - progressed >= self.timeout / 2 {
@@ -203,6 +197,11 @@ impl Watchdog {
     fn seen_since(&self, r: usize, watching: Instant) -> Instant {
         self.seen[r].as_ref().map(|(_, at)| *at).unwrap_or(watching)
     }
+}
+
+/// What a rank says of rank `r`, lost (`how`) while it waited for `what`.
+fn lost(r: usize, how: &str, what: &str) -> String {
+    format!("rank {r} failed ({how}) while this rank was waiting for {what}")
 }
 
 #[cfg(test)]

@@ -116,15 +116,6 @@ fn start(run: &RunArgs, rank: impl FnOnce(launch::Identity, &RunArgs) -> Result<
     if let Err(e) = loadable {
         return fail(None, &e);
     }
-    // A rank on NCCL asks NCCL for its own account of what it chose (before NCCL loads,
-    // while this is the process's one thread); a launcher's ranks ask for theirs.
-    let a_rank = matches!(
-        launch::resolve(&run.launch(), &|name| std::env::var(name).ok()),
-        Ok(launch::Role::Rank(_))
-    );
-    if a_rank && run.backend != args::BackendChoice::Cpu {
-        backend::nccl_log::capture();
-    }
     // What jobs killed before this one left of the NCCL backend (the simulator's memory in
     // /dev/shm, library links in /tmp): only the files of processes that are gone. After
     // the restarts above, so that it runs once per process.
@@ -157,6 +148,11 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
             Err(e) => fail(None, &e),
         },
         launch::Role::Rank(id) => {
+            // A rank on NCCL asks NCCL for its own account of what it chose (before NCCL
+            // loads, while this is the process's one thread; a launcher asks for nothing).
+            if run.backend != args::BackendChoice::Cpu {
+                backend::nccl_log::capture();
+            }
             let (rank, source) = (id.rank, id.source);
             // Said before the rank runs out of descriptors (a launcher said it already).
             let short = limits::open_files_short(id.world_size, rank == 0).map(|line| {

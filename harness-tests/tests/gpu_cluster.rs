@@ -83,17 +83,24 @@ fn each_task_given_its_own_gpu_as_slurm_binds_them_runs() {
     }
 }
 
-#[test]
-fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
+/// Two tasks by hand, both given GPU 1 (`CUDA_VISIBLE_DEVICES=1`) of 4, each command
+/// changed by `more(rank, cmd)`, run to the end.
+fn two_tasks_on_gpu_1(more: impl Fn(usize, &mut Command)) -> Vec<Run> {
     let port = free_port();
     let cmds = (0..2)
         .map(|r| {
             let mut cmd = by_hand(2, r, port, 4, &[]);
             cmd.env("CUDA_VISIBLE_DEVICES", "1");
+            more(r, &mut cmd);
             cmd
         })
         .collect();
-    let runs = all(cmds);
+    all(cmds)
+}
+
+#[test]
+fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
+    let runs = two_tasks_on_gpu_1(|_, _| {});
     let said = &runs[0].stderr;
     assert_eq!(runs[0].code, Some(2), "{}", runs[0]);
     assert!(
@@ -114,16 +121,9 @@ fn two_tasks_given_the_same_gpu_are_refused_naming_both_and_the_gpu() {
 /// cluster so on one real GPU). The workbook refuses what NCCL refuses, no more.
 #[test]
 fn two_tasks_on_one_gpu_with_their_own_nccl_hostid_run_as_two_nodes() {
-    let port = free_port();
-    let cmds = (0..2)
-        .map(|r| {
-            let mut cmd = by_hand(2, r, port, 4, &[]);
-            cmd.env("CUDA_VISIBLE_DEVICES", "1")
-                .env("NCCL_HOSTID", format!("node-{r}"));
-            cmd
-        })
-        .collect();
-    for run in all(cmds) {
+    for run in two_tasks_on_gpu_1(|r, cmd| {
+        cmd.env("NCCL_HOSTID", format!("node-{r}"));
+    }) {
         assert_eq!(run.code, Some(0), "{run}");
         assert!(!run.stderr.contains("Duplicate GPU"), "{run}");
     }
