@@ -274,6 +274,7 @@ impl Nccl {
         let slice = self
             .stream
             .clone_htod(&host)
+            .map_err(cuda_error)
             .with_context(|| format!("rank {}: copying to the GPU", self.rank))?;
         let bytes = std::mem::size_of_val(host.as_slice());
         self.last.replace(Label::of("copying to the GPU (cuMemcpyHtoDAsync)"));
@@ -302,6 +303,7 @@ impl Nccl {
         let host = self
             .stream
             .clone_dtoh(&view)
+            .map_err(cuda_error)
             .with_context(|| format!("rank {}: copying {n} elements back from the GPU", self.rank))?;
         let (src, _read) = view.device_ptr(self.stream.as_ref());
         self.show_cuda(
@@ -412,6 +414,7 @@ impl Nccl {
             let made = self
                 .stream
                 .alloc_zeros::<u8>(bytes.max(1))
+                .map_err(cuda_error)
                 .with_context(|| format!("rank {}: allocating {bytes} bytes of GPU memory", self.rank))?;
             let (p, _written) = made.device_ptr(self.stream.as_ref());
             self.show_alloc(
@@ -1109,6 +1112,24 @@ fn collective_name(function: &'static str) -> Option<&'static str> {
         }
         _ => None,
     }
+}
+
+/// A CUDA driver error in words, `out of memory (CUDA_ERROR_OUT_OF_MEMORY)`, instead of
+/// cudarc's debug form; running out of GPU memory says what to do about it.
+pub fn cuda_error(e: cudarc::driver::DriverError) -> anyhow::Error {
+    use cudarc::driver::sys::CUresult;
+    let words = e
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "an error cuGetErrorString does not name".into());
+    let hint = match e.0 {
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            ": the GPU has no room for the buffer (ask for less, or leave the GPU to this job; simulated GPUs \
+             keep theirs in the host's memory, which ulimit -v may limit)"
+        }
+        _ => "",
+    };
+    anyhow!("{words} ({:?}){hint}", e.0)
 }
 
 #[cfg(test)]

@@ -44,3 +44,47 @@ fn a_working_copy_the_double_cannot_make_is_one_line_not_an_abort() {
     );
     assert!(said.contains("ulimit -v"), "{said}");
 }
+
+#[test]
+fn any_address_space_limit_ends_in_one_line_per_rank_never_an_abort() {
+    // Needs `ulimit -v`. 256 MiB per rank under limits from 586 MiB to 977 MiB: depending
+    // on the limit, the first to fail is the host buffer, the "device" memory
+    // (cuMemAllocAsync: CUDA_ERROR_OUT_OF_MEMORY), the share the double publishes, or a
+    // working copy. Before: cudarc's debug form (`DriverError(CUDA_ERROR_OUT_OF_MEMORY,
+    // "out of memory")`) at 700,000 KiB, and at 1,000,000 KiB "memory allocation of
+    // 268435508 bytes failed", a backtrace and SIGABRT (the double's publish).
+    for kib in [600_000, 700_000, 800_000, 900_000, 1_000_000] {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -v {kib} && exec \"$0\" \"$@\""), BIN])
+            .args([
+                "--simulate-gpus",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--size",
+                "256M",
+                "--iters",
+                "1",
+            ])
+            .args(["--timeout", testkit::TIMEOUT]);
+        testkit::clear_job_env(&mut cmd);
+        let r = finish(spawn(cmd), LIMIT);
+        assert!(matches!(r.code, Some(1 | 2)), "ulimit -v {kib}: {r}");
+        for abort in [
+            "memory allocation of",
+            "stack backtrace",
+            "panicked",
+            "signal 6",
+            "DriverError(",
+        ] {
+            assert!(!r.stderr.contains(abort), "ulimit -v {kib}: {abort:?} in:\n{r}");
+        }
+        // The rank that ran short says so, naming the limit, in its one line.
+        assert!(
+            r.stderr
+                .lines()
+                .any(|l| l.starts_with("error: rank ") && l.contains("ulimit -v")),
+            "ulimit -v {kib}: no rank says the limit:\n{r}"
+        );
+    }
+}

@@ -92,17 +92,32 @@ fn check_in(t: &BTreeMap<usize, Allocation>, ptr: usize, len: usize) -> Result<u
     }
 }
 
-/// Bytes `[ptr, ptr + len)` of device memory, copied out, if the range is still live
-/// device memory: checked and copied under the table's lock, so that a free on another
-/// thread cannot come in between (queued NCCL work reads buffers later, on a worker).
-pub fn read_checked(ptr: usize, len: usize) -> Result<Vec<u8>, String> {
-    let held = table();
-    check_in(&held, ptr, len)?;
+/// Why device memory could not be read into host memory.
+#[derive(Debug)]
+pub enum Unread {
+    /// The range is no longer device memory (freed, or never allocated).
+    Gone(String),
+    /// Host memory has no room for the copy ([`no_room`]).
+    NoRoom(String),
+}
+
+/// `head` followed by bytes `[ptr, ptr + len)` of device memory, in one buffer allocated
+/// fallibly (a share or a message the double publishes), checked and copied under the
+/// table's lock, so that a free on another thread cannot come in between (queued NCCL
+/// work reads buffers later, on a worker).
+pub fn read_after(head: &[u8], ptr: usize, len: usize) -> Result<Vec<u8>, Unread> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(head.len() + len)
+        .map_err(|_| Unread::NoRoom(no_room(head.len() + len)))?;
+    out.extend_from_slice(head);
     if len == 0 {
-        return Ok(Vec::new());
+        return Ok(out);
     }
-    // SAFETY: the range was checked above, under the table's lock.
-    try_copy(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
+    let held = table();
+    check_in(&held, ptr, len).map_err(Unread::Gone)?;
+    // SAFETY: the range was checked above, under the table's lock, which a free takes too.
+    out.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) });
+    Ok(out)
 }
 
 /// A copy of `data` in host memory, or why there is none: the double keeps its "device"
@@ -124,7 +139,7 @@ pub fn no_room(bytes: usize) -> String {
     )
 }
 
-/// Writes `data` at `ptr` if the range is still live device memory (see [`read_checked`]).
+/// Writes `data` at `ptr` if the range is still live device memory (see [`read_after`]).
 pub fn write_checked(ptr: usize, data: &[u8]) -> Result<(), String> {
     let held = table();
     check_in(&held, ptr, data.len())?;
@@ -153,7 +168,7 @@ mod tests {
         assert_eq!(check(p, 16), Ok(2));
         assert_eq!(check(p + 8, 8), Ok(2));
         assert!(check(p + 8, 9).unwrap_err().contains("run past the end"));
-        let f = f32::from_ne_bytes(read_checked(p, 4).unwrap().try_into().unwrap());
+        let f = f32::from_ne_bytes(read_after(&[], p, 4).unwrap().try_into().unwrap());
         assert!(f.is_nan());
         let host = [0u8; 4];
         assert!(

@@ -249,6 +249,15 @@ fn gone(call: &str, which: &str, why: String) -> Failure {
     )
 }
 
+/// A buffer the queued call could not read: gone ([`gone`]), or no room in host memory
+/// for its copy (NCCL's system error, as its own failed allocations are).
+fn unread(call: &str, which: &str, why: memory::Unread) -> Failure {
+    match why {
+        memory::Unread::Gone(why) => gone(call, which, why),
+        memory::Unread::NoRoom(why) => Failure::new(SYSTEM_ERROR, format!("{call}: {why}")),
+    }
+}
+
 /// Runs `unit` as this rank: the three steps, in order. Stops with [`Halt::Aborted`] as
 /// soon as `abort` is set.
 pub fn run(unit: &Unit, p: &mut Progress, room: &Room, abort: &AtomicBool) -> Result<(), Halt> {
@@ -308,11 +317,8 @@ fn publish(call: &Call, p: &mut Progress, room: &Room) -> Result<u64, Failure> {
         } => {
             p.sweep(room);
             p.seq += 1;
-            let mut share = format!("{call}\n").into_bytes();
-            if *send_bytes > 0 {
-                let data = memory::read_checked(*send, *send_bytes).map_err(|e| gone(call, "sendbuff", e))?;
-                share.extend(data);
-            }
+            let share = memory::read_after(format!("{call}\n").as_bytes(), *send, *send_bytes)
+                .map_err(|e| unread(call, "sendbuff", e))?;
             room.publish(&format!("op-{}-{}", p.seq, p.rank), &share)?;
             p.unswept.push_back(p.seq);
             p.seq
@@ -325,11 +331,8 @@ fn publish(call: &Call, p: &mut Progress, room: &Room) -> Result<u64, Failure> {
         } => {
             let n = p.sent[*peer];
             p.sent[*peer] += 1;
-            let mut msg = format!("{count} {dtype}\n").into_bytes();
-            if *count > 0 {
-                let what = format!("ncclSend(count={count}, {dtype}, peer={peer})");
-                msg.extend(memory::read_checked(*buf, *count * dtype.size()).map_err(|e| gone(&what, "sendbuff", e))?);
-            }
+            let msg = memory::read_after(format!("{count} {dtype}\n").as_bytes(), *buf, *count * dtype.size())
+                .map_err(|e| unread(&format!("ncclSend(count={count}, {dtype}, peer={peer})"), "sendbuff", e))?;
             room.publish(&format!("msg-{}-{peer}-{n}", p.rank), &msg)?;
             n
         }
