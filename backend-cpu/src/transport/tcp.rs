@@ -14,7 +14,8 @@
 //!   uses can deadlock;
 //! - the *receiver* takes, at its first receive from that peer, the connection the
 //!   accepting thread received and greeted from it, waiting for it as long as
-//!   `--timeout`, then naming the peer and this rank's address.
+//!   `--timeout`, then naming the peer and this rank's address; a peer gone before it
+//!   connected (its port refuses connections) is named at once.
 //!
 //! A ring makes one connection per rank, not one per pair: a job starts in about the time
 //! its store takes, and holds the sockets its algorithms use. A connection that does not
@@ -107,7 +108,7 @@ impl TcpLink {
         if let Some(s) = self.inbox.get() {
             return Ok(s);
         }
-        let stream = self.mesh.take(self.peer)?;
+        let stream = self.mesh.take(self.peer, self.addr)?;
         Ok(self.inbox.get_or_init(|| stream))
     }
 
@@ -345,11 +346,16 @@ struct Acceptor {
 }
 
 impl Acceptor {
-    /// The connection `peer` dialed to this rank, waiting for it at most `--timeout`.
-    fn take(&self, peer: usize) -> io::Result<TcpStream> {
+    /// The connection `peer` (listening at `addr`) dialed to this rank, waiting for it at
+    /// most `--timeout`. A peer that is gone before it connected is named at once, as a
+    /// closed connection would name it: every [`PROBE_EVERY`] of waiting, its port is
+    /// knocked on, and a refusal means its listener, which lives as long as its
+    /// communicator, is closed.
+    fn take(&self, peer: usize, addr: SocketAddr) -> io::Result<TcpStream> {
         let s = &self.shared;
         let deadline = Instant::now() + s.timeout;
-        let mut arrived = s.arrived.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = || s.arrived.lock().unwrap_or_else(|p| p.into_inner());
+        let mut arrived = lock();
         loop {
             if let Some(stream) = arrived.streams[peer].take() {
                 return Ok(stream);
@@ -370,14 +376,38 @@ impl Acceptor {
                     ),
                 ));
             }
-            arrived = s
+            let (again, waited) = s
                 .ready
-                .wait_timeout(arrived, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+                .wait_timeout(arrived, (deadline - now).min(PROBE_EVERY))
+                .unwrap_or_else(|p| p.into_inner());
+            arrived = again;
+            if !waited.timed_out() || arrived.streams[peer].is_some() || arrived.greeted[peer] {
+                continue;
+            }
+            drop(arrived);
+            let refused = matches!(
+                TcpStream::connect_timeout(&addr, PROBE_EVERY),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+            );
+            arrived = lock();
+            // Greeted meanwhile: its connection is on its way (it may have sent and exited).
+            if refused && arrived.streams[peer].is_none() && !arrived.greeted[peer] {
+                return Err(Unconnected::error(
+                    peer,
+                    false,
+                    format!(
+                        "rank {peer} at {addr} is gone (its port refuses connections) and never connected to this \
+                         rank: it exited, crashed or was killed"
+                    ),
+                ));
+            }
         }
     }
 }
+
+/// How long a receiver waits for its peer's connection before it checks that the peer
+/// still listens (and then again, as long as it waits).
+const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 impl Drop for Acceptor {
     fn drop(&mut self) {
