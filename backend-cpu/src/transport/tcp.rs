@@ -130,6 +130,17 @@ impl TcpLink {
                         ),
                     ));
                 }
+                // Waiting would not free one: said at once, with the limit.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    let limit = crate::limits::open_files().map_or("unlimited".to_string(), |n| n.to_string());
+                    return Err(failed(
+                        false,
+                        format!(
+                            "connecting to rank {peer} at {addr}: this rank is out of open files ({e}; ulimit -n: \
+                             {limit}): each peer it sends to or receives from over TCP takes one"
+                        ),
+                    ));
+                }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(failed(
                         true,
