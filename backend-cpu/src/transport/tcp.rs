@@ -112,14 +112,13 @@ impl TcpLink {
         Ok(self.inbox.get_or_init(|| stream))
     }
 
-    /// Connects to the peer and greets it, within `--timeout` from now.
-    fn dial(&self) -> io::Result<TcpStream> {
-        let (peer, addr, mesh) = (self.peer, self.addr, &self.mesh.shared);
-        let deadline = Instant::now() + mesh.timeout;
+    /// A connection to the peer's port, tried until `deadline`.
+    fn reach(&self, deadline: Instant) -> io::Result<TcpStream> {
+        let (peer, addr) = (self.peer, self.addr);
         let failed = |timed_out: bool, message: String| Unconnected::error(peer, timed_out, message);
-        let stream = loop {
+        loop {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-                Ok(s) => break s,
+                Ok(s) => return Ok(s),
                 // Its listener lives as long as its communicator: a refusal means it is gone.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                     return Err(failed(
@@ -149,34 +148,49 @@ impl TcpLink {
                 }
                 Err(_) => thread::sleep(Duration::from_millis(50)),
             }
-        };
-        // The greeting and its answer, within what is left of the deadline.
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(10));
-        stream.set_read_timeout(Some(left))?;
-        stream.set_write_timeout(Some(left))?;
-        let mut s = &stream;
-        let greeting = Encoder::default().str(&mesh.job_id).u64(mesh.rank as u64).0;
-        let answer = wire::write_frame(&mut s, GREET, &greeting).and_then(|()| wire::read_frame(&mut s, 1024));
-        match answer {
-            Ok((GREET_OK, _)) => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                return Err(failed(
-                    true,
-                    format!(
-                        "rank {peer} at {addr} took the connection but did not answer this rank's greeting within \
-                         --timeout: it is stuck or gone"
-                    ),
-                ));
-            }
-            _ => {
-                return Err(failed(
-                    false,
-                    format!("rank {peer} at {addr} did not accept this rank's greeting (another job on that port?)"),
-                ));
-            }
         }
+    }
+
+    /// Connects to the peer and greets it, within `--timeout` from now.
+    fn dial(&self) -> io::Result<TcpStream> {
+        let (peer, addr, mesh) = (self.peer, self.addr, &self.mesh.shared);
+        let deadline = Instant::now() + mesh.timeout;
+        let failed = |timed_out: bool, message: String| Unconnected::error(peer, timed_out, message);
+        let stream = loop {
+            let stream = self.reach(deadline)?;
+            // The greeting and its answer, within what is left of the deadline.
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(10));
+            stream.set_read_timeout(Some(left))?;
+            stream.set_write_timeout(Some(left))?;
+            let mut s = &stream;
+            let greeting = Encoder::default().str(&mesh.job_id).u64(mesh.rank as u64).0;
+            let answer = wire::write_frame(&mut s, GREET, &greeting).and_then(|()| wire::read_frame(&mut s, 1024));
+            match answer {
+                Ok((GREET_OK, _)) => break stream,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    return Err(failed(
+                        true,
+                        format!(
+                            "rank {peer} at {addr} took the connection but did not answer this rank's greeting within \
+                             --timeout: it is stuck or gone"
+                        ),
+                    ));
+                }
+                // Closed unanswered: its newcomers' places were full (many peers connecting at
+                // once on a loaded machine), or it is gone, which the next dial says.
+                Err(e) if closed(&e) && Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    return Err(failed(
+                        false,
+                        format!(
+                            "rank {peer} at {addr} did not accept this rank's greeting (another job on that port?)"
+                        ),
+                    ));
+                }
+            }
+        };
         configure(&stream, mesh.timeout)?;
         Ok(stream)
     }
@@ -472,16 +486,30 @@ fn accept_peers(listener: &TcpListener, shared: &Shared) {
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    if stream.set_nonblocking(true).is_ok() {
-                        // Bounded: the oldest stranger goes first when too many wait at once.
-                        if pending.len() >= MAX_NEWCOMERS {
-                            pending.remove(0);
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let mut n = Newcomer {
+                        stream,
+                        got: vec![],
+                        until: Instant::now() + GREET_WITHIN,
+                    };
+                    // A peer greets as soon as it connects: most are settled here, so that
+                    // many peers connecting at once (an all-to-all's first call) never
+                    // fill the newcomers' places.
+                    match n.read_greeting() {
+                        Greeting::Frame(kind, payload) => shared.welcome(kind, &payload, n.stream),
+                        Greeting::Junk => {}
+                        Greeting::Waiting => {
+                            if pending.len() >= MAX_NEWCOMERS {
+                                pending = settle(pending, shared);
+                            }
+                            // Bounded: the oldest stranger goes first when too many wait at once.
+                            if pending.len() >= MAX_NEWCOMERS {
+                                pending.remove(0);
+                            }
+                            pending.push(n);
                         }
-                        pending.push(Newcomer {
-                            stream,
-                            got: vec![],
-                            until: Instant::now() + GREET_WITHIN,
-                        });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -494,16 +522,22 @@ fn accept_peers(listener: &TcpListener, shared: &Shared) {
                 }
             }
         }
-        let mut still = vec![];
-        for mut n in pending.drain(..) {
-            match n.read_greeting() {
-                Greeting::Waiting if Instant::now() < n.until => still.push(n),
-                Greeting::Waiting | Greeting::Junk => {}
-                Greeting::Frame(kind, payload) => shared.welcome(kind, &payload, n.stream),
-            }
-        }
-        pending = still;
+        pending = settle(pending, shared);
     }
+}
+
+/// Reads what the newcomers sent: welcomes those that greeted, closes those that sent
+/// junk or whose second to greet is up, and gives back the others.
+fn settle(pending: Vec<Newcomer>, shared: &Shared) -> Vec<Newcomer> {
+    let mut still = vec![];
+    for mut n in pending {
+        match n.read_greeting() {
+            Greeting::Waiting if Instant::now() < n.until => still.push(n),
+            Greeting::Waiting | Greeting::Junk => {}
+            Greeting::Frame(kind, payload) => shared.welcome(kind, &payload, n.stream),
+        }
+    }
+    still
 }
 
 impl Shared {
@@ -515,11 +549,11 @@ impl Shared {
             return;
         };
         // Answered outside the lock: a receiver may be looking at what arrived meanwhile.
-        let answered = stream
-            .set_nonblocking(false)
+        // Readied first: once answered, the connection is the peer's link.
+        let answered = configure(&stream, self.timeout)
             .and_then(|()| stream.set_write_timeout(Some(GREET_WITHIN)))
             .and_then(|()| wire::write_frame(&mut &stream, GREET_OK, &[]))
-            .and_then(|()| configure(&stream, self.timeout));
+            .and_then(|()| stream.set_write_timeout(Some(self.timeout)));
         let mut arrived = lock();
         match answered {
             Ok(()) => {
@@ -592,6 +626,15 @@ impl Newcomer {
             _ => Greeting::Frame(kind, self.got[wire::HEADER..wire::HEADER + len as usize].to_vec()),
         }
     }
+}
+
+/// Whether `e` says the other end closed the connection.
+fn closed(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+    )
 }
 
 /// Readies a greeted connection for messages: no delay for small ones, blocking, and a
