@@ -238,3 +238,51 @@ fn a_ring_all_reduce_over_tcp_makes_a_connection_per_rank_not_one_per_pair() {
         );
     }
 }
+
+#[test]
+fn a_rank_killed_before_it_connected_over_tcp_is_named_at_once_by_the_rank_waiting_for_it() {
+    // Rank 1 of 3 starts its first collective late (a test hook), while ranks 0 and 2 are
+    // in theirs: rank 2 waits for rank 1's connection. Killed there,
+    // rank 1 never connects; its port refuses connections, which rank 2 finds while it
+    // waits and says, naming rank 1 and its address (not, after --timeout, that nothing
+    // came).
+    let store = free_port();
+    let p = store.to_string();
+    let mut cmd = command(
+        BIN,
+        &[
+            "--nproc-per-node",
+            "3",
+            "--master-port",
+            &p,
+            "--transport",
+            "tcp",
+            "--count",
+            "1000",
+            "--timeout",
+            "60",
+        ],
+    );
+    cmd.env("NCCL_WORKBOOK_FAULT", "late:1:60000");
+    let child = spawn(cmd);
+    let launcher = child.id();
+    // A connection between two ranks: they have started their collective, past every
+    // rank's setup, rank 1's too.
+    let start = Instant::now();
+    while rank_connections(launcher, store).is_empty() && start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ranks = testkit::children(launcher);
+    assert_eq!(ranks.len(), 3, "the launcher's ranks: {ranks:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(testkit::signal(ranks[1], 9), "killing rank 1");
+    let (r, in_time) = finish_or_kill(child, LIMIT);
+    assert!(in_time, "{r}");
+    assert_ne!(r.code, Some(0), "{r}");
+    assert!(
+        r.stderr.lines().any(|l| l.contains("rank 2:")
+            && l.contains("rank 1 at 127.0.0.1:")
+            && l.contains("never connected to this rank")),
+        "rank 2 names rank 1, gone before it connected\n{r}"
+    );
+}
