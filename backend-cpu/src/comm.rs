@@ -15,7 +15,7 @@ use crate::rendezvous::Store;
 use crate::transport::shm::copy_around_cache;
 use crate::transport::simulated::{Network, SimulatedLink};
 use crate::transport::{self, TransportChoice, Via, shm, tcp};
-use crate::transport::{Link, Mismatch};
+use crate::transport::{Link, Mismatch, Unconnected};
 use crate::units;
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
@@ -104,7 +104,11 @@ impl Comm {
             scratch: Mutex::new((vec![], vec![])),
             peer_arenas: None,
             protocols: false,
-            report: ChannelReport { rank, shm: false },
+            report: ChannelReport {
+                rank,
+                shm: false,
+                tcp: false,
+            },
             heartbeat: None,
         }
     }
@@ -210,7 +214,11 @@ impl Comm {
                 .as_ref()
                 .map(|a| members.iter().map(|&m| a[m].clone()).collect()),
             protocols: world > 1 && every_pair_in_memory,
-            report: ChannelReport { rank, shm: false },
+            report: ChannelReport {
+                rank,
+                shm: false,
+                tcp: false,
+            },
             heartbeat: self.heartbeat.clone(),
         }
     }
@@ -469,6 +477,10 @@ impl Comm {
                 message,
             })
         };
+        // A connection never made (TCP's, on first use): its own words name the address.
+        if let Some(u) = e.get_ref().and_then(|i| i.downcast_ref::<Unconnected>()) {
+            return link(u.timed_out, u.message.clone());
+        }
         match e.kind() {
             UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => link(
                 false,
@@ -493,12 +505,14 @@ impl Comm {
     }
 }
 
-/// With `NCCL_DEBUG=INFO`, a rank with shared-memory links says at its end how many
-/// channels it made: the pairs connect on first use ([`shm::connect`]), so this is what
-/// the job's collectives really used (a ring all-reduce: one per rank).
+/// With `NCCL_DEBUG=INFO`, a rank with shared-memory or TCP links says at its end how
+/// many channels or connections it made: the pairs connect on first use ([`shm::connect`],
+/// [`tcp::connect_mesh`]), so this is what the job's collectives really used (a ring
+/// all-reduce: one per rank).
 struct ChannelReport {
     rank: usize,
     shm: bool,
+    tcp: bool,
 }
 
 impl Drop for ChannelReport {
@@ -509,6 +523,14 @@ impl Drop for ChannelReport {
                 "cpu INFO rank {}: {} shared-memory channel(s) made (pairs connect on first use)\n",
                 self.rank,
                 shm::channels_made()
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
+        if self.tcp && debug_info() {
+            let line = format!(
+                "cpu INFO rank {}: {} TCP connection(s) made (pairs connect on first use)\n",
+                self.rank,
+                tcp::connections_made()
             );
             let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
@@ -626,6 +648,7 @@ impl Comm {
         };
         let mut comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local);
         comm.report.shm = any_shm;
+        comm.report.tcp = table[rank].contains(&Some(Via::Tcp));
         comm.heartbeat = heartbeat.map(Arc::new);
         comm.shm_on_node = via != TransportChoice::Tcp;
         let comm = comm

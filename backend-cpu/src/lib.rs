@@ -10,4 +10,4 @@ pub mod transport;
 
 pub use comm::{Comm, SEND_RECV_TAG, SMALL};
 
-use workbook_runtime::{element, error, fault, heartbeat, launch, rendezvous, units, wire};
+use workbook_runtime::{element, error, fault, heartbeat, launch, limits, rendezvous, units, wire};

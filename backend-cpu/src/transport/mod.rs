@@ -85,6 +85,46 @@ impl std::fmt::Display for Mismatch {
 
 impl std::error::Error for Mismatch {}
 
+/// A connection to a peer that could not be made on first use (the TCP transport's: the
+/// peer refused it, never answered, or never connected to this rank within `--timeout`).
+/// Carried inside the `io::Error`, so that the communicator reports it in the link's own
+/// words, which name the peer and the address.
+#[derive(Debug)]
+pub struct Unconnected {
+    /// The rank that could not be reached.
+    pub peer: usize,
+    /// The wait lasted the whole `--timeout` (else the peer is gone or refused).
+    pub timed_out: bool,
+    /// What to say: names the peer, its address or this rank's, and what happened.
+    pub message: String,
+}
+
+impl Unconnected {
+    /// The `io::Error` carrying this failure (kind `TimedOut` or `NotConnected`).
+    pub fn error(peer: usize, timed_out: bool, message: String) -> io::Error {
+        let kind = match timed_out {
+            true => io::ErrorKind::TimedOut,
+            false => io::ErrorKind::NotConnected,
+        };
+        io::Error::new(
+            kind,
+            Unconnected {
+                peer,
+                timed_out,
+                message,
+            },
+        )
+    }
+}
+
+impl std::fmt::Display for Unconnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unconnected {}
+
 /// The error for a message tagged `theirs` where this rank expects `ours`.
 pub fn op_mismatch(peer: usize, theirs: u8, ours: u8) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, Mismatch { peer, theirs, ours })
