@@ -7,7 +7,13 @@ use testkit::{LIMIT, Run, command, finish, spawn};
 const BIN: &str = env!("CARGO_BIN_EXE_07-nccl-perf");
 
 fn perf(args: &[&str]) -> Run {
-    finish(spawn(command(BIN, args)), LIMIT)
+    perf_with(args, &[])
+}
+
+fn perf_with(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = command(BIN, args);
+    cmd.envs(env.iter().copied());
+    finish(spawn(cmd), LIMIT)
 }
 
 #[test]
@@ -82,7 +88,8 @@ fn an_algorithm_the_cpu_backend_lacks_or_a_backend_that_cannot_switch_is_refused
 
 #[test]
 fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
-    // 8 B to 8 MiB by 16 on 2 ranks: the tuner runs more than one algorithm over it.
+    // 8 B to 8 MiB by 16 on 2 ranks: the tuner runs more than one algorithm over it. A
+    // last-level cache said to be 1 GiB keeps every size in it (one fit per algorithm).
     let args = [
         "--backend",
         "cpu",
@@ -100,7 +107,8 @@ fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
         "1",
         "--fit",
     ];
-    let r = perf(&[&args[..], &["--format", "json"]].concat()).ok();
+    let big = [("NCCL_WORKBOOK_LLC", "1G")];
+    let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &big).ok();
     let doc = r.json();
     let rows = doc["rows"].as_array().unwrap();
     let mut ran: Vec<&str> = vec![];
@@ -117,11 +125,90 @@ fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
     assert_eq!(names, ran, "the fits follow the rows' algorithms, in order");
     assert_eq!(fits[0]["from_bytes"], rows[0]["size"]);
     assert_eq!(fits[fits.len() - 1]["to_bytes"], rows[rows.len() - 1]["size"]);
-    let text = perf(&args).ok();
+    let text = perf_with(&args, &big).ok();
     assert!(
         text.stdout
             .contains("# fit (out of place), one per algorithm the tuner chose:"),
         "{text}"
     );
     assert!(text.stdout.contains(&format!("#   {} (", ran[0])), "{text}");
+}
+
+#[test]
+fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
+    // A last-level cache said to be 2 MiB: each of 2 ranks gets 1 MiB of it, which the
+    // send and receive buffers of 512 KiB and more reach.
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        "2",
+        "-b",
+        "64K",
+        "-e",
+        "4M",
+        "-f",
+        "4",
+        "-n",
+        "5",
+        "-w",
+        "1",
+        "--fit",
+    ];
+    let llc = [("NCCL_WORKBOOK_LLC", "2M")];
+    let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &llc).ok();
+    let doc = r.json();
+    assert_eq!(doc["cache_share_bytes"], 1 << 20, "{r}");
+    assert_eq!(doc["out_of_cache_from"], 1 << 20, "the first size from 512 KiB: {r}");
+    // The runs of sizes a line each follows: one algorithm, one side of the cache.
+    let mut runs: Vec<(String, bool)> = vec![];
+    for row in doc["rows"].as_array().unwrap() {
+        let run = (
+            row["out_of_place"]["algo"].as_str().unwrap().to_string(),
+            row["size"].as_u64().unwrap() < 1 << 20,
+        );
+        if runs.last() != Some(&run) {
+            runs.push(run);
+        }
+        assert!(row["out_of_place"]["median_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(
+        doc["fit"].is_null(),
+        "one line through the cache and memory: {}",
+        doc["fit"]
+    );
+    let fits: Vec<(String, bool)> = doc["fits"]
+        .as_array()
+        .expect("a fit per side of the cache")
+        .iter()
+        .map(|f| {
+            (
+                f["algo"].as_str().unwrap().to_string(),
+                f["in_cache"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(fits, runs, "{r}");
+    for f in doc["fits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| !f["alpha_us"].is_null())
+    {
+        assert_eq!(f["medians"], true, "fitted to the median calls: {r}");
+    }
+    let text = perf_with(&args, &llc).ok();
+    assert!(
+        text.stdout
+            .contains("from 1.0 MiB a rank's buffers reach its 1.0 MiB share of the last-level cache"),
+        "{text}"
+    );
+    assert!(text.stdout.contains(", from memory (1.0 MiB to 4.0 MiB): "), "{text}");
+    if runs[runs.len() - 2].0 == runs[runs.len() - 1].0 {
+        assert!(
+            text.stdout
+                .contains("#   out of the cache between 256.0 KiB and 1.0 MiB: β "),
+            "{text}"
+        );
+    }
 }

@@ -254,6 +254,13 @@ impl Comm {
         len >= self.stream_above
     }
 
+    /// This rank's share of its host's last-level cache (the cache over the ranks on the
+    /// host): a rank whose buffers reach it runs from memory, not from the cache, and
+    /// moves data at memory's speed (the benchmark's `--fit` fits such sizes apart).
+    pub fn cache_share(&self) -> usize {
+        self.stream_above
+    }
+
     /// Whether this rank maps every other rank's arena (the single-copy algorithms).
     pub fn reads_peers(&self) -> bool {
         self.peer_arenas.is_some()

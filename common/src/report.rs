@@ -103,11 +103,20 @@ pub struct Perf {
     /// The `NCCL_PROTO` value the sweep ran under (the benchmark's `-P`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_proto: Option<String>,
+    /// On the CPU backend, the smallest size whose buffers (send and receive, per rank)
+    /// reach a rank's share of its host's last-level cache: from there the rows run from
+    /// memory, and `--fit` fits them apart. Absent when no size does, and on NCCL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_cache_from: Option<usize>,
+    /// The share that size's buffers reach, in bytes (with `out_of_cache_from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_share_bytes: Option<usize>,
     /// The model fitted to its out-of-place times (the benchmark's `--fit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<Fit>,
-    /// `--fit` on a sweep whose sizes ran several algorithms (the tuner's choice): one
-    /// fit per algorithm, over the sizes it ran.
+    /// `--fit` on a sweep whose sizes ran several algorithms (the tuner's choice), or ran
+    /// from the cache then from memory: one fit per algorithm and side of the cache, over
+    /// the sizes it ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fits: Vec<AlgoFit>,
     /// `--fit` on NCCL: NCCL's own cost model for the collective, the cells of its TUNING
@@ -116,11 +125,16 @@ pub struct Perf {
     pub nccl_costs: Vec<workbook_nccl::nccl_log::Cost>,
 }
 
-/// One algorithm's rows of a sweep that ran several, and the model fitted to them.
+/// One algorithm's rows of a sweep that ran several (or one, from the cache then from
+/// memory), and the model fitted to them.
 #[derive(Serialize, Debug, Clone, Default, PartialEq)]
 pub struct AlgoFit {
     /// The algorithm, by the tuner's name.
     pub algo: String,
+    /// Whether its buffers stayed in the cache (`true`) or ran from memory, where the
+    /// sweep's sizes did both (`out_of_cache_from`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_cache: Option<bool>,
     /// The smallest and the largest size it ran, in bytes.
     pub from_bytes: usize,
     /// See `from_bytes`.
@@ -140,6 +154,10 @@ pub struct Fit {
     pub beta_gbps: f64,
     /// The largest relative error of the fit over the sweep's sizes (0.1: 10%).
     pub worst_error: f64,
+    /// Whether it was fitted to each size's median call (the single calls the CPU
+    /// backend times one by one), which one interrupted call does not move, rather than
+    /// to the mean of the timed loop (NCCL, whose calls are only queued when they return).
+    pub medians: bool,
 }
 
 /// One size of the sweep.

@@ -7,65 +7,105 @@
 //! `-A ring,tree --fit` predicts that size, which the sweep's rows then show or not.
 //!
 //! The fit minimises the relative errors, so that a 4 B row and a 4 MiB row weigh alike.
+//! On the CPU backend it follows each size's median call (a mean moves with one call the
+//! machine interrupted), and it fits apart the sizes whose buffers outgrow a rank's share
+//! of the last-level cache: from there β is memory's, not the cache's, and one line
+//! through both misses both.
 
-use common::report::{AlgoFit, Fit, Perf};
+use common::report::{AlgoFit, Fit, Perf, PerfRow};
 use common::units::human_bytes;
 
-/// The algorithms `p`'s out-of-place rows ran, in order, each once.
-fn algorithms(p: &Perf) -> Vec<&str> {
-    let mut seen: Vec<&str> = vec![];
-    for r in &p.rows {
-        if !seen.contains(&r.out_of_place.algo.as_str()) {
-            seen.push(&r.out_of_place.algo);
-        }
-    }
-    seen
+/// A run of a sweep's sizes that one line should follow: one algorithm, and one side of
+/// the cache (`None` where the sweep's sizes stay on one side).
+#[derive(PartialEq, Clone)]
+struct Key {
+    algo: String,
+    in_cache: Option<bool>,
 }
 
-/// The fit to `p`'s out-of-place times, if it has two sizes or more, they ran one
-/// algorithm, and they say something (a time that grows with the size).
-pub fn fit(p: &Perf) -> Option<Fit> {
-    if algorithms(p).len() > 1 {
-        return None;
+/// The key of each of `p`'s rows: its out-of-place algorithm and, where the sweep
+/// crosses a rank's share of the last-level cache, which side the row is on.
+fn key(p: &Perf, r: &PerfRow) -> Key {
+    Key {
+        algo: r.out_of_place.algo.clone(),
+        in_cache: p.out_of_cache_from.map(|from| r.size < from),
     }
-    fit_points(p.rows.iter().map(|r| (r.size as f64, r.out_of_place.time_us)))
 }
 
-/// When `p`'s sizes ran several algorithms: a fit to each one's rows (a run of sizes
-/// where the tuner chose it), in the order they ran; empty when they ran one.
-pub fn by_algorithm(p: &Perf) -> Vec<AlgoFit> {
-    if algorithms(p).len() < 2 {
-        return vec![];
-    }
-    let mut runs: Vec<AlgoFit> = vec![];
-    let mut points: Vec<Vec<(f64, f64)>> = vec![];
+/// Whether every row has a median call to fit: the single calls the CPU backend times one
+/// by one (a mean moves with one call the machine interrupted, a median does not). On
+/// NCCL, the fit follows the mean of the timed loop.
+fn medians(p: &Perf) -> bool {
+    p.rows.iter().all(|r| r.out_of_place.median_us.is_some())
+}
+
+/// Sizes in a row of a sweep that one line follows, and their `(size, µs)` points.
+struct Run {
+    key: Key,
+    from_bytes: usize,
+    to_bytes: usize,
+    points: Vec<(f64, f64)>,
+}
+
+/// `p`'s rows in runs of one key, in order.
+fn runs(p: &Perf) -> Vec<Run> {
+    let use_medians = medians(p);
+    let mut runs: Vec<Run> = vec![];
     for r in &p.rows {
-        let algo = &r.out_of_place.algo;
+        let key = key(p, r);
+        let point = match (use_medians, r.out_of_place.median_us) {
+            (true, Some(median)) => (r.size as f64, median),
+            _ => (r.size as f64, r.out_of_place.time_us),
+        };
         match runs.last_mut() {
-            Some(run) if &run.algo == algo => run.to_bytes = r.size,
-            _ => {
-                runs.push(AlgoFit {
-                    algo: algo.clone(),
-                    from_bytes: r.size,
-                    to_bytes: r.size,
-                    fit: None,
-                });
-                points.push(vec![]);
+            Some(run) if run.key == key => {
+                run.to_bytes = r.size;
+                run.points.push(point);
             }
+            _ => runs.push(Run {
+                key,
+                from_bytes: r.size,
+                to_bytes: r.size,
+                points: vec![point],
+            }),
         }
-        if let Some(pts) = points.last_mut() {
-            pts.push((r.size as f64, r.out_of_place.time_us));
-        }
-    }
-    for (run, pts) in runs.iter_mut().zip(points) {
-        run.fit = fit_points(pts.into_iter());
     }
     runs
 }
 
+/// The fit to `p`'s out-of-place times, if it has two sizes or more, they ran one
+/// algorithm on one side of the cache, and they say something (a time that grows with
+/// the size).
+pub fn fit(p: &Perf) -> Option<Fit> {
+    let mut runs = runs(p);
+    if runs.len() != 1 {
+        return None;
+    }
+    fit_points(runs.remove(0).points, medians(p))
+}
+
+/// When `p`'s sizes ran several algorithms (the tuner's choice), or ran from the cache
+/// then from memory: a fit to each run of sizes that did one, in order; empty otherwise.
+pub fn by_run(p: &Perf) -> Vec<AlgoFit> {
+    let runs = runs(p);
+    if runs.len() < 2 {
+        return vec![];
+    }
+    let use_medians = medians(p);
+    runs.into_iter()
+        .map(|run| AlgoFit {
+            algo: run.key.algo,
+            in_cache: run.key.in_cache,
+            from_bytes: run.from_bytes,
+            to_bytes: run.to_bytes,
+            fit: fit_points(run.points, use_medians),
+        })
+        .collect()
+}
+
 /// The line through `(size, µs)` points, if they make one.
-fn fit_points(points: impl Iterator<Item = (f64, f64)>) -> Option<Fit> {
-    let points: Vec<(f64, f64)> = points.filter(|(_, t)| *t > 0.0).collect();
+fn fit_points(points: Vec<(f64, f64)>, medians: bool) -> Option<Fit> {
+    let points: Vec<(f64, f64)> = points.into_iter().filter(|(_, t)| *t > 0.0).collect();
     let (a, b) = weighted_line(&points)?;
     // A time that does not grow with the size has no bandwidth to say.
     if b <= 0.0 {
@@ -80,6 +120,7 @@ fn fit_points(points: impl Iterator<Item = (f64, f64)>) -> Option<Fit> {
         // b is µs per byte: 1 / b bytes per µs, 1e-3 / b GB/s.
         beta_gbps: 1e-3 / b,
         worst_error: worst,
+        medians,
     })
 }
 
@@ -104,10 +145,14 @@ fn weighted_line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((a, b))
 }
 
-/// `time ≈ 12.3 us + size / 4.56 GB/s (every row within 8% of it)`.
+/// `time ≈ 12.3 us + size / 4.56 GB/s (every size's median call within 8% of it)`.
 fn model(f: &Fit) -> String {
+    let rows = match f.medians {
+        true => "every size's median call",
+        false => "every row",
+    };
     format!(
-        "time ≈ {:.1} us + size / {:.2} GB/s (every row within {:.0}% of it)",
+        "time ≈ {:.1} us + size / {:.2} GB/s ({rows} within {:.0}% of it)",
         f.alpha_us,
         f.beta_gbps,
         f.worst_error * 100.0
@@ -115,8 +160,9 @@ fn model(f: &Fit) -> String {
 }
 
 /// The lines under a sweep: `# fit (out of place): time ≈ ...`; for a sweep that ran
-/// several algorithms, one per algorithm and, between two that follow each other, where
-/// the tuner switched and where their fits cross; or why there is none.
+/// several algorithms, or from the cache then from memory, one per run of sizes and,
+/// between two that follow each other, where the tuner switched and where their fits
+/// cross, or what leaving the cache did to β; or why there is none.
 pub fn lines(p: &Perf) -> Vec<String> {
     if let Some(f) = &p.fit {
         return vec![format!("# fit (out of place): {}", model(f))];
@@ -124,28 +170,57 @@ pub fn lines(p: &Perf) -> Vec<String> {
     if p.fits.is_empty() {
         return vec!["# fit: none (two sizes or more, whose time grows with the size, make one)".into()];
     }
-    let mut out = vec!["# fit (out of place), one per algorithm the tuner chose:".to_string()];
+    let algos = p.fits.windows(2).any(|w| w[0].algo != w[1].algo);
+    let mut out = vec![match (algos, p.out_of_cache_from, p.cache_share_bytes) {
+        (false, Some(from), Some(share)) => format!(
+            "# fit (out of place), one per side of the cache (from {} a rank's buffers reach its {} share of the \
+             last-level cache):",
+            human_bytes(from),
+            human_bytes(share)
+        ),
+        (true, Some(from), Some(share)) => format!(
+            "# fit (out of place), one per algorithm the tuner chose and side of the cache (from {} a rank's \
+             buffers reach its {} share of the last-level cache):",
+            human_bytes(from),
+            human_bytes(share)
+        ),
+        _ => "# fit (out of place), one per algorithm the tuner chose:".to_string(),
+    }];
     for (i, run) in p.fits.iter().enumerate() {
         let sizes = match run.from_bytes == run.to_bytes {
             true => human_bytes(run.from_bytes),
             false => format!("{} to {}", human_bytes(run.from_bytes), human_bytes(run.to_bytes)),
         };
+        let side = match run.in_cache {
+            Some(true) => ", in cache",
+            Some(false) => ", from memory",
+            None => "",
+        };
         let what = match &run.fit {
             Some(f) => model(f),
             None => "no fit (one size, or a time that does not grow)".into(),
         };
-        out.push(format!("#   {} ({sizes}): {what}", run.algo));
-        if let Some(next) = p.fits.get(i + 1)
-            && let (Some(a), Some(b)) = (&run.fit, &next.fit)
-        {
-            out.push(format!(
+        out.push(format!("#   {}{side} ({sizes}): {what}", run.algo));
+        let Some(next) = p.fits.get(i + 1) else { continue };
+        let (Some(a), Some(b)) = (&run.fit, &next.fit) else {
+            continue;
+        };
+        match run.algo == next.algo {
+            true => out.push(format!(
+                "#   out of the cache between {} and {}: β {:.2} → {:.2} GB/s",
+                human_bytes(run.to_bytes),
+                human_bytes(next.from_bytes),
+                a.beta_gbps,
+                b.beta_gbps
+            )),
+            false => out.push(format!(
                 "#   {} → {} between {} and {} (the tuner); the fits: {}",
                 run.algo,
                 next.algo,
                 human_bytes(run.to_bytes),
                 human_bytes(next.from_bytes),
                 crossing(a, b, &run.algo, &next.algo)
-            ));
+            )),
         }
     }
     out
@@ -195,7 +270,7 @@ pub fn crossings(sweeps: &[Perf]) -> Vec<String> {
     for (i, a) in sweeps.iter().enumerate() {
         for b in &sweeps[i + 1..] {
             let same = a.op == b.op && a.datatype == b.datatype && a.redop == b.redop;
-            let (Some(fa), Some(fb), Some(na), Some(nb)) = (a.fit, b.fit, &a.nccl_algo, &b.nccl_algo) else {
+            let (Some(fa), Some(fb), Some(na), Some(nb)) = (small(a), small(b), &a.nccl_algo, &b.nccl_algo) else {
                 continue;
             };
             if !same || na == nb {
@@ -210,6 +285,17 @@ pub fn crossings(sweeps: &[Perf]) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The fit that says where a sweep's algorithm stands against another's: its one fit, or,
+/// where the one algorithm ran from the cache then from memory, the fit of its smaller
+/// sizes (where latencies decide, and algorithms cross).
+fn small(p: &Perf) -> Option<Fit> {
+    match (p.fit, p.fits.first()) {
+        (Some(f), _) => Some(f),
+        (None, Some(first)) if p.fits.iter().all(|r| r.algo == first.algo) => first.fit,
+        _ => None,
+    }
 }
 
 /// Where two fits cross, in words.
@@ -276,7 +362,7 @@ mod tests {
         p.rows[3].out_of_place.algo = "ring-pipelined".into();
         p.fit = fit(&p);
         assert_eq!(p.fit, None);
-        assert!(by_algorithm(&sweep("ring", 40.0, 5.0)).is_empty());
+        assert!(by_run(&sweep("ring", 40.0, 5.0)).is_empty());
     }
 
     #[test]
@@ -287,7 +373,7 @@ mod tests {
         let ring = sweep("ring", 40.0, 5.0);
         p.rows.extend(ring.rows[2..].iter().cloned());
         p.fit = fit(&p);
-        p.fits = by_algorithm(&p);
+        p.fits = by_run(&p);
         assert_eq!(p.fits.len(), 2);
         assert_eq!((p.fits[0].from_bytes, p.fits[0].to_bytes), (4096, 65536));
         let d = p.fits[0].fit.unwrap();
@@ -305,6 +391,55 @@ mod tests {
                  (direct faster below, ring above)",
                 "#   ring (1.0 MiB to 16.0 MiB): time ≈ 40.0 us + size / 5.00 GB/s (every row within 0% of it)",
             ]
+        );
+    }
+
+    #[test]
+    fn sizes_out_of_the_cache_get_a_fit_of_their_own_to_the_median_calls() {
+        // single-copy: 2 µs + 16 GB/s in the cache, up to 1 MiB; from memory, 5 GB/s.
+        let mut p = sweep("single-copy", 2.0, 16.0);
+        p.rows.truncate(3);
+        p.rows.extend(sweep("single-copy", 2.0, 5.0).rows[3..].iter().cloned());
+        p.rows.push(PerfRow {
+            size: 64 << 20,
+            ..sweep("single-copy", 2.0, 5.0).rows[3].clone()
+        });
+        p.rows[4].out_of_place.time_us = 2.0 + (64 << 20) as f64 * 1e-3 / 5.0;
+        // The means: one call the machine interrupted at 64 KiB; the medians: the model.
+        for r in &mut p.rows {
+            r.out_of_place.median_us = Some(r.out_of_place.time_us);
+        }
+        p.rows[1].out_of_place.time_us *= 10.0;
+        p.out_of_cache_from = Some(16 << 20);
+        p.cache_share_bytes = Some(16 << 20);
+        p.fit = fit(&p);
+        p.fits = by_run(&p);
+        assert_eq!(p.fit, None);
+        let sides: Vec<_> = p.fits.iter().map(|r| (r.in_cache, r.from_bytes, r.to_bytes)).collect();
+        assert_eq!(sides, [(Some(true), 4096, 1 << 20), (Some(false), 16 << 20, 64 << 20)]);
+        let (cache, memory) = (p.fits[0].fit.unwrap(), p.fits[1].fit.unwrap());
+        assert!((cache.beta_gbps - 16.0).abs() < 1e-6 && cache.medians, "{cache:?}");
+        assert!((memory.beta_gbps - 5.0).abs() < 1e-6, "{memory:?}");
+        assert_eq!(
+            lines(&p),
+            [
+                "# fit (out of place), one per side of the cache (from 16.0 MiB a rank's buffers reach its 16.0 MiB \
+                 share of the last-level cache):",
+                "#   single-copy, in cache (4.0 KiB to 1.0 MiB): time ≈ 2.0 us + size / 16.00 GB/s (every size's \
+                 median call within 0% of it)",
+                "#   out of the cache between 1.0 MiB and 16.0 MiB: β 16.00 → 5.00 GB/s",
+                "#   single-copy, from memory (16.0 MiB to 64.0 MiB): time ≈ 2.0 us + size / 5.00 GB/s (every size's \
+                 median call within 0% of it)",
+            ]
+        );
+        // Against another algorithm, the sweep stands by its smaller sizes' fit: 2 + x/16000
+        // = 1 + x/2000 µs at x = 2,286 B.
+        p.nccl_algo = Some("ring".into());
+        let mut tree = sweep("tree", 1.0, 2.0);
+        tree.fit = fit(&tree);
+        assert_eq!(
+            crossings(&[p, tree]),
+            ["# fit: all_reduce float, ring against tree: they cross at 2.2 KiB (tree faster below, ring above)"]
         );
     }
 

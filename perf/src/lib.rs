@@ -90,7 +90,9 @@ pub struct PerfArgs {
     #[arg(short = 'P', long = "protos", value_name = "PROTO,...", value_delimiter = ',')]
     pub protos: Vec<String>,
     /// Fit time ≈ α + size/β to each sweep's out-of-place times and print it under the
-    /// sweep (with `-A`, where the algorithms' fits cross).
+    /// sweep (with `-A`, where the algorithms' fits cross): a line per algorithm the tuner
+    /// chose and, on the CPU backend, per side of a rank's share of the last-level cache,
+    /// each fitted to the sizes' median calls.
     #[arg(long)]
     pub fit: bool,
     /// The picture: `--plot`, `--plot-with`, `--no-run`.
@@ -392,7 +394,7 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
                     perf.nccl_proto = proto.map(String::from);
                     if args.fit {
                         perf.fit = fit::fit(&perf);
-                        perf.fits = fit::by_algorithm(&perf);
+                        perf.fits = fit::by_run(&perf);
                         let costs = session.nccl_costs(coll);
                         perf.nccl_costs = costs.clone().unwrap_or_default();
                         let why_none = match (session.communicator().world(), common::backend::nccl_log::captured()) {
@@ -487,6 +489,15 @@ impl Sweep {
                 ..PerfRow::default()
             };
             let count = elements / per;
+            // On the CPU backend: the first size whose buffers reach this rank's share of
+            // the host's last-level cache (they run from memory from there).
+            if let (Some(share), None) = (session.cache_share(), perf.out_of_cache_from) {
+                let (s, r) = (coll.counts)(count, world);
+                if (s + r) * size_of::<T>() >= share {
+                    perf.out_of_cache_from = Some(row.size);
+                    perf.cache_share_bytes = Some(share);
+                }
+            }
             row.out_of_place = self.measure::<T>(session, args, count, false)?;
             row.in_place = self.measure::<T>(session, args, count, true)?;
             session.say(&format_row(&row));

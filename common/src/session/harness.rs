@@ -122,6 +122,16 @@ impl Session {
         matches!(&self.comm, Communicator::Cpu(c) if c.reads_peers())
     }
 
+    /// On the CPU backend, this rank's share of its host's last-level cache, in bytes
+    /// ([`crate::backend::cpu::Comm::cache_share`]); `None` on NCCL (GPU memory).
+    #[doc(hidden)]
+    pub fn cache_share(&self) -> Option<usize> {
+        match &self.comm {
+            Communicator::Cpu(c) => Some(c.cache_share()),
+            Communicator::Nccl(_) => None,
+        }
+    }
+
     /// Which algorithm ran the last collective: the tuner's name on the CPU backend
     /// ([`crate::collective::tuner`]); on NCCL, NCCL's own choice as it printed it
     /// (`ring`, `tree`, ...: [`crate::backend::nccl_log`], on rank 0), else "NCCL's choice".
