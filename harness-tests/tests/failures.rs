@@ -714,7 +714,7 @@ fn an_allocation_refused_at_run_time_is_one_line_naming_rank_size_and_limit() {
 #[test]
 fn a_hard_limit_of_open_files_too_low_for_the_job_is_said_before_it_starts() {
     // `ulimit -n 20` sets the hard limit too: 16 ranks cannot be given what they need
-    // (rank 0: about 2 per rank). Before: the ranks ran out of descriptors, rank 0's
+    // (rank 0: about 4 per rank). Before: the ranks ran out of descriptors, rank 0's
     // "Too many open files" was never printed, the others said a foreign store answered
     // and the launcher blamed another rank. Now: one line naming the limit, exit 2, at
     // once (by the launcher; by rank 0 when the ranks are started by hand).
@@ -734,7 +734,7 @@ fn a_hard_limit_of_open_files_too_low_for_the_job_is_said_before_it_starts() {
     assert!(
         r.stderr
             .contains("ulimit -n: a process here may hold 20 open files (its hard limit")
-            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 64"),
+            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 80"),
         "{r}"
     );
     let by_hand = ["--backend", "cpu", "--world-size", "16", "--rank", "0", "--count", "4"];

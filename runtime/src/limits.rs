@@ -40,13 +40,14 @@ pub fn open_files() -> Option<u64> {
     limit(libc::RLIMIT_NOFILE).map(|(soft, _)| soft)
 }
 
-/// About how many descriptors a rank of a job of `world` ranks holds: one per peer (a
-/// socket or a shared-memory channel), two more per rank for the one that hosts the store
+/// About how many descriptors a rank of a job of `world` ranks holds at most: two per
+/// peer (pairs connect on first use, a TCP connection or a shared-memory channel each
+/// way, so an all-to-all holds both), two more per rank for the one that hosts the store
 /// (rank 0: its clients, each with its heartbeat's connection), and 16 of its own (arena,
-/// streams, the store's listener). Measured on the CPU backend, one host of 16 ranks:
-/// rank 0 holds 3 × world + 9, the others at most world + 10.
+/// streams, the store's listener). Measured on the CPU backend, one host of 16 ranks, when
+/// every pair shared one connection: rank 0 held 3 × world + 9, the others world + 10.
 pub fn files_needed(world: usize, hosts_store: bool) -> u64 {
-    let per_rank = if hosts_store { 3 } else { 1 };
+    let per_rank = if hosts_store { 4 } else { 2 };
     per_rank * world as u64 + 16
 }
 
@@ -58,9 +59,9 @@ pub fn open_files_short(world: usize, hosts_store: bool) -> Option<String> {
     let need = files_needed(world, hosts_store);
     let who = if hosts_store { "rank 0" } else { "a rank" };
     let per = if hosts_store {
-        "3 per rank, as it hosts the store and the ranks' heartbeats"
+        "4 per rank: a connection each way, and the store's and heartbeat's, as it hosts them"
     } else {
-        "1 per rank"
+        "2 per rank: a connection each way"
     };
     (have < need).then(|| {
         format!(
