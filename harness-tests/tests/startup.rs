@@ -30,14 +30,17 @@ fn job_files(launcher: u32) -> BTreeSet<String> {
         .collect()
 }
 
-/// What each rank said it made: `cpu INFO rank R: K shared-memory channel(s) made`.
-fn channels_made(stderr: &str) -> Vec<(usize, u64)> {
+/// What each rank said it made, `what` being `shared-memory channel(s)` or `TCP
+/// connection(s)`: `cpu INFO rank R: K shared-memory channel(s) made (pairs connect on
+/// first use)`.
+fn made(stderr: &str, what: &str) -> Vec<(usize, u64)> {
+    let tail = format!(" {what} made (pairs connect on first use)");
     stderr
         .lines()
         .filter_map(|l| {
             let rest = l[l.find("cpu INFO rank ")? + "cpu INFO rank ".len()..].to_string();
             let (rank, rest) = rest.split_once(": ")?;
-            let count = rest.strip_suffix(" shared-memory channel(s) made (pairs connect on first use)")?;
+            let count = rest.strip_suffix(tail.as_str())?;
             Some((rank.parse().ok()?, count.parse().ok()?))
         })
         .collect()
@@ -107,7 +110,7 @@ fn a_ring_all_reduce_makes_a_channel_per_rank_not_one_per_pair() {
         }),
         "a channel outside the ring: {seen:?}"
     );
-    let made = channels_made(&r.stderr);
+    let made = made(&r.stderr, "shared-memory channel(s)");
     let said: BTreeSet<usize> = made.iter().map(|(rank, _)| *rank).collect();
     assert_eq!(said, (0..ranks).collect(), "every rank says what it made\n{r}");
     for (rank, count) in &made {
@@ -153,19 +156,6 @@ fn rank_connections(launcher: u32, store: u16) -> BTreeSet<(u16, u16)> {
     ends.iter()
         .filter(|(local, remote)| local < remote && ends.contains(&(*remote, *local)))
         .copied()
-        .collect()
-}
-
-/// What each rank said it made: `cpu INFO rank R: K TCP connection(s) made`.
-fn connections_made(stderr: &str) -> Vec<(usize, u64)> {
-    stderr
-        .lines()
-        .filter_map(|l| {
-            let rest = l[l.find("cpu INFO rank ")? + "cpu INFO rank ".len()..].to_string();
-            let (rank, rest) = rest.split_once(": ")?;
-            let count = rest.strip_suffix(" TCP connection(s) made (pairs connect on first use)")?;
-            Some((rank.parse().ok()?, count.parse().ok()?))
-        })
         .collect()
 }
 
@@ -228,7 +218,7 @@ fn a_ring_all_reduce_over_tcp_makes_a_connection_per_rank_not_one_per_pair() {
         most <= ranks,
         "{most} connections between ranks open at once, for {ranks} ranks: {seen:?}"
     );
-    let made = connections_made(&r.stderr);
+    let made = made(&r.stderr, "TCP connection(s)");
     let said: BTreeSet<usize> = made.iter().map(|(rank, _)| *rank).collect();
     assert_eq!(said, (0..ranks).collect(), "every rank says what it made\n{r}");
     for (rank, count) in &made {
