@@ -514,7 +514,7 @@ impl Comm {
 
 /// With `NCCL_DEBUG=INFO`, a rank with shared-memory or TCP links says at its end how
 /// many channels or connections it made: the pairs connect on first use ([`shm::connect`],
-/// [`tcp::connect_mesh`]), so this is what the job's collectives really used (a ring
+/// [`tcp::connect`]), so this is what the job's collectives really used (a ring
 /// all-reduce: one per rank).
 struct ChannelReport {
     rank: usize,
@@ -615,7 +615,7 @@ impl Comm {
         if every().any(|v| *v == Via::Tcp) {
             let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
             let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
-            for (peer, link) in tcp::connect_mesh(store, rank, &id.job_id, &wanted, ip, timeout)?
+            for (peer, link) in tcp::connect(store, rank, &id.job_id, &wanted, ip, timeout)?
                 .into_iter()
                 .enumerate()
             {

@@ -1,7 +1,7 @@
 //! The TCP transport: a connection for each direction a pair of ranks uses, made on
 //! first use, so any rank can send to any other, across machines as well as on one.
 //!
-//! Setting it up ([`connect_mesh`]): each rank listens on the address that routes to the
+//! Setting it up ([`connect`]): each rank listens on the address that routes to the
 //! master (so the address works from other nodes), publishes it in the store, and starts
 //! one thread that accepts its peers' connections. No connection is made then: as NCCL's
 //! runtime connect does, a pair connects when an algorithm first uses it, each direction
@@ -40,7 +40,7 @@ const GREET_OK: u8 = 201;
 
 /// A TCP link to one peer: the connection this rank sends on (dialed at the first send)
 /// and the one it receives on (dialed by the peer at its first send), each made on first
-/// use ([`connect_mesh`]).
+/// use ([`connect`]).
 pub struct TcpLink {
     peer: usize,
     /// Where the peer listens: what this rank dials, and what messages name.
@@ -261,7 +261,7 @@ pub fn local_ip_towards(host: &str, port: u16) -> Result<IpAddr> {
 /// `links[peer]` is `None` for the others and for `rank` itself. Listens, publishes the
 /// address through the store (every rank takes part) and starts the accepting thread;
 /// the connections themselves are made on first use (see the module's documentation).
-pub fn connect_mesh(
+pub fn connect(
     store: &mut Store,
     rank: usize,
     job_id: &str,
