@@ -524,23 +524,25 @@ struct ChannelReport {
 
 impl Drop for ChannelReport {
     fn drop(&mut self) {
-        if self.shm && debug_info() {
-            // One write, so that the ranks' lines do not interleave.
-            let line = format!(
-                "cpu INFO rank {}: {} shared-memory channel(s) made (pairs connect on first use)\n",
-                self.rank,
-                shm::channels_made()
-            );
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        if !debug_info() {
+            return;
         }
-        if self.tcp && debug_info() {
-            let line = format!(
-                "cpu INFO rank {}: {} TCP connection(s) made (pairs connect on first use)\n",
-                self.rank,
-                tcp::connections_made()
-            );
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-        }
+        let made = [
+            (self.shm, shm::channels_made(), "shared-memory channel(s)"),
+            (self.tcp, tcp::connections_made(), "TCP connection(s)"),
+        ];
+        let lines: String = made
+            .iter()
+            .filter(|(used, _, _)| *used)
+            .map(|(_, count, what)| {
+                format!(
+                    "cpu INFO rank {}: {count} {what} made (pairs connect on first use)\n",
+                    self.rank
+                )
+            })
+            .collect();
+        // One write, so that the ranks' lines do not interleave.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), lines.as_bytes());
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use testkit::{LIMIT, command, finish_or_kill, free_port, spawn};
+use testkit::{LIMIT, Run, command, finish_or_kill, free_port, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
@@ -73,25 +73,7 @@ fn a_ring_all_reduce_makes_a_channel_per_rank_not_one_per_pair() {
         .env("NCCL_DEBUG", "INFO");
     let child = spawn(cmd);
     let launcher = child.id();
-    // Watch /dev/shm from another thread while the job runs.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut most, mut seen) = (0, BTreeSet::new());
-            let start = Instant::now();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < LIMIT {
-                let now = job_files(launcher);
-                most = most.max(now.len());
-                seen.extend(now);
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            (most, seen)
-        })
-    };
-    let (r, in_time) = finish_or_kill(child, LIMIT);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (most, seen) = watcher.join().unwrap();
+    let (r, in_time, most, seen) = watch_while(child, Duration::from_millis(1), move || job_files(launcher));
     assert!(in_time, "{r}");
     let r = r.ok();
     assert!(r.stdout.contains("via ring-pipelined"), "{r}");
@@ -189,25 +171,9 @@ fn a_ring_all_reduce_over_tcp_makes_a_connection_per_rank_not_one_per_pair() {
         .env("NCCL_DEBUG", "INFO");
     let child = spawn(cmd);
     let launcher = child.id();
-    // Watch the job's connections from another thread while it runs.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut most, mut seen) = (0, BTreeSet::new());
-            let start = Instant::now();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < LIMIT {
-                let now = rank_connections(launcher, store);
-                most = most.max(now.len());
-                seen.extend(now);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            (most, seen)
-        })
-    };
-    let (r, in_time) = finish_or_kill(child, LIMIT);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (most, seen) = watcher.join().unwrap();
+    let (r, in_time, most, seen) = watch_while(child, Duration::from_millis(2), move || {
+        rank_connections(launcher, store)
+    });
     assert!(in_time, "{r}");
     let r = r.ok();
     assert!(r.stdout.contains(&format!("Check: OK, all {ranks} ranks")), "{r}");
@@ -275,4 +241,33 @@ fn a_rank_killed_before_it_connected_over_tcp_is_named_at_once_by_the_rank_waiti
             && l.contains("never connected to this rank")),
         "rank 2 names rank 1, gone before it connected\n{r}"
     );
+}
+
+/// Runs `child` to its end (at most LIMIT), looking at the job every `every` from another
+/// thread: the run, whether it ended in time, the most things `look` saw at once, and
+/// every thing it saw.
+fn watch_while<T: Ord + Send + 'static>(
+    child: std::process::Child,
+    every: Duration,
+    look: impl Fn() -> BTreeSet<T> + Send + 'static,
+) -> (Run, bool, usize, BTreeSet<T>) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut most, mut seen) = (0, BTreeSet::new());
+            let start = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < LIMIT {
+                let now = look();
+                most = most.max(now.len());
+                seen.extend(now);
+                std::thread::sleep(every);
+            }
+            (most, seen)
+        })
+    };
+    let (r, in_time) = finish_or_kill(child, LIMIT);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most, seen) = watcher.join().expect("the watching thread");
+    (r, in_time, most, seen)
 }
