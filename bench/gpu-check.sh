@@ -69,7 +69,8 @@ Options:
                    build/all_reduce_perf): run beside the perf sweep, same sizes, same
                    GPUs, and the two busbw columns (algbw on one GPU) set side by side
                    (else NCCL_TESTS, or all_reduce_perf on PATH; without any, the step
-                   is skipped). Build it
+                   is skipped). A judged size below 95% of nccl-tests' is retaken (both
+                   programs three times in turn, -n 100, medians) before it fails. Build it
                    on the login node: git clone https://github.com/NVIDIA/nccl-tests;
                    make -C nccl-tests CUDA_HOME=... NCCL_HOME=...
   -h, --help       this help
@@ -675,7 +676,7 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   else
     art=$(command -v all_reduce_perf 2>/dev/null || true)
   fi
-  compare_table=""
+  compare_table="" retake_table=""
   bw_name=busbw bw_out=8 bw_in=12
   [ "$gpus" = 1 ] && bw_name=algbw bw_out=7 bw_in=11
   if [ "$on_double" = 1 ]; then
@@ -713,7 +714,32 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
       if [ "$n" = 0 ]; then
         record "$name" FAIL "no size to judge in common between the two tables" "$secs" "$cmd" "$tlog"
       elif [ -n "$below" ]; then
-        record "$name" FAIL "$bw_name below 95% of nccl-tests' at $below B (judged: $sizes; a timing: rerun to tell noise from a cost)" "$secs" "$cmd" "$tlog"
+        # A retake, to tell noise from a cost: the sizes found below, both programs three
+        # times in turn with 5 times the iterations, each side's median. One take of 20
+        # calls of 20 us is 0.4 ms of GPU time: one hiccup moves it 20% (2026-11-26, an
+        # H200: 0.83 at 32 MiB, 1.00 at every size above it). A cost shows in both takes.
+        lo=${below%%,*} hi=${below##* }
+        retake_log=$tmp/retake.log
+        : >"$retake_log"
+        for round in 1 2 3; do
+          timeout -k 10 600 "$art" -b "$lo" -e "$hi" -f 2 -g "$gpus" -n 100 -w 20 >"$tmp/retake-theirs-$round.log" 2>&1 </dev/null
+          timeout -k 10 600 "$bins/07-nccl-perf" --backend nccl --nproc-per-node "$gpus" -b "$lo" -e "$hi" -f 2 -n 100 -w 20 \
+            --timeout 60 >"$tmp/retake-ours-$round.log" 2>&1 </dev/null
+          cat "$tmp/retake-theirs-$round.log" "$tmp/retake-ours-$round.log" >>"$retake_log"
+        done
+        # The median over the three rounds of each side, size by size.
+        median_rows() { for f in "$@"; do rows "$f"; done | sort -k1,1n -k2,2g | awk '
+          { n[$1]++; v[$1, n[$1]] = $2 } END { for (k in n) print k, v[k, int((n[k] + 1) / 2)] }' | sort -k1,1; }
+        retake_table=$(join <(median_rows "$tmp"/retake-theirs-*.log) <(median_rows "$tmp"/retake-ours-*.log) |
+          sort -n -k1,1 | awk '$1 >= '"$lo"' && $1 <= '"$hi"' { printf "| %s | %s | %s | %.2f |\n", $1, $2, $3, ($2 > 0 ? $3 / $2 : 0) }')
+        still=$(awk -F' *[|] *' '$5 + 0 < 0.95 { printf "%s%s", sep, $2; sep = ", " }' <<<"$retake_table")
+        if [ -z "$retake_table" ]; then
+          record "$name" FAIL "$bw_name below 95% of nccl-tests' at $below B (judged: $sizes), and the retake gave no table" "$secs" "$cmd" "$tlog" "$retake_log"
+        elif [ -n "$still" ]; then
+          record "$name" FAIL "$bw_name below 95% of nccl-tests' at $below B (judged: $sizes), and again at $still B in a retake (3 rounds each, -n 100, medians): a cost, not noise" "$secs" "$cmd" "$tlog" "$retake_log"
+        else
+          record "$name" PASS "$bw_name within 5% of nccl-tests' (or above) at $sizes, after a retake of $below B (below 95% in the first take: 3 rounds each, -n 100, medians; both tables in the report)" "$secs" "$cmd" "$tlog" "$retake_log"
+        fi
       else
         record "$name" PASS "$bw_name within 5% of nccl-tests' (or above) at $sizes" "$secs" "$cmd" "$tlog"
       fi
@@ -1031,6 +1057,15 @@ total=${#names[@]}
     echo "|---:|---:|---:|---:|---:|---:|---:|"
     echo "$compare_table"
     echo
+    if [ -n "$retake_table" ]; then
+      echo "Retake of the sizes below 95% ($below B): both programs three times in turn, -n 100 -w 20,"
+      echo "out of place, each side's median $bw_name:"
+      echo
+      echo "| size (B) | nccl-tests | ours | ratio |"
+      echo "|---:|---:|---:|---:|"
+      echo "$retake_table"
+      echo
+    fi
   fi
   if [ -n "$nccl_info" ]; then
     echo "## NCCL_DEBUG=INFO (the perf sweep; the first 200 lines)"

@@ -1122,10 +1122,16 @@ pub fn cuda_error(e: cudarc::driver::DriverError) -> anyhow::Error {
         .error_string()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "an error cuGetErrorString does not name".into());
-    let hint = match e.0 {
-        CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-            ": the GPU has no room for the buffer (ask for less, or leave the GPU to this job; simulated GPUs \
-             keep theirs in the host's memory, which ulimit -v may limit)"
+    // On a GPU node the other tenant is the usual cause (nvidia-smi shows it); simulated
+    // GPUs keep their memory in the host's, where the usual cause is `ulimit -v`.
+    let hint = match (e.0, crate::simulate::gpus()) {
+        (CUresult::CUDA_ERROR_OUT_OF_MEMORY, None) => {
+            ": the GPU has no room for the buffer (ask for less, or leave the GPU to this job: nvidia-smi \
+             shows what else holds its memory)"
+        }
+        (CUresult::CUDA_ERROR_OUT_OF_MEMORY, Some(_)) => {
+            ": the simulated GPU has no room for the buffer (simulated GPUs keep theirs in the host's memory: \
+             ask for less, or raise ulimit -v)"
         }
         _ => "",
     };
