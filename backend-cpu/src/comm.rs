@@ -410,21 +410,21 @@ impl Comm {
         let (link_to, link_from) = (self.link(to), self.link(from));
         let (sends, recvs) = (slices(out.len(), link_to), slices(in_len, link_from));
         if sends.iter().all(|s| s.len() <= link_to.eager_limit()) {
-            for k in 0..sends.len().max(recvs.len()) {
+            for k in 0..sends.count().max(recvs.count()) {
                 if let Some(s) = sends.get(k) {
-                    link_to.send(tag, &out[s.clone()]).map_err(|e| self.lost(e, to))?;
+                    link_to.send(tag, &out[s]).map_err(|e| self.lost(e, to))?;
                 }
                 if let Some(r) = recvs.get(k) {
-                    receive(link_from, r.clone()).map_err(|e| self.lost(e, from))?;
+                    receive(link_from, r).map_err(|e| self.lost(e, from))?;
                 }
             }
             return Ok(());
         }
         thread::scope(|s| {
-            let sender = s.spawn(|| sends.iter().try_for_each(|s| link_to.send(tag, &out[s.clone()])));
+            let sender = s.spawn(|| sends.iter().try_for_each(|s| link_to.send(tag, &out[s])));
             let got = recvs
                 .iter()
-                .try_for_each(|r| receive(link_from, r.clone()))
+                .try_for_each(|r| receive(link_from, r))
                 .map_err(|e| self.lost(e, from));
             let sent = sender
                 .join()
@@ -708,16 +708,38 @@ fn number_machines(keys: &[String]) -> Vec<usize> {
 /// How a message of `len` bytes over `link` is cut: into slices the link can buffer
 /// when that is a useful amount (at least [`MIN_SLICE`]), else whole. Both ends of a link
 /// cut alike, since they see the same kind of link. Always at least one slice, maybe empty.
-fn slices(len: usize, link: &dyn Link) -> Vec<Range<usize>> {
+fn slices(len: usize, link: &dyn Link) -> Slices {
     let size = match link.eager_limit() {
         e if e >= MIN_SLICE => e,
         _ => len.max(1),
     };
-    let mut out: Vec<Range<usize>> = (0..len).step_by(size).map(|a| a..(a + size).min(len)).collect();
-    if out.is_empty() {
-        out.push(0..0);
+    Slices { len, size }
+}
+
+/// A message of `len` bytes cut in slices of `size` (the last may be shorter; an empty
+/// message is one empty slice). Computed, not collected: an exchange of a few bytes
+/// costs less than an allocation.
+#[derive(Clone, Copy)]
+struct Slices {
+    len: usize,
+    size: usize,
+}
+
+impl Slices {
+    /// How many slices.
+    fn count(self) -> usize {
+        self.len.div_ceil(self.size).max(1)
     }
-    out
+
+    /// Slice `k`, if there is one.
+    fn get(self, k: usize) -> Option<Range<usize>> {
+        (k < self.count()).then(|| (k * self.size).min(self.len)..((k + 1) * self.size).min(self.len))
+    }
+
+    /// Every slice, in order.
+    fn iter(self) -> impl Iterator<Item = Range<usize>> {
+        (0..self.count()).filter_map(move |k| self.get(k))
+    }
 }
 
 /// Chunk `i` of `n` nearly equal chunks of `len` elements (sizes differ by at most one;

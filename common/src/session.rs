@@ -184,21 +184,19 @@ impl Session {
     /// Sends the whole buffer to rank `peer`, which must `recv` as many elements.
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
-        let who = self.who();
         self.ledger
             .enter(Some((self.world_rank_of(peer), buf.len() * size_of::<T>())), None);
         let sent = self.comm.send(buf, peer);
-        self.ledger.leave(sent).with_context(|| who)
+        self.ledger.leave(sent).with_context(|| self.who())
     }
 
     /// Receives a whole buffer from rank `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
-        let who = self.who();
         self.ledger
             .enter(None, Some((self.world_rank_of(peer), buf.len() * size_of::<T>())));
         let got = self.comm.recv(buf, peer);
-        self.ledger.leave(got).with_context(|| who)
+        self.ledger.leave(got).with_context(|| self.who())
     }
 
     /// Runs `coll` on this rank, as every rank must: out of place from `send` into
@@ -216,14 +214,16 @@ impl Session {
         root: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let (world, who) = (self.comm.world(), self.who());
+        // Who this rank is is worded only for an error: a small call costs less than the
+        // words would.
+        let world = self.comm.world();
         let root = match coll.rooted {
             true => self.ensure_rank(root, "root")?,
             false => 0,
         };
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
-            .map_err(|why| crate::error::usage(format!("{who}: {why}")))?;
+            .map_err(|why| crate::error::usage(format!("{}: {why}", self.who())))?;
         self.run_checked(coll.title, coll, send, recv, count, root, op)
     }
 
@@ -241,20 +241,20 @@ impl Session {
         root: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        let (rank, world, who) = (self.rank(), self.comm.world(), self.who());
+        let (rank, world) = (self.rank(), self.comm.world());
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();
         self.last_op = Some((coll, bytes));
         crate::fault::late(rank);
         // The trace names the communicator a collective ran on, inside Session::on.
         let span = match &self.scope {
-            Some(s) => format!("{title} (color {})", s.color),
-            None => title.to_string(),
+            Some(s) => std::borrow::Cow::Owned(format!("{title} (color {})", s.color)),
+            None => std::borrow::Cow::Borrowed(title),
         };
         let _span = crate::record::collective(&span, bytes as u64);
         let _range = self.nvtx(coll.nccl_name);
         let done = self.comm.collective(title, coll, send, recv, count, root, op);
-        done.with_context(|| who)
+        done.with_context(|| self.who())
     }
 
     /// Waits until every rank gets here (through the store, so it costs a round trip).

@@ -452,7 +452,7 @@ fn chapters5and6() -> Vec<Claim> {
             id: "ch6.modes",
             place: "EXERCISES.md, chapter 6, two ways to wait",
             file: "EXERCISES.md",
-            quote: "a 4 B all-reduce on 2 ranks took 0.32-0.53 µs per call",
+            quote: "a 4 B all-reduce on 2 ranks took 0.25-0.48 µs per call",
             says: "2 ranks on 2 free cores spin (slept 0, p50 under a µs); 4 ranks share the cores; TCP waits in the kernel",
             measures: vec![
                 row(
@@ -516,7 +516,7 @@ fn chapters5and6() -> Vec<Claim> {
             id: "ch6.3",
             place: "EXERCISES.md, answer 6.3",
             file: "EXERCISES.md",
-            quote: "2 ranks, 0.32 µs direct (0.29-0.82) and 0.58 µs with the ring (0.44-2.6); 4 ranks, 5.8 µs direct (5.3-35) and 19 µs with the ring (13-25)",
+            quote: "2 ranks, 0.20 µs direct (0.19-0.22) and 0.31 µs with the ring (0.27-0.32); 4 ranks, 4.6 µs direct (3.3-4.7) and 9.9 µs with the ring (9.8-12)",
             says: "the direct exchange beats the ring at 4 B, on 2 and 4 ranks",
             measures: vec![
                 row(

@@ -169,10 +169,14 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         _ => true,
     };
     let ok = |a: Algorithm| can(a) && allowed.allows(coll, a.family());
-    let candidates: Vec<Algorithm> = [Direct, SingleCopy, ring, Tree]
-        .into_iter()
-        .filter(|a| ok(*a))
-        .collect();
+    // In an array, not a Vec: this runs on every call, and a 4-byte call costs less than
+    // an allocation.
+    let (mut held, mut len) = ([ring; 4], 0);
+    for a in [Direct, SingleCopy, ring, Tree].into_iter().filter(|a| ok(*a)) {
+        held[len] = a;
+        len += 1;
+    }
+    let candidates = &held[..len];
     match candidates[..] {
         [] => ring,
         [only] => only,
@@ -342,7 +346,7 @@ impl Default for Protocols {
 impl Protocols {
     /// Whether `proto` may run `coll`.
     pub fn allows(&self, coll: &Collective, proto: Protocol) -> bool {
-        let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+        let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
         self.per[i][proto as usize]
     }
 
@@ -484,7 +488,7 @@ impl Default for Allowed {
 impl Allowed {
     /// Whether `family` may run `coll`.
     fn allows(&self, coll: &Collective, family: Family) -> bool {
-        let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+        let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
         self.per[i][family as usize]
     }
 
@@ -523,14 +527,14 @@ impl Allowed {
 
     /// Forbids `family` for `coll`.
     fn forbid(&mut self, coll: &Collective, family: Family) {
-        let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+        let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
         self.per[i][family as usize] = false;
     }
 }
 
 /// NCCL's name of a collective (`ncclFuncToString`): `AllReduce`.
 pub fn nccl_func(coll: &Collective) -> &'static str {
-    let i = ALL.iter().position(|c| c.name == coll.name).unwrap_or(0);
+    let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
     PREFIXES[i]
 }
 
