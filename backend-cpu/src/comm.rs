@@ -825,6 +825,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_message_is_cut_in_whole_slices_and_an_empty_one_is_one_empty_slice() {
+        let cut = |len, size| Slices { len, size }.iter().collect::<Vec<_>>();
+        assert_eq!(cut(10, 4), vec![0..4, 4..8, 8..10]);
+        assert_eq!(cut(8, 4), vec![0..4, 4..8]);
+        assert_eq!(cut(3, 4), vec![0..3]);
+        assert_eq!(cut(0, 1), vec![0..0]);
+        let s = Slices { len: 10, size: 4 };
+        assert_eq!((s.count(), s.get(2), s.get(3)), (3, Some(8..10), None));
+    }
+
+    #[test]
     fn a_mismatch_on_a_link_names_both_collectives() {
         let names = |tag: u8| if tag == 4 { "all-gather" } else { "reduce-scatter" };
         let cpu = Comm::new(0, 2, vec![None, None], false, names, LLC_DEFAULT);

@@ -346,7 +346,7 @@ impl Default for Protocols {
 impl Protocols {
     /// Whether `proto` may run `coll`.
     pub fn allows(&self, coll: &Collective, proto: Protocol) -> bool {
-        let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
+        let i = row_of(coll);
         self.per[i][proto as usize]
     }
 
@@ -488,7 +488,7 @@ impl Default for Allowed {
 impl Allowed {
     /// Whether `family` may run `coll`.
     fn allows(&self, coll: &Collective, family: Family) -> bool {
-        let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
+        let i = row_of(coll);
         self.per[i][family as usize]
     }
 
@@ -527,14 +527,20 @@ impl Allowed {
 
     /// Forbids `family` for `coll`.
     fn forbid(&mut self, coll: &Collective, family: Family) {
-        let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
+        let i = row_of(coll);
         self.per[i][family as usize] = false;
     }
 }
 
+/// Where `coll` stands in [`ALL`]: its row in the tables kept per collective. Found by
+/// its tag, which no two collectives share (a compare of one byte: this runs on every call).
+fn row_of(coll: &Collective) -> usize {
+    ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0)
+}
+
 /// NCCL's name of a collective (`ncclFuncToString`): `AllReduce`.
 pub fn nccl_func(coll: &Collective) -> &'static str {
-    let i = ALL.iter().position(|c| c.tag == coll.tag).unwrap_or(0);
+    let i = row_of(coll);
     PREFIXES[i]
 }
 
