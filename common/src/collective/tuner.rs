@@ -89,8 +89,10 @@ impl Algorithm {
             ("all_reduce", RingPipelined) => "ring-pipelined: the ring piece by piece (pipelined)",
             ("all_reduce", Tree) => "tree: up NCCL's double binary tree, reduced, then down (half the buffer per tree)",
             ("all_reduce", _) => "ring: the ring step by step",
+            ("all_gather", Direct) => "direct: every rank's block to every rank (a small message)",
             ("all_gather", SingleCopy) => "single-copy: every rank copies every other rank's block from its buffer",
             ("reduce_scatter", SingleCopy) => "single-copy: each rank reduces its block of every rank's buffer",
+            ("alltoall", Direct) => "direct: every block straight to its rank, all the sends first (a small message)",
             ("alltoall", SingleCopy) => "single-copy: every rank copies its block of every other rank's send buffer",
             ("alltoall", _) => "pairwise: at step s each rank sends to rank + s and receives from rank - s",
             _ => "ring: the blocks pass round the ring, one per step",
@@ -161,7 +163,9 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         // All the sends go before the receives: only what fits a link's buffer. A
         // broadcast on two ranks is direct anyway.
         Direct => {
-            bytes <= SMALL && !facts.steps && matches!(coll.name, "all_reduce") | (coll.name == "broadcast" && n > 2)
+            bytes <= SMALL
+                && !facts.steps
+                && matches!(coll.name, "all_reduce" | "all_gather" | "alltoall") | (coll.name == "broadcast" && n > 2)
         }
         SingleCopy => facts.reads_peers && !facts.steps && coll.name != "reduce",
         // NCCL's Tree runs all-reduce only.
@@ -637,8 +641,13 @@ mod tests {
         assert_eq!(choose(&BROADCAST, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&REDUCE, 16 << 20, &ONE_HOST, &all), Chain);
-        assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &all), Pairwise);
-        assert_eq!(choose(&ALL_GATHER, 4, &ONE_HOST, &all), Ring);
+        assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(&ALL_TO_ALL, 32 << 10, &ONE_HOST, &all), Pairwise);
+        assert_eq!(choose(&ALL_GATHER, 4, &ONE_HOST, &all), Direct);
+        // NCCL_ALGO=Ring keeps the ring-shaped ones at every size.
+        let ring = Allowed::parse("ring").unwrap();
+        assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &ring), Pairwise);
+        assert_eq!(choose(&ALL_GATHER, 4, &ONE_HOST, &ring), Ring);
         // Over TCP: no single copy, no pipelined ring; --steps: the ring.
         let tcp = Facts {
             ring_in_memory: false,
@@ -652,6 +661,8 @@ mod tests {
             ..ONE_HOST
         };
         assert_eq!(choose(&ALL_REDUCE, 4, &steps, &all), RingPipelined);
+        assert_eq!(choose(&ALL_GATHER, 4, &steps, &all), Ring);
+        assert_eq!(choose(&ALL_TO_ALL, 4, &steps, &all), Pairwise);
         assert_eq!(choose(&ALL_REDUCE, 4, &Facts { ranks: 2, ..steps }, &all), Ring);
         // Broadcast on two ranks: the chain is direct already.
         assert_eq!(choose(&BROADCAST, 4, &Facts { ranks: 2, ..ONE_HOST }, &all), Chain);

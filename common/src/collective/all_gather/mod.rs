@@ -1,6 +1,7 @@
 //! All-gather (`ncclAllGather`): every rank contributes `count` elements; every rank
 //! receives all of them, rank i's at block i (`n × count` elements).
 
+pub mod direct;
 pub mod ring;
 pub mod single_copy;
 
@@ -48,9 +49,10 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 }
 
 /// All-gather on the CPU backend: this rank's block goes into its place in the receive
-/// buffer, then the [`ring`] passes the blocks round; on one host, when the tuner says so
-/// ([`super::tuner::choose`]), each rank copies the others' blocks straight from their
-/// buffers instead ([`single_copy`]).
+/// buffer, then, as the tuner says ([`super::tuner::choose`]): a small buffer goes
+/// [`direct`], every block straight to every rank; else the [`ring`] passes the blocks
+/// round, or on one host each rank copies the others' blocks straight from their buffers
+/// ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, r) = (cpu.world(), cpu.rank());
@@ -61,6 +63,7 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     }
     let streaming = cpu.streams(buf.len());
     match cpu.choose(&ALL_GATHER, buf.len()) {
+        Algorithm::Direct => return direct::all_gather(cpu, buf, block),
         Algorithm::SingleCopy => {
             // Each rank's block, in its receive buffer, where the others read it.
             let mine = &buf[r * block..(r + 1) * block];

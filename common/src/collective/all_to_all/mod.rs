@@ -2,6 +2,7 @@
 //! goes to rank j, where it lands as block i. NCCL has no call for it: programs (and
 //! nccl-tests' `alltoall`) group one `ncclSend` and one `ncclRecv` per peer.
 
+pub mod direct;
 pub mod pairwise;
 pub mod single_copy;
 
@@ -105,10 +106,11 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     n.group_end()
 }
 
-/// All-to-all on the CPU backend: this rank's own block is a copy; the others travel by
-/// the [`pairwise`] exchange, `n - 1` steps, or out of place on one host, when the tuner
-/// says so ([`super::tuner::choose`]), each rank copies its blocks straight from the
-/// others' send buffers instead ([`single_copy`]).
+/// All-to-all on the CPU backend: this rank's own block is a copy; the others travel as
+/// the tuner says ([`super::tuner::choose`]): a small buffer [`direct`], every block
+/// straight to its rank; else by the [`pairwise`] exchange, `n - 1` steps, or out of
+/// place on one host each rank copies its blocks straight from the others' send buffers
+/// ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (_n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
@@ -131,7 +133,11 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     // from it: one copy per byte, where a slot takes two. In place the blocks to send are
     // the copy aside, outside the arena: every rank then sees that and all go pairwise
     // (whether or not the others are in place too).
-    if cpu.choose(&ALL_TO_ALL, buf.len()) == Algorithm::SingleCopy
+    let chosen = cpu.choose(&ALL_TO_ALL, buf.len());
+    if chosen == Algorithm::Direct {
+        return direct::all_to_all(cpu, src, buf, block);
+    }
+    if chosen == Algorithm::SingleCopy
         && let Some(theirs) = cpu.share_regions(tag, &[src], &[src.len()]).context("all-to-all")?
     {
         return single_copy::all_to_all(cpu, buf, block, &theirs, streaming);
