@@ -17,6 +17,7 @@ pub mod all_gather;
 pub mod all_reduce;
 pub mod all_to_all;
 pub mod broadcast;
+mod direct;
 pub mod packed;
 pub mod reduce;
 pub mod reduce_scatter;

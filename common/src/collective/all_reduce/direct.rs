@@ -2,6 +2,7 @@
 
 use super::ALL_REDUCE;
 use crate::backend::cpu::Cpu;
+use crate::collective::direct::send_to_each;
 use crate::collective::tuner::Algorithm;
 use crate::element::Reduction;
 use crate::record::{self, Dir, How};
@@ -18,14 +19,8 @@ use anyhow::{Context, Result};
 pub fn all_reduce(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_REDUCE.tag);
     cpu.ran(&ALL_REDUCE, data.len(), Algorithm::Direct);
-    for k in 1..n {
-        let peer = (r + k) % n;
-        let mine = src.unwrap_or(data);
-        let t = record::clock();
-        cpu.send_tagged(tag, mine, peer)
-            .with_context(|| format!("all-reduce: sending this rank's buffer {}", cpu.peer_name(peer)))?;
-        record::op(t, "send", &[(Dir::Send, peer, mine, How::Copy)]);
-    }
+    let mine = src.unwrap_or(data);
+    send_to_each(cpu, tag, "all-reduce", |_| mine)?;
     // In place, rank 0's buffer lands on this rank's own first: keep a copy of it.
     let kept = match (src, r) {
         (None, 1..) => data.to_vec(),
