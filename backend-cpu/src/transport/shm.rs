@@ -52,6 +52,11 @@ pub const SLOTS: usize = 4;
 /// Pieces in flight at most (metadata lines per channel): small pieces need no slot, so
 /// a sender may run this far ahead, and reads the receiver's `tail` only when it is.
 const PIECES: usize = 64;
+/// How many pieces ahead the receiver asks for the next metadata lines ([`prefetch`]):
+/// with small messages back to back, the transfer of one line from the sender's core
+/// (about 60-100 ns here) was half a 4 B broadcast's time; asked for 8 pieces early, it
+/// overlaps the pieces before it (2 ranks, 4 B, 0.17 -> 0.12 us per broadcast).
+const PREFETCH: u32 = 8;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"NCWB-SHM");
 /// Where channel files live, and how their names start: `nccl-workbook-<creator's
@@ -383,6 +388,19 @@ pub fn waits_slept() -> u64 {
 }
 
 /// The core this thread runs on, plus one (0 when the system cannot say).
+/// Asks the CPU to bring the cache line at `line` into this core's cache, without waiting
+/// for it: a hint, which never faults and changes no memory.
+#[inline]
+fn prefetch(line: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing into a register and cannot fault, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = line;
+}
+
 fn current_cpu() -> u32 {
     // SAFETY: no arguments; returns -1 on failure.
     let cpu = unsafe { libc::sched_getcpu() };
@@ -486,19 +504,24 @@ impl ShmLink {
     /// bytes have arrived, and returns where it lies (its slot, or its metadata line)
     /// and its length.
     fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(*const u8, usize)> {
-        let h = self.inbox()?.header();
+        let inbox = self.inbox()?;
+        let h = inbox.header();
         let tail = h.tail.load(Relaxed);
-        let m = self.inbox()?.meta(tail);
+        let m = inbox.meta(tail);
         // SAFETY: `seq` is an atomic in the mapping, written by the sender alone.
         let seq = unsafe { &(*m).seq };
         let next = tail.wrapping_add(1);
         self.wait(
-            self.inbox()?,
+            inbox,
             &h.head,
             &h.receiver_sleeping,
             || seq.load(Acquire) == next,
             io::ErrorKind::UnexpectedEof,
         )?;
+        // A sender running ahead has written the next lines already: asking for one
+        // [`PREFETCH`] pieces ahead now overlaps its transfer from the sender's core with
+        // this piece's work, where a load when it is due would wait the whole transfer.
+        prefetch(inbox.meta(tail.wrapping_add(PREFETCH)).cast());
         // SAFETY: the sender wrote this slot's metadata before `seq` (Release), which we
         // have seen (Acquire); it will not touch the slot until `tail` moves.
         let (op, n, inline, message_len, at) = unsafe {
@@ -522,7 +545,7 @@ impl ShmLink {
                 "the shared-memory channel is corrupt",
             ));
         }
-        Ok((self.inbox()?.place(tail, n), n))
+        Ok((inbox.place(tail, n), n))
     }
 
     /// Waits until piece number `head` (the next) of `len` bytes can go: fewer than

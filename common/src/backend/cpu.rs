@@ -14,7 +14,7 @@ use crate::transport::Via;
 use anyhow::Result;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 
 pub use workbook_cpu::comm::{Signal, chunk_range, debug_info, info_level, keep, split_two};
 pub use workbook_cpu::{Comm, SMALL};
@@ -30,21 +30,52 @@ pub struct Cpu {
     protos: Protocols,
     /// `NCCL_DEBUG=INFO` on rank 0, text output: each distinct choice is printed once.
     debug: bool,
-    /// What ran last, and the choices printed so far ([`Cpu::ran`]).
-    ran: Mutex<Ran>,
+    /// The algorithm of the last collective this rank ran ([`Cpu::ran`]; [`Algorithm`]
+    /// as a number, 255: none yet).
+    last: AtomicU8,
+    /// The protocol the last collective ran with ([`Protocol`] as a number, 255: none yet).
+    last_proto: AtomicU8,
+    /// The choices `NCCL_DEBUG=INFO` has printed (a collective's tag, its bytes, the
+    /// algorithm's and the protocol's names), each printed once.
+    said: Mutex<BTreeSet<(u8, usize, &'static str, &'static str)>>,
     /// The protocol set on the links by the last choice ([`Protocol`] as a number; 255:
-    /// none yet): a collective's choice sets it only when it changes.
+    /// none yet).
     set: AtomicU8,
+    /// The last choice and what it was made for ([`Memo`]): a call like the one before
+    /// (a benchmark's loop, a training step) skips the tuner.
+    memo: AtomicU64,
 }
 
-/// What a rank ran: its last algorithm, and the choices `NCCL_DEBUG=INFO` has printed (a
-/// collective's tag, its bytes, the algorithm's name), each printed once.
-#[derive(Default)]
-struct Ran {
-    last: Option<Algorithm>,
-    /// The protocol the last collective ran with.
-    last_proto: Option<Protocol>,
-    said: BTreeSet<(u8, usize, &'static str, &'static str)>,
+/// The tuner's last choice, in one word so that it is read and written whole: the
+/// collective's tag, its bytes, whether `--steps` was recording, the algorithm and the
+/// protocol chosen. Every input of [`tuner::choose_with`] but these is fixed for the
+/// communicator's life, or resets it ([`Cpu::allow`], [`Cpu::allow_protocols`]).
+/// What a 4-byte call saves: the tuner's work, about a tenth of its time on two ranks.
+struct Memo;
+
+impl Memo {
+    /// Bytes up to this fit the word; a larger call is not remembered.
+    const MAX_BYTES: usize = (1 << 40) - 1;
+    const EMPTY: u64 = 0;
+
+    fn key(tag: u8, bytes: usize, steps: bool) -> Option<u64> {
+        (bytes <= Memo::MAX_BYTES).then_some(1 << 63 | (steps as u64) << 62 | (tag as u64) << 40 | bytes as u64)
+    }
+
+    fn pack(key: u64, algo: Algorithm, proto: Protocol) -> u64 {
+        key | (algo as u64) << 52 | (proto as u64) << 49
+    }
+
+    /// The choice remembered for `key`, if `word` holds one for it.
+    fn lookup(word: u64, key: u64) -> Option<(Algorithm, Protocol)> {
+        const CHOICE: u64 = 0xff << 49;
+        (word & !CHOICE == key).then(|| {
+            (
+                Algorithm::ALL[(word >> 52 & 0xf) as usize],
+                Protocol::from_index((word >> 49 & 0x7) as u8),
+            )
+        })
+    }
 }
 
 impl std::ops::Deref for Cpu {
@@ -84,8 +115,11 @@ impl Cpu {
             allowed,
             protos,
             debug,
-            ran: Mutex::default(),
+            last: AtomicU8::new(u8::MAX),
+            last_proto: AtomicU8::new(u8::MAX),
+            said: Mutex::default(),
             set: AtomicU8::new(u8::MAX),
+            memo: AtomicU64::new(Memo::EMPTY),
         };
         Ok((cpu, pairs))
     }
@@ -98,24 +132,29 @@ impl Cpu {
             allowed: self.allowed.clone(),
             protos: self.protos.clone(),
             debug: self.debug,
-            ran: Mutex::default(),
+            last: AtomicU8::new(u8::MAX),
+            last_proto: AtomicU8::new(u8::MAX),
+            said: Mutex::default(),
             set: AtomicU8::new(u8::MAX),
+            memo: AtomicU64::new(Memo::EMPTY),
         }
     }
 
     /// Which algorithm runs `coll` on `bytes` (its larger buffer): [`tuner::choose`],
     /// from what this rank knows alike with every other.
     pub fn choose(&self, coll: &Collective, bytes: usize) -> Algorithm {
-        let facts = Facts {
-            ranks: self.world(),
-            ring_in_memory: self.ring_in_memory(),
-            reads_peers: self.reads_peers(),
-            oversubscribed: self.oversubscribed(),
-            steps: crate::record::steps_on(),
-            nodes: self.nodes().iter().max().map_or(1, |m| m + 1),
-            protocols: self.has_protocols(),
+        let steps = crate::record::steps_on();
+        let key = Memo::key(coll.tag, bytes, steps);
+        let (algo, proto) = match key.and_then(|k| Memo::lookup(self.memo.load(Relaxed), k)) {
+            Some(choice) => choice,
+            None => {
+                let choice = self.choose_now(coll, bytes, steps);
+                if let Some(k) = key {
+                    self.memo.store(Memo::pack(k, choice.0, choice.1), Relaxed);
+                }
+                choice
+            }
         };
-        let (algo, proto) = tuner::choose_with(coll, bytes, &facts, &self.allowed, &self.protos);
         // Set before any message moves, alike on every rank (every input is the same); on
         // every link whose protocol differs (a split communicator shares links).
         self.set.store(proto as u8, Relaxed);
@@ -123,14 +162,30 @@ impl Cpu {
         algo
     }
 
+    /// What the tuner chooses for `coll` on `bytes`, `steps` saying whether `--steps`
+    /// is recording.
+    fn choose_now(&self, coll: &Collective, bytes: usize, steps: bool) -> (Algorithm, Protocol) {
+        let facts = Facts {
+            ranks: self.world(),
+            ring_in_memory: self.ring_in_memory(),
+            reads_peers: self.reads_peers(),
+            oversubscribed: self.oversubscribed(),
+            steps,
+            nodes: self.nodes().iter().max().map_or(1, |m| m + 1),
+            protocols: self.has_protocols(),
+        };
+        tuner::choose_with(coll, bytes, &facts, &self.allowed, &self.protos)
+    }
+
     /// Notes that `algo` runs `coll` on `bytes` (what [`Cpu::choose`] said, or what a
     /// single copy fell back to): the trace's and `--steps`' label, the `Time:` line's
     /// and the benchmark's name ([`Cpu::last_algorithm`]), and with `NCCL_DEBUG=INFO`
     /// a line the first time this choice is made.
     pub fn ran(&self, coll: &Collective, bytes: usize, algo: Algorithm) {
-        crate::record::algorithm(algo.label(coll));
-        let mut ran = self.ran.lock().unwrap_or_else(|p| p.into_inner());
-        ran.last = Some(algo);
+        if crate::record::on() {
+            crate::record::algorithm(algo.label(coll));
+        }
+        self.last.store(algo as u8, Relaxed);
         // The single copy reads buffers where they lie (counted as Simple); the rest go
         // by what the links were set to.
         let proto = match algo {
@@ -140,8 +195,9 @@ impl Cpu {
                 p => Protocol::from_index(p),
             },
         };
-        ran.last_proto = Some(proto);
-        if self.debug && ran.said.insert((coll.tag, bytes, algo.name(), proto.name())) {
+        self.last_proto.store(proto as u8, Relaxed);
+        let said = || self.said.lock().unwrap_or_else(|p| p.into_inner());
+        if self.debug && said().insert((coll.tag, bytes, algo.name(), proto.name())) {
             use std::io::Write;
             let _ = writeln!(std::io::stdout(), "{}", tuner::debug_line(coll, bytes, algo, proto));
         }
@@ -151,11 +207,12 @@ impl Cpu {
     /// `NCCL_ALGO` value per sweep; every rank is told the same).
     pub fn allow(&mut self, allowed: Allowed) {
         self.allowed = allowed;
+        self.memo.store(Memo::EMPTY, Relaxed);
     }
 
     /// The algorithm of the last collective this rank ran.
     pub fn last_algorithm(&self) -> Option<Algorithm> {
-        self.ran.lock().unwrap_or_else(|p| p.into_inner()).last
+        Algorithm::ALL.get(self.last.load(Relaxed) as usize).copied()
     }
 
     /// From now on, chooses among the protocols `protos` allows (the benchmark's `-P`:
@@ -166,12 +223,13 @@ impl Cpu {
             return Err(tcp_is_simple(said));
         }
         self.protos = protos;
+        self.memo.store(Memo::EMPTY, Relaxed);
         Ok(())
     }
 
     /// The protocol of the last collective this rank ran (LL, LL128 or Simple).
     pub fn last_protocol(&self) -> Option<Protocol> {
-        self.ran.lock().unwrap_or_else(|p| p.into_inner()).last_proto
+        Protocol::ALL.get(self.last_proto.load(Relaxed) as usize).copied()
     }
 }
 
@@ -181,4 +239,34 @@ fn tcp_is_simple(said: &str) -> String {
         "{said}: some ranks talk over TCP, which has the Simple protocol only (LL and LL128 run on shared memory: \
          every rank on one host, --transport auto or shm)"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remembered_choice_comes_back_only_for_its_own_call() {
+        for (i, a) in Algorithm::ALL.into_iter().enumerate() {
+            assert_eq!(a as usize, i, "{a:?} numbered in ALL's order");
+        }
+        let key = Memo::key(7, 4096, false).unwrap();
+        for a in Algorithm::ALL {
+            for p in Protocol::ALL {
+                let word = Memo::pack(key, a, p);
+                assert_eq!(Memo::lookup(word, key), Some((a, p)));
+                // Another size, collective or --steps is another call.
+                for other in [
+                    Memo::key(7, 4097, false),
+                    Memo::key(8, 4096, false),
+                    Memo::key(7, 4096, true),
+                ] {
+                    assert_eq!(Memo::lookup(word, other.unwrap()), None);
+                }
+            }
+        }
+        assert_eq!(Memo::lookup(Memo::EMPTY, key), None);
+        assert_eq!(Memo::key(7, Memo::MAX_BYTES + 1, false), None);
+        assert!(Memo::key(7, Memo::MAX_BYTES, true).is_some());
+    }
 }

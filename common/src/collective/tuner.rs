@@ -49,6 +49,17 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm, in the order of their numbers (`algorithm as u8`).
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Direct,
+        Algorithm::Ring,
+        Algorithm::RingPipelined,
+        Algorithm::Chain,
+        Algorithm::SingleCopy,
+        Algorithm::Pairwise,
+        Algorithm::Tree,
+    ];
+
     /// The short name: `direct`, `ring`, `ring-pipelined`, `chain`, `single-copy`,
     /// `pairwise`.
     pub fn name(self) -> &'static str {
