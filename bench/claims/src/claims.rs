@@ -285,37 +285,37 @@ fn lessons() -> Vec<Claim> {
             "readme.01",
             "01-nccl-broadcast",
             "",
-            "Time: 1.8 us per broadcast of 16 B via chain",
+            "Time: 0.2 us per broadcast of 16 B via chain",
         ),
         one(
             "readme.02",
             "02-nccl-allreduce",
             "--nproc-per-node 3 --init rank",
-            "Time: 27.4 us per all-reduce of 16 B via direct",
+            "Time: 5.9 us per all-reduce of 16 B via direct",
         ),
         one(
             "readme.03",
             "03-nccl-reduce",
             "--nproc-per-node 3",
-            "Time: 1.5 us per reduce of 16 B via chain",
+            "Time: 0.3 us per reduce of 16 B via chain",
         ),
         one(
             "readme.04",
             "04-nccl-allgather",
             "--nproc-per-node 3",
-            "Time: 10.6 us per all-gather of 24 B via direct",
+            "Time: 14.0 us per all-gather of 24 B via direct",
         ),
         one(
             "readme.05",
             "05-nccl-reducescatter",
             "--nproc-per-node 3",
-            "Time: 11.9 us per reduce-scatter of 24 B via ring",
+            "Time: 16.5 us per reduce-scatter of 24 B via ring",
         ),
         one(
             "readme.06",
             "06-nccl-alltoall",
             "--nproc-per-node 3",
-            "Time: 17.0 us per all-to-all of 24 B via direct",
+            "Time: 6.4 us per all-to-all of 24 B via direct",
         ),
     ]
 }
@@ -453,7 +453,7 @@ fn chapters5and6() -> Vec<Claim> {
             id: "ch6.modes",
             place: "EXERCISES.md, chapter 6, two ways to wait",
             file: "EXERCISES.md",
-            quote: "a 4 B all-reduce on 2 ranks took 0.25-0.48 µs per call",
+            quote: "a 4 B all-reduce on 2 ranks took 0.16-0.22 µs per call",
             says: "2 ranks on 2 free cores spin (slept 0, p50 under a µs); 4 ranks share the cores; TCP waits in the kernel",
             measures: vec![
                 row(
@@ -844,7 +844,7 @@ fn perf_section() -> Vec<Claim> {
         id: "readme.perf",
         place: "README.md, How fast is it",
         file: "README.md",
-        quote: "Two ranks on two cores finish a small all-reduce in 0.2-0.6 µs",
+        quote: "Two ranks on two cores finish a small all-reduce in 0.15-0.35 µs",
         says: "2 ranks under a µs at 4 B, 4 ranks a few µs; busbw peaks in the caches",
         measures: vec![
             row("4 B, 2 ranks", c(2), 4, "/out_of_place/time_us"),

@@ -58,10 +58,13 @@ impl Memo {
     const MAX_BYTES: usize = (1 << 40) - 1;
     const EMPTY: u64 = 0;
 
+    /// The word's upper half without the choice: bit 63 set (not empty), bit 62
+    /// `--steps`, bits 40-47 the tag, bits 0-39 the bytes.
     fn key(tag: u8, bytes: usize, steps: bool) -> Option<u64> {
         (bytes <= Memo::MAX_BYTES).then_some(1 << 63 | (steps as u64) << 62 | (tag as u64) << 40 | bytes as u64)
     }
 
+    /// `key` with the choice in bits 52-55 (the algorithm) and 49-51 (the protocol).
     fn pack(key: u64, algo: Algorithm, proto: Protocol) -> u64 {
         key | (algo as u64) << 52 | (proto as u64) << 49
     }
@@ -69,12 +72,8 @@ impl Memo {
     /// The choice remembered for `key`, if `word` holds one for it.
     fn lookup(word: u64, key: u64) -> Option<(Algorithm, Protocol)> {
         const CHOICE: u64 = 0xff << 49;
-        (word & !CHOICE == key).then(|| {
-            (
-                Algorithm::ALL[(word >> 52 & 0xf) as usize],
-                Protocol::from_index((word >> 49 & 0x7) as u8),
-            )
-        })
+        let algo = Algorithm::ALL.get((word >> 52 & 0xf) as usize)?;
+        (word & !CHOICE == key).then(|| (*algo, Protocol::from_index((word >> 49 & 0x7) as u8)))
     }
 }
 
