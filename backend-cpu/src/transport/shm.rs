@@ -387,7 +387,6 @@ pub fn waits_slept() -> u64 {
     SLEPT.load(Relaxed)
 }
 
-/// The core this thread runs on, plus one (0 when the system cannot say).
 /// Asks the CPU to bring the cache line at `line` into this core's cache, without waiting
 /// for it: a hint, which never faults and changes no memory.
 #[inline]
@@ -401,6 +400,7 @@ fn prefetch(line: *const i8) {
     let _ = line;
 }
 
+/// The core this thread runs on, plus one (0 when the system cannot say).
 fn current_cpu() -> u32 {
     // SAFETY: no arguments; returns -1 on failure.
     let cpu = unsafe { libc::sched_getcpu() };

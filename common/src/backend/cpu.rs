@@ -58,8 +58,8 @@ impl Memo {
     const MAX_BYTES: usize = (1 << 40) - 1;
     const EMPTY: u64 = 0;
 
-    /// The word's upper half without the choice: bit 63 set (not empty), bit 62
-    /// `--steps`, bits 40-47 the tag, bits 0-39 the bytes.
+    /// The word without the choice (`None` past [`Memo::MAX_BYTES`]): bit 63 set (not
+    /// empty), bit 62 `--steps`, bits 40-47 the tag, bits 0-39 the bytes.
     fn key(tag: u8, bytes: usize, steps: bool) -> Option<u64> {
         (bytes <= Memo::MAX_BYTES).then_some(1 << 63 | (steps as u64) << 62 | (tag as u64) << 40 | bytes as u64)
     }
