@@ -39,7 +39,8 @@ of the larger buffer, rounded as 07-nccl-perf rounds it (a whole number of float
 where the buffer is split among the ranks). In place is MPI_IN_PLACE on Open MPI's side.
 Both sides: one checked operation, the warm-up, a barrier, the timed operations; time =
 mean over ranks of (loop time / iterations); each point is the median of --repeat runs,
-the two sides alternating. Each busbw is also given as a percentage of the single-thread
+the two sides alternating, and the time column gives each side's lowest and highest run
+beside its median. Each busbw is also given as a percentage of the single-thread
 memcpy bandwidth that 07-nccl-perf measures (median over its runs).
 
 The limits (bench/floors.c): a cache-line round trip between two processes (the floor of
@@ -376,6 +377,15 @@ def pair(a, b, f):
     return f"{f(a)} / {f(b)}"
 
 
+def spread(p):
+    """A side's median time and, over several runs, its lowest and highest: 0.126 (0.084-0.184).
+    On a noisy machine the range says how far one run's figure can be trusted."""
+    if p is None:
+        return "-"
+    low, high = p["time_us_range"]
+    return sig(p["time_us"]) if low == high else f"{sig(p['time_us'])} ({sig(low)}-{sig(high)})"
+
+
 def load(path):
     with open(path) as f:
         text = f.read()
@@ -392,12 +402,14 @@ def place(doc_place, op, n, size):
     t = doc_place["time_us"]
     algbw = size / 1e3 / t
     return {"time_us": t, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
-            "wrong": int(doc_place["wrong"] or 0)}
+            "wrong": int(doc_place["wrong"] or 0),
+            "time_us_range": doc_place.get("time_us_range", [t, t])}
 
 
 def merged(docs, op, n):
     """One document from --repeat runs of one side: each row's times the median of the
-    runs' (bandwidths from that median), its wrong elements the sum."""
+    runs' (bandwidths from that median) and their lowest and highest, its wrong elements
+    the sum."""
     doc = dict(docs[0])
     rows = {}
     for d in docs:
@@ -410,10 +422,12 @@ def merged(docs, op, n):
         for p in ("in_place", "out_of_place"):
             if runs[0].get(p) is None:
                 continue
-            t = statistics.median(r[p]["time_us"] for r in runs)
+            times = [r[p]["time_us"] for r in runs]
+            t = statistics.median(times)
             algbw = size / 1e3 / t
             row[p] = {"time_us": t, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
-                      "wrong": sum(int(r[p]["wrong"] or 0) for r in runs)}
+                      "wrong": sum(int(r[p]["wrong"] or 0) for r in runs),
+                      "time_us_range": [min(times), max(times)]}
         out.append(row)
     doc["rows"] = out
     return doc
@@ -534,7 +548,8 @@ out.append("")
 for n in dict.fromkeys(r["world_size"] for r in results):
     out += [f"## {n} ranks", "",
             "| collective | size | ours busbw (in / out of place) | Open MPI busbw (in / out) "
-            "| ratio ours/MPI (in / out) | ours % of memcpy (in / out) | time us in place (ours / MPI) "
+            "| ratio ours/MPI (in / out) | ours % of memcpy (in / out) "
+            "| time us in place, median (lowest-highest): ours / MPI "
             "| correct |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
@@ -550,7 +565,7 @@ for n in dict.fromkeys(r["world_size"] for r in results):
                    f"| {pair(busbw(m['in_place']), busbw(m['out_of_place']), sig)} "
                    f"| {pair(r['ratio']['in_place'], r['ratio']['out_of_place'], ratio)} "
                    f"| {pair(r['percent_of_memcpy']['in_place'], r['percent_of_memcpy']['out_of_place'], pct)} "
-                   f"| {sig(o['in_place']['time_us'])} / {sig(m['in_place']['time_us'])} | {ok} |")
+                   f"| {spread(o['in_place'])} / {spread(m['in_place'])} | {ok} |")
     out.append("")
 print("\n".join(out).rstrip())
 if env["CMP_JSON"]:
