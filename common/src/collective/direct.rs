@@ -8,7 +8,8 @@ use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
 
 /// Sends `out(to)` to every other rank `to`, from this rank + 1 on. `what` names the
-/// collective in errors.
+/// collective in errors; the peer is named by its link (the world's rank, which a split
+/// communicator's number is not).
 pub(super) fn send_to_each<'a>(cpu: &Cpu, tag: u8, what: &str, out: impl Fn(usize) -> &'a [u8]) -> Result<()> {
     let (n, r) = (cpu.world(), cpu.rank());
     for s in 1..n {
@@ -16,7 +17,7 @@ pub(super) fn send_to_each<'a>(cpu: &Cpu, tag: u8, what: &str, out: impl Fn(usiz
         let out = out(to);
         let t = record::clock();
         cpu.send_tagged(tag, out, to)
-            .with_context(|| format!("{what}: sending to rank {to} {}", cpu.peer_name(to)))?;
+            .with_context(|| format!("{what}: sending {}", cpu.peer_name(to)))?;
         record::op(t, "send", &[(Dir::Send, to, out, How::Copy)]);
     }
     Ok(())
@@ -34,7 +35,7 @@ pub(super) fn recv_from_each(cpu: &Cpu, tag: u8, what: &str, buf: &mut [u8], blo
         cpu.link(from)
             .recv_into(tag, dst)
             .map_err(|e| cpu.lost(e, from))
-            .with_context(|| format!("{what}: receiving rank {from}'s block {}", cpu.peer_name(from)))?;
+            .with_context(|| format!("{what}: receiving block {from} {}", cpu.peer_name(from)))?;
         record::op(t, "recv", &[(Dir::Recv, from, &*dst, How::Copy)]);
     }
     Ok(())

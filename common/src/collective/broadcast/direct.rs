@@ -2,6 +2,7 @@
 
 use super::BROADCAST;
 use crate::backend::cpu::Cpu;
+use crate::collective::direct::send_to_each;
 use crate::collective::tuner::Algorithm;
 use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
@@ -9,7 +10,7 @@ use anyhow::{Context, Result};
 /// A small broadcast, direct: the root sends its buffer to every other rank itself, one
 /// message time where the chain takes n - 1 (NCCL's tree makes a similar trade).
 pub fn broadcast(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Result<()> {
-    let (n, r, tag) = (cpu.world(), cpu.rank(), BROADCAST.tag);
+    let (r, tag) = (cpu.rank(), BROADCAST.tag);
     cpu.ran(&BROADCAST, buf.len(), Algorithm::Direct);
     if r != root {
         let t = record::clock();
@@ -21,13 +22,7 @@ pub fn broadcast(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize
         return Ok(());
     }
     let out = root_src.unwrap_or(buf);
-    for k in 1..n {
-        let peer = (r + k) % n;
-        let t = record::clock();
-        cpu.send_tagged(tag, out, peer)
-            .with_context(|| format!("broadcast from rank {root}: sending {}", cpu.peer_name(peer)))?;
-        record::op(t, "send", &[(Dir::Send, peer, out, How::Copy)]);
-    }
+    send_to_each(cpu, tag, "broadcast", |_| out)?;
     if let Some(mine) = root_src {
         buf.copy_from_slice(mine);
         record::wrote(buf);
