@@ -9,7 +9,7 @@
 use crate::element::{Element, as_bytes, as_bytes_mut};
 use crate::error::SharedError;
 use crate::heartbeat::Heartbeat;
-use crate::host_memory::{self, PeerArena};
+use crate::host_memory::{self, HostMem, PeerArena};
 use crate::launch::Identity;
 use crate::rendezvous::Store;
 use crate::transport::shm::copy_around_cache;
@@ -62,8 +62,9 @@ pub struct Comm {
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
     /// links know tags only; the collectives know their names).
     names: fn(u8) -> &'static str,
-    /// Working memory the algorithms reuse from call to call (no page faults per call).
-    scratch: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// Working memory the algorithms reuse from call to call (no page faults per call),
+    /// in the arena when it is large: other ranks can read it there.
+    scratch: Mutex<(HostMem<u8>, HostMem<u8>)>,
     /// Every other rank's arena, mapped here, when all ranks share one host and every
     /// rank mapped every other one's: the single-copy algorithms read peers' buffers.
     peer_arenas: Option<Vec<Option<Arc<PeerArena>>>>,
@@ -101,7 +102,7 @@ impl Comm {
             nodes: vec![0; world],
             stream_above,
             names,
-            scratch: Mutex::new((vec![], vec![])),
+            scratch: Mutex::new((HostMem::new(vec![]), HostMem::new(vec![]))),
             peer_arenas: None,
             protocols: false,
             report: ChannelReport {
@@ -208,7 +209,7 @@ impl Comm {
             nodes,
             stream_above: self.stream_above,
             names: self.names,
-            scratch: Mutex::new((vec![], vec![])),
+            scratch: Mutex::new((HostMem::new(vec![]), HostMem::new(vec![]))),
             peer_arenas: self
                 .peer_arenas
                 .as_ref()
@@ -359,13 +360,16 @@ impl Comm {
         self.links[peer].as_deref().expect("a link to every other rank")
     }
 
-    /// Two working buffers of `len` bytes each, kept from call to call.
-    pub fn scratch(&self, len: usize) -> MutexGuard<'_, (Vec<u8>, Vec<u8>)> {
+    /// Two working buffers of `len` bytes or more each, kept from call to call. A large
+    /// one lies in the arena ([`HostMem`]), so that the other ranks can read it where it
+    /// lies: the in-place all-to-all puts its blocks aside there, and the others copy
+    /// them from there (single copy).
+    pub fn scratch(&self, len: usize) -> MutexGuard<'_, (HostMem<u8>, HostMem<u8>)> {
         let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         let (a, b) = &mut *s;
         for v in [a, b] {
             if v.len() < len {
-                v.resize(len, 0);
+                *v = HostMem::new(vec![0; len]);
             }
         }
         s

@@ -10,7 +10,6 @@
 //! space, `/proc` hidden, `NCCL_P2P_DISABLE=1`), buffers are plain heap memory and the
 //! collectives send messages, as before.
 
-use crate::element::Element;
 use crate::rendezvous::Store;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -156,7 +155,7 @@ pub fn offset_of(bytes: &[u8]) -> Option<usize> {
 }
 
 /// A CPU-backend buffer: in the arena when it is large and there is one, else on the heap.
-pub struct HostMem<T: Element> {
+pub struct HostMem<T: Copy + Send + Sync + 'static> {
     mem: Mem<T>,
 }
 
@@ -171,10 +170,10 @@ enum Mem<T> {
 }
 
 // SAFETY: an arena block belongs to this buffer alone, as a Vec's memory does.
-unsafe impl<T: Element> Send for HostMem<T> {}
-unsafe impl<T: Element> Sync for HostMem<T> {}
+unsafe impl<T: Copy + Send + Sync + 'static> Send for HostMem<T> {}
+unsafe impl<T: Copy + Send + Sync + 'static> Sync for HostMem<T> {}
 
-impl<T: Element> HostMem<T> {
+impl<T: Copy + Send + Sync + 'static> HostMem<T> {
     /// `data`, moved into the arena when it is large enough ([`ARENA_MIN`]) and the
     /// ranks of this host share their arenas.
     pub fn new(data: Vec<T>) -> HostMem<T> {
@@ -198,7 +197,7 @@ impl<T: Element> HostMem<T> {
     }
 }
 
-impl<T: Element> Deref for HostMem<T> {
+impl<T: Copy + Send + Sync + 'static> Deref for HostMem<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         match &self.mem {
@@ -209,7 +208,7 @@ impl<T: Element> Deref for HostMem<T> {
     }
 }
 
-impl<T: Element> DerefMut for HostMem<T> {
+impl<T: Copy + Send + Sync + 'static> DerefMut for HostMem<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         match &mut self.mem {
             Mem::Heap(v) => v,
@@ -221,7 +220,7 @@ impl<T: Element> DerefMut for HostMem<T> {
     }
 }
 
-impl<T: Element> Drop for HostMem<T> {
+impl<T: Copy + Send + Sync + 'static> Drop for HostMem<T> {
     fn drop(&mut self) {
         if let Mem::Arena { arena, at, len } = self.mem {
             arena.release(at, len * size_of::<T>());

@@ -865,12 +865,7 @@ fn format_row(row: &PerfRow) -> String {
             wrong
         )
     };
-    // The algorithm, as NCCL's tuner names its choice: one name, or out-of-place's and
-    // in-place's when they differ (an in-place all-to-all has no single copy).
-    let both = |o: &String, i: &String| match (o, i) {
-        (o, i) if o == i => o.clone(),
-        (o, i) => format!("{o}/{i}"),
-    };
+    // The algorithm, as NCCL's tuner names its choice.
     let mut algo = both(&row.out_of_place.algo, &row.in_place.algo);
     // Then the protocol, as NCCL's tuner line says `Algo ring proto LL`.
     let proto = both(&row.out_of_place.proto, &row.in_place.proto);
@@ -887,6 +882,16 @@ fn format_row(row: &PerfRow) -> String {
         place(&row.out_of_place),
         place(&row.in_place)
     )
+}
+
+/// One name where both placements ran the same, else out-of-place's and in-place's
+/// (`single-copy/pairwise`: where a rank's buffer of one placement is outside the arena,
+/// that placement goes by messages).
+fn both(out_of_place: &str, in_place: &str) -> String {
+    match out_of_place == in_place {
+        true => out_of_place.to_string(),
+        false => format!("{out_of_place}/{in_place}"),
+    }
 }
 
 /// A time as nccl-tests prints it: two decimals while they fit in the column.
@@ -937,6 +942,13 @@ mod tests {
         assert_eq!(parse_ops("all").unwrap().len(), 5);
         assert_eq!(parse_types("bfloat16").unwrap().0, vec![DataType::Bfloat16]);
         assert!(parse_types("fp8").unwrap_err().contains("unknown type 'fp8'"));
+    }
+
+    #[test]
+    fn the_algo_column_names_each_placement_only_where_they_differ() {
+        assert_eq!(both("single-copy", "single-copy"), "single-copy");
+        assert_eq!(both("single-copy", "pairwise"), "single-copy/pairwise");
+        assert_eq!(both("", ""), "");
     }
 
     #[test]

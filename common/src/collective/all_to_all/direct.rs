@@ -12,9 +12,11 @@ use anyhow::Result;
 /// steps, and a rank's next send waits for its last receive; here no send waits (a small
 /// block fits the link's buffer), so a rank waits only until each peer has sent once: one
 /// message time instead of n - 1. Where ranks share cores, one turn of each peer on a core.
-pub fn all_to_all(cpu: &Cpu, src: &[u8], buf: &mut [u8], block: usize) -> Result<()> {
+/// In place (`send` is `None`) the blocks leave from `buf` itself, before any arrives.
+pub fn all_to_all(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], block: usize) -> Result<()> {
     let tag = ALL_TO_ALL.tag;
     cpu.ran(&ALL_TO_ALL, buf.len(), Algorithm::Direct);
+    let src = send.unwrap_or(buf);
     send_to_each(cpu, tag, "all-to-all", |to| &src[to * block..(to + 1) * block])?;
     recv_from_each(cpu, tag, "all-to-all", buf, block)
 }

@@ -113,30 +113,38 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 /// ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
-    let (_n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
+    let (n, r, tag) = (cpu.world(), cpu.rank(), ALL_TO_ALL.tag);
     let HostCall { send, buf, .. } = call;
+    let blk = |i: usize| i * block..(i + 1) * block;
+    // A buffer larger than the caches is written around them (nothing reads it back soon).
+    let streaming = cpu.streams(buf.len());
+    // In place, this rank's own block is where it belongs already.
+    if let Some(s) = send {
+        keep(&mut buf[blk(r)], &s[blk(r)], streaming);
+    }
+    record::wrote(&buf[blk(r)]);
+    let chosen = cpu.choose(&ALL_TO_ALL, buf.len());
+    if chosen == Algorithm::Direct {
+        // Every send goes before the first receive: in place, nothing need go aside.
+        return direct::all_to_all(cpu, send, buf, block);
+    }
+    // Otherwise blocks leave while others arrive: in place, the blocks to send are put
+    // aside first, since the receives overwrite them.
     let mut aside = None;
     let src: &[u8] = match send {
         Some(s) => s,
         None => {
             let mut guard = cpu.scratch(buf.len());
-            guard.0[..buf.len()].copy_from_slice(buf);
+            for i in (0..n).filter(|&i| i != r) {
+                keep(&mut guard.0[blk(i)], &buf[blk(i)], streaming);
+            }
             &aside.insert(guard).0[..buf.len()]
         }
     };
-    let blk = |i: usize| i * block..(i + 1) * block;
-    // A buffer larger than the caches is written around them (nothing reads it back soon).
-    let streaming = cpu.streams(buf.len());
-    keep(&mut buf[blk(r)], &src[blk(r)], streaming);
-    record::wrote(&buf[blk(r)]);
     // On one host each rank copies its block of every other rank's send buffer straight
     // from it: one copy per byte, where a slot takes two. In place the blocks to send are
-    // the copy aside, outside the arena: every rank then sees that and all go pairwise
-    // (whether or not the others are in place too).
-    let chosen = cpu.choose(&ALL_TO_ALL, buf.len());
-    if chosen == Algorithm::Direct {
-        return direct::all_to_all(cpu, src, buf, block);
-    }
+    // the copy aside, which lies in the arena too when it is large (`Cpu::scratch`); where
+    // any rank's does not, every rank sees that and all go pairwise.
     if chosen == Algorithm::SingleCopy
         && let Some(theirs) = cpu.share_regions(tag, &[src], &[src.len()]).context("all-to-all")?
     {
