@@ -21,6 +21,8 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
     --show-calls (every rank shows its ncclAllReduce calls);
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
     --backend nccl; needs cargo and 2 GPUs);
+  - 07-nccl-perf -A ring,tree -P ll,simple (2 GPUs or more): every row runs what its
+    sweep asked, as NCCL's own TUNING lines say;
   - a 07-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
     lines go into the report;
   - one all-reduce (02-nccl-allreduce, one rank per GPU, --size 64M) with NCCL_DEBUG=INFO
@@ -595,6 +597,28 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     record "--show-calls" FAIL "no ncclCommSplit on every rank: the timed loop's blocking communicator is missing" "$secs" "$cmd" "$log"
   else
     record "--show-calls" PASS "$(grep -m 1 '│ ncclAllReduce(' "$log")" "$secs" "$cmd" "$log"
+  fi
+
+  # -A and -P on NCCL: each value a communicator split after the variable changed, and
+  # NCCL's own choice (its TUNING lines) following it (one rank tunes nothing).
+  log=$tmp/per-sweep.log
+  if $mig; then
+    record "-A/-P per sweep" SKIP "MIG devices: started by hand, one rank per device; the step needs the launcher" 0 ""
+  elif [ "$gpus" -lt 2 ]; then
+    record "-A/-P per sweep" SKIP "one GPU: NCCL tunes nothing on one rank (ncclTopoTuneModel returns before NCCL_ALGO)" 0 ""
+  else
+    run_step "-A/-P per sweep" 300 "$log" "$bins/07-nccl-perf" --backend nccl --nproc-per-node "$gpus" \
+      --timeout 60 -b 8 -e 1M -f 32 -n 5 -w 2 -A ring,tree -P ll,simple
+    # Each sweep's rows end with "ALGO PROTO" as NCCL chose them: count those that follow -A/-P.
+    followed=$(awk '/^# -A /{a=$3; sub(":","",a)} /^# -P /{p=$3; sub(":","",p)}
+      /^ +[0-9]/{n++; if (tolower($(NF-1)) == a && tolower($NF) == p) ok++} END {print ok+0 "/" n+0}' "$log")
+    if [ "$rc" != 0 ]; then
+      record "-A/-P per sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
+    elif [ "${followed%/*}" != "${followed#*/}" ] || [ "${followed#*/}" = 0 ]; then
+      record "-A/-P per sweep" FAIL "$followed rows ran what their sweep's -A and -P asked (the algo proto column)" "$secs" "$cmd" "$log"
+    else
+      record "-A/-P per sweep" PASS "$followed rows ran NCCL's choice under their sweep's NCCL_ALGO and NCCL_PROTO" "$secs" "$cmd" "$log"
+    fi
   fi
 
   # -------------------------------------------------------------------------------------

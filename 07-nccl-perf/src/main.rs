@@ -40,10 +40,12 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    let args: Args = common::parse_args();
+    let mut args: Args = common::parse_args();
     if args.perf.plot.no_run {
         // Only a picture of results saved before: no rank starts.
         return workbook_perf::plot::draw_saved(&args.perf.plot);
     }
+    // -A and -P change NCCL_ALGO and NCCL_PROTO between sweeps: set before NCCL starts.
+    args.run.nccl_env_per_sweep = args.perf.nccl_env_per_sweep();
     common::main(&args.run, |session| workbook_perf::run(session, &args.perf))
 }

@@ -67,15 +67,19 @@ fn each_algorithm_sweeps_in_turn_fitted_and_checked() {
 }
 
 #[test]
-fn an_algorithm_the_cpu_backend_lacks_or_a_backend_that_cannot_switch_is_refused_in_one_line() {
+fn an_algorithm_or_protocol_the_backend_lacks_is_refused_in_one_line_before_any_sweep() {
     for (args, says) in [
         (
             &["--backend", "cpu", "--nproc-per-node", "2", "-A", "ring,bogus"][..],
             "-A bogus: unknown algorithm 'bogus'",
         ),
         (
-            &["--simulate-gpus", "2", "-A", "ring,tree"][..],
-            "-A: NCCL reads NCCL_ALGO once",
+            &["--simulate-gpus", "2", "-A", "ring,bogus"][..],
+            "-A bogus: NCCL_ALGO=bogus: NCCL 2.18.3 has no algorithm 'bogus'",
+        ),
+        (
+            &["--simulate-gpus", "2", "-P", "fast"][..],
+            "-P fast: NCCL_PROTO=fast: NCCL 2.18.3 has no protocol 'fast'",
         ),
     ] {
         let r = perf(&[args, &["-b", "4K", "-e", "4K"]].concat());
@@ -211,4 +215,81 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn on_nccl_each_value_gets_a_communicator_nccl_started_under_it() {
+    // NCCL reads NCCL_ALGO and NCCL_PROTO when a communicator starts: each sweep runs on
+    // one split from the last after the variable changed, and NCCL's own choice (its
+    // TUNING lines, on the test double playing NCCL 2.28.3) follows the sweep's value.
+    let out = std::env::temp_dir().join(format!("nccl-workbook-algos-{}.json", std::process::id()));
+    let r = perf_with(
+        &[
+            "--simulate-gpus",
+            "4",
+            "--nproc-per-node",
+            "4",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "64",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-A",
+            "ring,tree",
+            "-P",
+            "ll,simple",
+            "--format",
+            "json",
+            "-J",
+            out.to_str().unwrap(),
+        ],
+        &[("NCCL_DOUBLE_VERSION", "22803")],
+    )
+    .ok();
+    let j = r.json();
+    let sweeps = j["sweeps"].as_array().unwrap_or_else(|| panic!("four sweeps:\n{r}"));
+    let asked: Vec<(&str, &str)> = sweeps
+        .iter()
+        .map(|s| (s["nccl_algo"].as_str().unwrap(), s["nccl_proto"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        asked,
+        [("ring", "ll"), ("ring", "simple"), ("tree", "ll"), ("tree", "simple")],
+        "{r}"
+    );
+    for (sweep, (algo, proto)) in sweeps.iter().zip(asked) {
+        assert_eq!(sweep["wrong"], 0, "{r}");
+        for row in sweep["rows"].as_array().unwrap() {
+            for place in ["out_of_place", "in_place"] {
+                assert_eq!(row[place]["algo"], algo, "{algo} {proto} {place}: {r}");
+                assert_eq!(row[place]["proto"], proto, "{algo} {proto} {place}: {r}");
+            }
+        }
+    }
+    // The user set neither variable: nccl-tests' JSON lists the user's environment.
+    let doc = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    let env = doc["env"].as_array().unwrap_or_else(|| panic!("no env: {doc}"));
+    assert!(
+        env.iter()
+            .all(|e| !e.as_str().unwrap().starts_with("NCCL_ALGO=") && !e.as_str().unwrap().starts_with("NCCL_PROTO=")),
+        "{env:?}"
+    );
+    assert!(doc["results"].as_array().is_some_and(|r| !r.is_empty()), "{doc}");
+    let text = perf_with(
+        &["--simulate-gpus", "2", "-b", "8", "-e", "8", "-A", "tree"],
+        &[("NCCL_DOUBLE_VERSION", "22803")],
+    )
+    .ok();
+    assert!(
+        text.stdout
+            .contains("# -A tree: every sweep below on a communicator NCCL started under NCCL_ALGO=tree"),
+        "{text}"
+    );
 }

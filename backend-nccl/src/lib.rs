@@ -4,8 +4,8 @@
 //! communicator ([`nccl::Nccl`]), whose every call is shown
 //! ([`calls`]), polled ([`progress`]) and watched ([`watchdog`]) until it completes.
 //! Names for Nsight Systems come from [`nvtx`]; `NCCL_ALGO` and `NCCL_PROTO` are checked
-//! against the NCCL that loads by [`tuning`], and what NCCL chose is read back from its own
-//! lines by [`nccl_log`]. The collectives' NCCL calls live with
+//! against the NCCL that loads by [`tuning`] (and changed between the benchmark's sweeps
+//! by [`per_sweep`]), and what NCCL chose is read back from its own lines by [`nccl_log`]. The collectives' NCCL calls live with
 //! their collective in `common`.
 
 pub mod calls;
@@ -15,6 +15,7 @@ pub mod nccl;
 pub mod nccl_library;
 pub mod nccl_log;
 pub mod nvtx;
+pub mod per_sweep;
 pub mod progress;
 pub mod simulate;
 pub mod tuning;

@@ -91,7 +91,13 @@ pub struct Nccl {
     last_collective: Cell<Option<(&'static str, u64)>>,
     /// Collectives queued: NCCL's own lines are read every [`LOG_EVERY`] of them.
     collectives: Cell<u64>,
+    /// `NCCL_ALGO` and `NCCL_PROTO` when this communicator started: NCCL read them then
+    /// (`ncclTopoTuneModel`), and does not read them again for it.
+    started_under: [Option<String>; 2],
 }
+
+/// The variables NCCL reads when a communicator starts, in [`Nccl::started_under`]'s order.
+const TUNING_VARS: [&str; 2] = ["NCCL_ALGO", "NCCL_PROTO"];
 
 /// How often (in collectives) NCCL's lines are read, so that they never pile up.
 const LOG_EVERY: u64 = 1024;
@@ -252,7 +258,26 @@ impl Nccl {
             shown,
             last_collective: Cell::new(None),
             collectives: Cell::new(0),
+            // Made just before the init or once the split is complete: the variables have
+            // not changed since NCCL read them (they change only between communicators).
+            started_under: TUNING_VARS.map(|name| std::env::var(name).ok()),
         }
+    }
+
+    /// The value `name` (`NCCL_ALGO` or `NCCL_PROTO`) had when this communicator started:
+    /// the one NCCL tuned it with.
+    pub fn started_under(&self, name: &str) -> Option<&str> {
+        let i = TUNING_VARS.iter().position(|v| *v == name)?;
+        self.started_under[i].as_deref()
+    }
+
+    /// A communicator of the same ranks, in the same order, split from this one
+    /// (`ncclCommSplit`): NCCL tunes it under `NCCL_ALGO` and `NCCL_PROTO` as they are now
+    /// (the benchmark's `-A` and `-P`, one communicator per sweep). Every rank of this one
+    /// calls it at the same point. Then this one can be closed.
+    pub fn renewed(&self, watchdog: Watchdog) -> Result<Nccl> {
+        let child = self.split(0, self.place.0 as c_int, self.place, watchdog)?;
+        child.ok_or_else(|| anyhow!("rank {}: ncclCommSplit gave no communicator", self.rank))
     }
 
     /// The algorithm and protocol NCCL chose for the last collective (`ring`, `simple`),

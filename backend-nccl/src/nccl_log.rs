@@ -185,7 +185,7 @@ fn lock() -> std::sync::MutexGuard<'static, Option<Log>> {
 }
 
 /// This process's threads, from `/proc/self/task`.
-fn threads() -> Option<usize> {
+pub(crate) fn threads() -> Option<usize> {
     std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
 }
 

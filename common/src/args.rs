@@ -105,6 +105,12 @@ pub struct RunArgs {
     /// https://ui.perfetto.dev or chrome://tracing): one track per rank.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
+
+    /// NCCL's variables the program changes between its sweeps (the benchmark's `-A`
+    /// and `-P`), each with its first sweep's value: on NCCL a rank makes them ready
+    /// before NCCL loads ([`crate::backend::per_sweep`]). Not a flag.
+    #[arg(skip)]
+    pub nccl_env_per_sweep: Vec<(&'static str, String)>,
 }
 
 impl RunArgs {

@@ -152,6 +152,7 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
             // loads, while this is the process's one thread; a launcher asks for nothing).
             if run.backend != args::BackendChoice::Cpu {
                 backend::nccl_log::capture();
+                backend::per_sweep::prepare(&run.nccl_env_per_sweep);
             }
             let (rank, source) = (id.rank, id.source);
             // Said before the rank runs out of descriptors (a launcher said it already).

@@ -79,14 +79,16 @@ pub struct PerfArgs {
     #[arg(short = 'C', long = "report_cputime", value_name = "0|1", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=1))]
     pub cputime: u8,
-    /// CPU backend: run every sweep once per algorithm, as `NCCL_ALGO` set to each would
-    /// (`-A ring,tree`: the ring, then the tree), to set them side by side.
+    /// Run every sweep once per algorithm, as `NCCL_ALGO` set to each would (`-A
+    /// ring,tree`: the ring, then the tree), to set them side by side. On NCCL, which
+    /// reads `NCCL_ALGO` when a communicator starts, each value gets a communicator
+    /// started under it.
     #[arg(short = 'A', long = "algos", value_name = "ALGO,...", value_delimiter = ',')]
     pub algos: Vec<String>,
-    /// CPU backend: run every sweep once per protocol, as `NCCL_PROTO` set to each would
-    /// (`-P ll,ll128,simple`: NCCL's LL, then LL128, then Simple), to set them side by
-    /// side (with `-A`, every protocol for each algorithm). Shared memory only: TCP has
-    /// Simple alone.
+    /// Run every sweep once per protocol, as `NCCL_PROTO` set to each would (`-P
+    /// ll,ll128,simple`: NCCL's LL, then LL128, then Simple), to set them side by side
+    /// (with `-A`, every protocol for each algorithm). On the CPU backend shared memory
+    /// only (TCP has Simple alone); on NCCL, a communicator started under each value.
     #[arg(short = 'P', long = "protos", value_name = "PROTO,...", value_delimiter = ',')]
     pub protos: Vec<String>,
     /// Fit time ≈ α + size/β to each sweep's out-of-place times and print it under the
@@ -338,6 +340,19 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     Ok(())
 }
 
+impl PerfArgs {
+    /// The variables `-A` and `-P` change between sweeps, each with its first sweep's
+    /// value: on NCCL a rank makes them ready before NCCL loads
+    /// ([`common::RunArgs::nccl_env_per_sweep`]).
+    pub fn nccl_env_per_sweep(&self) -> Vec<(&'static str, String)> {
+        let first = |values: &[String]| values.first().cloned();
+        [("NCCL_ALGO", first(&self.algos)), ("NCCL_PROTO", first(&self.protos))]
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value?)))
+            .collect()
+    }
+}
+
 /// Every sweep `args` asks for (-A, -P, --op, -d, -o), on the session's communicator (the
 /// world's, or inside [`Session::on`] a split's): the tables, and what each measured.
 fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Vec<Perf>> {
@@ -347,7 +362,7 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
         false => args.algos.iter().map(|a| Some(a.as_str())).collect(),
     };
     for algo in algos.iter().filter(|a| a.is_some()) {
-        session.allow_algorithms(*algo)?;
+        session.check_per_sweep(*algo, None)?;
     }
     // -P likewise, inside each -A value.
     let protos: Vec<Option<&str>> = match args.protos.is_empty() {
@@ -355,20 +370,26 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
         false => args.protos.iter().map(|p| Some(p.as_str())).collect(),
     };
     for proto in protos.iter().filter(|p| p.is_some()) {
-        session.allow_protocols(*proto)?;
+        session.check_per_sweep(None, *proto)?;
     }
     let mut sweeps = vec![];
     let passes = algos.iter().flat_map(|a| protos.iter().map(move |p| (*a, *p)));
     for (algo, proto) in passes {
+        // On NCCL each value gets a communicator that NCCL started under it.
+        let nccl = session.backend_name() == "nccl";
+        let said = |flag: &str, var: &str, value: &str| match nccl {
+            true => {
+                format!("#\n# {flag} {value}: every sweep below on a communicator NCCL started under {var}={value}")
+            }
+            false => format!("#\n# {flag} {value}: every sweep below as {var}={value} would run it"),
+        };
         if let Some(a) = algo {
             session.allow_algorithms(Some(a))?;
-            session.say(&format!("#\n# -A {a}: every sweep below as NCCL_ALGO={a} would run it"));
+            session.say(&said("-A", "NCCL_ALGO", a));
         }
         if let Some(p) = proto {
             session.allow_protocols(Some(p))?;
-            session.say(&format!(
-                "#\n# -P {p}: every sweep below as NCCL_PROTO={p} would run it"
-            ));
+            session.say(&said("-P", "NCCL_PROTO", p));
         }
         for coll in args.op.iter() {
             let ops = if coll.reduces {

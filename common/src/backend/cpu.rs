@@ -101,7 +101,7 @@ impl Cpu {
         let protos = Protocols::from_env().map_err(|message| SharedError { message, usage: true })?;
         let (comm, pairs) = Comm::connect(store, id, host, run.transport, run.timeout, run.link, names)?;
         if comm.world() > 1 && !comm.has_protocols() && protos.without_simple() {
-            let text = std::env::var("NCCL_PROTO").unwrap_or_default();
+            let text = crate::backend::per_sweep::user_var("NCCL_PROTO").unwrap_or_default();
             return Err(SharedError {
                 message: tcp_is_simple(&format!("NCCL_PROTO={text}")),
                 usage: true,

@@ -13,7 +13,7 @@
 
 pub mod cpu;
 pub use workbook_cpu::host_memory;
-pub use workbook_nccl::{calls, nccl, nccl_log, progress, watchdog};
+pub use workbook_nccl::{calls, nccl, nccl_log, per_sweep, progress, watchdog};
 
 use crate::element::Element;
 

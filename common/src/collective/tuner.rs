@@ -370,10 +370,11 @@ impl Protocols {
         self.per.iter().any(|row| !row[Protocol::Simple as usize])
     }
 
-    /// `NCCL_PROTO` from the environment (every protocol when unset or empty).
+    /// `NCCL_PROTO` from the environment, as the user set it (every protocol when unset
+    /// or empty; not the value the benchmark's `-P` gives it on NCCL).
     pub fn from_env() -> Result<Protocols, String> {
-        match std::env::var("NCCL_PROTO") {
-            Ok(text) if !text.trim().is_empty() => {
+        match crate::backend::per_sweep::user_var("NCCL_PROTO") {
+            Some(text) if !text.trim().is_empty() => {
                 Protocols::parse(&text).map_err(|why| format!("NCCL_PROTO={text}: {why}"))
             }
             _ => Ok(Protocols::default()),
@@ -507,10 +508,11 @@ impl Allowed {
         self.per[i][family as usize]
     }
 
-    /// `NCCL_ALGO` from the environment (everything when unset or empty).
+    /// `NCCL_ALGO` from the environment, as the user set it (everything when unset or
+    /// empty; not the value the benchmark's `-A` gives it on NCCL).
     pub fn from_env() -> Result<Allowed, String> {
-        match std::env::var("NCCL_ALGO") {
-            Ok(text) if !text.trim().is_empty() => {
+        match crate::backend::per_sweep::user_var("NCCL_ALGO") {
+            Some(text) if !text.trim().is_empty() => {
                 Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}"))
             }
             _ => Ok(Allowed::default()),

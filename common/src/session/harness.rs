@@ -189,13 +189,9 @@ impl Session {
     pub fn allow_protocols(&mut self, nccl_proto: Option<&str>) -> Result<()> {
         use crate::collective::tuner::Protocols;
         let usage = |message: String| SharedError { message, usage: true };
-        let Communicator::Cpu(cpu) = &mut self.comm else {
-            return Err(usage(
-                "-P: NCCL reads NCCL_PROTO once, when its communicator starts: run the benchmark once per protocol \
-                 (NCCL_PROTO=LL 07-nccl-perf ...)"
-                    .into(),
-            )
-            .into());
+        let cpu = match &mut self.comm {
+            Communicator::Cpu(cpu) => cpu,
+            Communicator::Nccl(_) => return self.nccl_per_sweep("NCCL_PROTO", "-P", nccl_proto),
         };
         let (protos, said) = match nccl_proto {
             Some(text) => (
@@ -204,7 +200,10 @@ impl Session {
             ),
             None => (
                 Protocols::from_env().map_err(usage)?,
-                format!("NCCL_PROTO={}", std::env::var("NCCL_PROTO").unwrap_or_default()),
+                format!(
+                    "NCCL_PROTO={}",
+                    crate::backend::per_sweep::user_var("NCCL_PROTO").unwrap_or_default()
+                ),
             ),
         };
         cpu.allow_protocols(protos, &said).map_err(usage)?;
@@ -212,19 +211,16 @@ impl Session {
     }
 
     /// Runs the collectives from now on as `NCCL_ALGO=nccl_algo` would (`None`: as the
-    /// environment says): the benchmark's `-A`, one value per sweep. The CPU backend only:
-    /// NCCL reads `NCCL_ALGO` once, when its communicator starts. A value the CPU backend
-    /// cannot run is the user's mistake, said in one line.
+    /// environment says): the benchmark's `-A`, one value per sweep. A value the backend
+    /// cannot run is the user's mistake, said in one line. On NCCL, which reads `NCCL_ALGO`
+    /// only when a communicator starts, the variable is set and the communicator
+    /// replaced by one split from it ([`Session::nccl_per_sweep`]).
     #[doc(hidden)]
     pub fn allow_algorithms(&mut self, nccl_algo: Option<&str>) -> Result<()> {
         let usage = |message: String| SharedError { message, usage: true };
-        let Communicator::Cpu(cpu) = &mut self.comm else {
-            return Err(usage(
-                "-A: NCCL reads NCCL_ALGO once, when its communicator starts: run the benchmark once per algorithm \
-                 (NCCL_ALGO=Tree 07-nccl-perf ...)"
-                    .into(),
-            )
-            .into());
+        let cpu = match &mut self.comm {
+            Communicator::Cpu(cpu) => cpu,
+            Communicator::Nccl(_) => return self.nccl_per_sweep("NCCL_ALGO", "-A", nccl_algo),
         };
         let allowed = match nccl_algo {
             Some(text) => {
@@ -234,6 +230,78 @@ impl Session {
         };
         cpu.allow(allowed);
         Ok(())
+    }
+
+    /// Checks one value of `-A` (`algo`) or `-P` (`proto`) before any sweep runs: on the
+    /// CPU backend by allowing it ([`Session::allow_algorithms`], which the sweep does
+    /// again); on NCCL against the NCCL that loaded, without starting anything.
+    #[doc(hidden)]
+    pub fn check_per_sweep(&mut self, algo: Option<&str>, proto: Option<&str>) -> Result<()> {
+        if let Communicator::Cpu(_) = &self.comm {
+            if algo.is_some() {
+                self.allow_algorithms(algo)?;
+            }
+            if proto.is_some() {
+                self.allow_protocols(proto)?;
+            }
+            return Ok(());
+        }
+        for (name, flag, value) in [("NCCL_ALGO", "-A", algo), ("NCCL_PROTO", "-P", proto)] {
+            if let Some(value) = value {
+                self.nccl_value_ok(name, flag, value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether NCCL can take `value` for `name` per sweep: the variable was made ready
+    /// before NCCL loaded ([`crate::backend::per_sweep`]), and the NCCL that loaded knows
+    /// the value's names. Else the user's mistake, in one line.
+    fn nccl_value_ok(&self, name: &str, flag: &str, value: &str) -> Result<()> {
+        let usage = |message: String| SharedError { message, usage: true };
+        if !crate::backend::per_sweep::prepared(name) {
+            let why = crate::backend::per_sweep::set(name, value).expect_err("a variable not prepared");
+            return Err(usage(format!("{flag} {value}: {why}")).into());
+        }
+        if let Some(version) = self.report.nccl_version.as_deref() {
+            let var = |v: &str| match v == name {
+                true => Some(value.to_string()),
+                false => std::env::var(v).ok(),
+            };
+            workbook_nccl::tuning::check(version, &var).map_err(|why| usage(format!("{flag} {value}: {why}")))?;
+        }
+        Ok(())
+    }
+
+    /// On NCCL, a sweep's `-A` or `-P` value (`flag`: which; `name`: its variable): NCCL
+    /// reads `NCCL_ALGO` and `NCCL_PROTO` only when a communicator starts, so the variable
+    /// is set and, where the communicator started under another value, it is replaced by
+    /// one split from it, which NCCL tunes anew (the old one is then closed). Every rank of
+    /// the communicator calls it at the same point. `None` (after the sweeps) changes
+    /// nothing: the variable keeps the last sweep's value.
+    fn nccl_per_sweep(&mut self, name: &str, flag: &str, value: Option<&str>) -> Result<()> {
+        let Some(value) = value else { return Ok(()) };
+        self.nccl_value_ok(name, flag, value)?;
+        crate::backend::per_sweep::set(name, value).map_err(|message| SharedError { message, usage: true })?;
+        let (rank, world, timeout) = (self.rank(), self.world_size(), self.timeout);
+        let Communicator::Nccl(nccl) = &mut self.comm else {
+            return Ok(());
+        };
+        if nccl.started_under(name) == Some(value) {
+            return Ok(());
+        }
+        let watchdog = crate::backend::watchdog::Watchdog::new(&self.store, rank, world, timeout)?;
+        let renewed = nccl.renewed(watchdog).map_err(|e| {
+            e.context(format!(
+                "rank {rank}: {flag} {value}: a communicator started under {name}={value}"
+            ))
+        })?;
+        let mut old = std::mem::replace(nccl, Box::new(renewed));
+        old.close().map_err(|e| {
+            e.context(format!(
+                "rank {rank}: {flag} {value}: closing the communicator of the sweep before"
+            ))
+        })
     }
 
     /// Puts the benchmark's sweeps in the JSON report.

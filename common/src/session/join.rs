@@ -271,11 +271,23 @@ impl Session {
 
 /// `NCCL_ALGO` and `NCCL_PROTO` against the NCCL that loads
 /// ([`crate::device::Probe::nccl`]): a name it does not know is the user's mistake, said
-/// once, in one line (exit 2), before NCCL starts.
+/// once, in one line (exit 2), before NCCL starts. The user's values first, then the
+/// first sweep's where the benchmark's `-A` or `-P` set them
+/// ([`crate::backend::per_sweep`]), named by their flag.
 pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
+    use crate::backend::per_sweep;
     let Some(version) = probe.nccl.as_ref().map(|l| l.version.clone()) else {
         return Ok(());
     };
-    workbook_nccl::tuning::check(&version, &|name| std::env::var(name).ok())
-        .map_err(|message| SharedError { message, usage: true }.into())
+    let usage = |message: String| SharedError { message, usage: true };
+    workbook_nccl::tuning::check(&version, &per_sweep::user_var).map_err(usage)?;
+    for (name, flag) in [("NCCL_ALGO", "-A"), ("NCCL_PROTO", "-P")] {
+        let now = std::env::var(name).ok();
+        if per_sweep::prepared(name) && now != per_sweep::user_var(name) {
+            let value = now.unwrap_or_default();
+            workbook_nccl::tuning::check(&version, &|n| std::env::var(n).ok())
+                .map_err(|why| usage(format!("{flag} {value}: {why}")))?;
+        }
+    }
+    Ok(())
 }

@@ -228,7 +228,7 @@ fn collective(
         let dtype = DataType::from_nccl(dtype).map_err(|e| Failure::new(INVALID_ARGUMENT, format!("{name}: {e}")))?;
         let call = kind.describe(count, dtype);
         let key = check_thread(c, &call, stream)?;
-        super::tuning::check_call(kind, dtype, count, c.nranks())?;
+        super::tuning::check_call(kind, dtype, count, c.nranks(), c.tuned())?;
         let (send_bytes, recv_bytes) = count
             .checked_mul(dtype.size())
             .and_then(|b| kind.sizes(c.rank(), c.nranks(), b))

@@ -53,6 +53,9 @@ pub struct Shared {
     /// How many units of work were queued (NCCL's `opCount`: one per ungrouped call, one
     /// per group), for the `NCCL_DEBUG_SUBSYS=COLL` lines.
     launches: std::sync::atomic::AtomicU64,
+    /// What `NCCL_ALGO` and `NCCL_PROTO` enabled at this communicator's init (set once
+    /// every rank has joined; none on one rank): its collectives choose by it.
+    tuned: std::sync::OnceLock<super::tuning::Enabled>,
     state: Mutex<State>,
     /// Rung whenever `state` changes.
     changed: Condvar,
@@ -241,6 +244,11 @@ impl Comm {
         self.shared.nranks
     }
 
+    /// What `NCCL_ALGO` and `NCCL_PROTO` enabled at this communicator's init.
+    pub fn tuned(&self) -> Option<&super::tuning::Enabled> {
+        self.shared.tuned.get()
+    }
+
     /// The communicator's device (visible ordinal).
     pub fn device(&self) -> usize {
         self.shared.device
@@ -285,7 +293,13 @@ impl Comm {
         self.shared.launches.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::clone(&self.shared);
         self.shared.in_background("enqueue", move || {
-            super::tuning::print_choices(unit.calls(), shared.device, shared.rank, shared.nranks);
+            super::tuning::print_choices(
+                unit.calls(),
+                shared.device,
+                shared.rank,
+                shared.nranks,
+                shared.tuned.get(),
+            );
             shared.push(unit).map_err(|why| Failure::new(INVALID_USAGE, why))
         })
     }
@@ -296,7 +310,7 @@ impl Comm {
     pub fn launch_now(&self, unit: Unit) -> NcclResult {
         self.shared.launches.fetch_add(1, Ordering::Relaxed);
         // Where NCCL plans the launch, rank 0 says each collective's algorithm.
-        super::tuning::print_choices(unit.calls(), self.device(), self.rank(), self.nranks());
+        super::tuning::print_choices(unit.calls(), self.device(), self.rank(), self.nranks(), self.tuned());
         match self.shared.push(unit) {
             Ok(()) => SUCCESS,
             Err(why) => fail(INVALID_USAGE, Some(self.rank()), &why),
@@ -754,6 +768,7 @@ fn start_in(room: Room, (r, n): (usize, usize), device: usize, blocking: bool, c
         helper: Mutex::new(None),
         splits: std::sync::atomic::AtomicU64::new(0),
         launches: std::sync::atomic::AtomicU64::new(0),
+        tuned: std::sync::OnceLock::new(),
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
     });
@@ -884,7 +899,9 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
         }
     }
     // Then NCCL tunes its model: NCCL_ALGO and NCCL_PROTO are read there.
-    super::tuning::check_init(shared.device, shared.rank, shared.nranks)?;
+    if let Some(e) = super::tuning::check_init(shared.device, shared.rank, shared.nranks)? {
+        let _ = shared.tuned.set(e);
+    }
     Ok(())
 }
 

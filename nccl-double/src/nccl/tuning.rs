@@ -43,7 +43,6 @@ use super::work::{Call, Kind};
 use super::{INTERNAL_ERROR, INVALID_USAGE, version};
 use crate::exchange::Failure;
 use crate::reduce::{DataType, Op};
-use std::sync::OnceLock;
 
 /// NCCL's collectives as `ncclFuncStr` names them (2.18 to 2.30); `ncclFuncToString`
 /// names them alike.
@@ -73,11 +72,13 @@ const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
 /// `ncclProtoToString`.
 const PROTO_NAMES: [&str; 3] = ["LL", "LL128", "SIMPLE"];
 
-/// What the variables enable, as NCCL's `algoEnable` and `protoEnable`,
+/// What the variables enabled when a communicator started (NCCL's `algoEnable` and
+/// `protoEnable` of that init; a later change of the variables reaches only the
+/// communicators started after it), `[collective][name]`: 0 off, 1 on, 2 (LL128's default) on where NCCL enables LL128
 /// `[collective][name]`: 0 off, 1 on, 2 (LL128's default) on where NCCL enables LL128
 /// by default.
 #[derive(Clone, Debug, PartialEq)]
-struct Enabled {
+pub struct Enabled {
     algos: [[u8; ALGOS.len()]; FUNCS.len()],
     protos: [[u8; PROTOS.len()]; FUNCS.len()],
 }
@@ -162,19 +163,10 @@ fn enabled_from(algo: Option<&str>, proto: Option<&str>, version: u32) -> Result
     Ok(e)
 }
 
-/// The variables' values, read once.
-fn vars() -> &'static (Option<String>, Option<String>) {
-    static VARS: OnceLock<(Option<String>, Option<String>)> = OnceLock::new();
-    VARS.get_or_init(|| (std::env::var("NCCL_ALGO").ok(), std::env::var("NCCL_PROTO").ok()))
-}
-
-/// What the variables enable, or why the init fails (2.24 and later).
-fn enabled() -> &'static Result<Enabled, String> {
-    static E: OnceLock<Result<Enabled, String>> = OnceLock::new();
-    E.get_or_init(|| {
-        let (algo, proto) = vars();
-        enabled_from(algo.as_deref(), proto.as_deref(), version())
-    })
+/// The variables' values now: NCCL reads them with `getenv` each time (`ncclGetEnv`),
+/// at every communicator's init and when a collective finds nothing to run.
+fn vars() -> (Option<String>, Option<String>) {
+    (std::env::var("NCCL_ALGO").ok(), std::env::var("NCCL_PROTO").ok())
 }
 
 /// NCCL's table for `n` ranks (`n > 1`) on NCCL `version`, once `e` and NCCL's own rules
@@ -325,47 +317,51 @@ fn func(kind: Kind) -> (usize, bool) {
     }
 }
 
-/// The table of this process's variables and version for `nranks` ranks.
-fn my_table(nranks: usize) -> Option<Model> {
-    let e = enabled().as_ref().ok()?;
-    Some(table(nranks, e, version()))
-}
-
-/// At init, once every rank has joined (where NCCL's `ncclTopoTuneModel` runs): says
-/// the variables as NCCL does (`NCCL_DEBUG=INFO`, subsystem ENV), fails as NCCL 2.24
-/// and later do on a name they do not know, and on rank 0 prints the table (subsystem
-/// TUNING). On one rank, nothing (see the module's doc).
-pub fn check_init(device: usize, rank: usize, nranks: usize) -> Result<(), Failure> {
+/// At init, once every rank has joined (where NCCL's `ncclTopoTuneModel` runs, at
+/// every init and split): reads the variables, says them as NCCL does
+/// (`NCCL_DEBUG=INFO`, subsystem ENV), fails as NCCL 2.24 and later do on a name they do
+/// not know, and on rank 0 prints the table (subsystem TUNING). Returns what they
+/// enable, which the communicator keeps for its collectives. On one rank, nothing (see
+/// the module's doc).
+pub fn check_init(device: usize, rank: usize, nranks: usize) -> Result<Option<Enabled>, Failure> {
     if nranks <= 1 {
-        return Ok(());
+        return Ok(None);
     }
     let (algo, proto) = vars();
-    if let Some(p) = proto {
+    if let Some(p) = &proto {
         super::debug::env_line(device, &format!("NCCL_PROTO set by environment to {p}"));
     }
-    if let Some(a) = algo {
+    if let Some(a) = &algo {
         super::debug::env_line(device, &format!("NCCL_ALGO set by environment to {a}"));
     }
-    let e = enabled()
-        .as_ref()
-        .map_err(|why| Failure::new(INVALID_USAGE, why.clone()))?;
+    let e =
+        enabled_from(algo.as_deref(), proto.as_deref(), version()).map_err(|why| Failure::new(INVALID_USAGE, why))?;
     if rank == 0 && super::debug::tuning() {
-        for line in table_lines(&table(nranks, e, version()), nalgos(version())) {
+        for line in table_lines(&table(nranks, &e, version()), nalgos(version())) {
             super::debug::info(device, &line);
         }
     }
-    Ok(())
+    Ok(Some(e))
 }
 
 /// At each collective of `count` elements of `dtype` (the call's own count: sendcount
-/// of an all-gather, recvcount of a reduce-scatter): whether the table leaves it an
-/// algorithm and a protocol; if not, NCCL's error. On one rank no algorithm is chosen,
-/// and a collective of no elements is dropped: nothing is missing.
-pub fn check_call(kind: Kind, dtype: DataType, count: usize, nranks: usize) -> Result<(), Failure> {
+/// of an all-gather, recvcount of a reduce-scatter) on a communicator whose init
+/// enabled `tuned`: whether the table leaves it an algorithm and a protocol; if not,
+/// NCCL's error, naming the variables as they are now (NCCL reads them again there). On
+/// one rank no algorithm is chosen, and a collective of no elements is dropped: nothing
+/// is missing.
+pub fn check_call(
+    kind: Kind,
+    dtype: DataType,
+    count: usize,
+    nranks: usize,
+    tuned: Option<&Enabled>,
+) -> Result<(), Failure> {
     if nranks <= 1 || count == 0 {
         return Ok(());
     }
-    let Some(m) = my_table(nranks) else { return Ok(()) };
+    let Some(e) = tuned else { return Ok(()) };
+    let m = table(nranks, e, version());
     let (f, avg) = func(kind);
     if choose(&m, f, 1, avg).is_some() {
         return Ok(());
@@ -389,8 +385,8 @@ pub fn check_call(kind: Kind, dtype: DataType, count: usize, nranks: usize) -> R
         format!(
             "Error : no algorithm/protocol available for function {} with datatype {dtype}.{}{}",
             FUNCS[f],
-            said("NCCL_ALGO", algo),
-            said("NCCL_PROTO", proto)
+            said("NCCL_ALGO", &algo),
+            said("NCCL_PROTO", &proto)
         ),
     ))
 }
@@ -420,13 +416,15 @@ fn choice_line(version: u32, kind: Kind, bytes: usize, n: usize, c: Choice) -> O
     }
 }
 
-/// When a unit of `calls` is launched on rank `rank` of `nranks` (device `device`): rank
-/// 0 prints each collective's choice, with `TUNING` in `NCCL_DEBUG_SUBSYS`.
-pub fn print_choices(calls: &[Call], device: usize, rank: usize, nranks: usize) {
+/// When a unit of `calls` is launched on rank `rank` of `nranks` (device `device`), on a
+/// communicator whose init enabled `tuned`: rank 0 prints each collective's choice, with
+/// `TUNING` in `NCCL_DEBUG_SUBSYS`.
+pub fn print_choices(calls: &[Call], device: usize, rank: usize, nranks: usize, tuned: Option<&Enabled>) {
     if rank != 0 || nranks <= 1 || !super::debug::tuning() {
         return;
     }
-    let Some(m) = my_table(nranks) else { return };
+    let Some(e) = tuned else { return };
+    let m = table(nranks, e, version());
     for call in calls {
         let Call::Collective {
             kind,
