@@ -176,7 +176,8 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         Direct => {
             bytes <= SMALL
                 && !facts.steps
-                && matches!(coll.name, "all_reduce" | "all_gather" | "alltoall") | (coll.name == "broadcast" && n > 2)
+                && matches!(coll.name, "all_reduce" | "all_gather" | "reduce_scatter" | "alltoall")
+                    | (coll.name == "broadcast" && n > 2)
         }
         SingleCopy => facts.reads_peers && !facts.steps && coll.name != "reduce",
         // NCCL's Tree runs all-reduce only.
@@ -657,8 +658,11 @@ mod tests {
         assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&ALL_TO_ALL, 32 << 10, &ONE_HOST, &all), Pairwise);
         assert_eq!(choose(&ALL_GATHER, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(&REDUCE_SCATTER, 12, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(&REDUCE_SCATTER, SMALL + 12, &ONE_HOST, &all), Ring);
         // NCCL_ALGO=Ring keeps the ring-shaped ones at every size.
         let ring = Allowed::parse("ring").unwrap();
+        assert_eq!(choose(&REDUCE_SCATTER, 12, &ONE_HOST, &ring), Ring);
         assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &ring), Pairwise);
         assert_eq!(choose(&ALL_GATHER, 4, &ONE_HOST, &ring), Ring);
         // Over TCP: no single copy, no pipelined ring; --steps: the ring.

@@ -1,6 +1,7 @@
 //! Reduce-scatter (`ncclReduceScatter`): every rank contributes `n × count` elements;
 //! rank i receives block i of their element-wise reduction (`count` elements).
 
+pub mod direct;
 pub mod ring;
 pub mod single_copy;
 
@@ -46,9 +47,10 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     })
 }
 
-/// Reduce-scatter on the CPU backend: the [`ring`], or on one host, when the tuner says so
-/// ([`super::tuner::choose`]), each rank reduces its block straight from the others'
-/// buffers instead ([`single_copy`]).
+/// Reduce-scatter on the CPU backend, as the tuner says ([`super::tuner::choose`]): a
+/// small buffer [`direct`], every block straight to the rank that reduces it; else the
+/// [`ring`], or on one host each rank reduces its block straight from the others' buffers
+/// ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let block = call.count * call.elem();
     let (n, _r) = (cpu.world(), cpu.rank());
@@ -67,6 +69,9 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         }
         red.finish(buf, n);
         return Ok(());
+    }
+    if algo == Algorithm::Direct {
+        return direct::reduce_scatter(cpu, send, buf, block, red);
     }
     if algo == Algorithm::SingleCopy {
         let input = send.unwrap_or(&*buf);
