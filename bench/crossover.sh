@@ -28,9 +28,8 @@ one host, float, sum, root 0) runs the same sweep twice, alternating, --repeat t
 and once more with neither (NCCL_ALGO unset) to read which algorithm the tuner picks
 (07-nccl-perf's algo column). Each time is the median of the repeats, in µs per call
 (mean over ranks of loop time / iterations); "both" adds the out-of-place and in-place
-times (all-to-all: out of place only, since in place has no single copy). The crossover
-is the smallest size from which the single copy is faster at that size and every larger
-one. Ranks outnumbering the cores (nproc, or NCCL_WORKBOOK_CORES) take turns on them:
+times. The crossover is the smallest size from which the single copy is faster at that
+size and every larger one. Ranks outnumbering the cores (nproc, or NCCL_WORKBOOK_CORES) take turns on them:
 "oversubscribed".
 
 Options:
@@ -190,7 +189,7 @@ for n in "${rank_list[@]}"; do
                     s = order[i]
                     co = median(oop["copy", s]); so = median(oop["slots", s])
                     ci = median(ip["copy", s]); si = median(ip["slots", s])
-                    c = co + (op == "alltoall" ? 0 : ci); d = so + (op == "alltoall" ? 0 : si)
+                    c = co + ci; d = so + si
                     wins[i] = c < d
                     printf "| %10s | %12.1f | %12.1f | %12.1f | %12.1f | %8s | %-14s |\n", human(s), co, so, ci, si, (wins[i] ? "copy" : "slots"), tuner[s]
                 }
