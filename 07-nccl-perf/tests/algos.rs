@@ -223,34 +223,11 @@ fn on_nccl_each_value_gets_a_communicator_nccl_started_under_it() {
     // one split from the last after the variable changed, and NCCL's own choice (its
     // TUNING lines, on the test double playing NCCL 2.28.3) follows the sweep's value.
     let out = std::env::temp_dir().join(format!("nccl-workbook-algos-{}.json", std::process::id()));
-    let r = perf_with(
-        &[
-            "--simulate-gpus",
-            "4",
-            "--nproc-per-node",
-            "4",
-            "-b",
-            "8",
-            "-e",
-            "64K",
-            "-f",
-            "64",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "-A",
-            "ring,tree",
-            "-P",
-            "ll,simple",
-            "--format",
-            "json",
-            "-J",
-            out.to_str().unwrap(),
-        ],
-        &[("NCCL_DOUBLE_VERSION", "22803")],
-    )
-    .ok();
+    let args =
+        "--simulate-gpus 4 --nproc-per-node 4 -b 8 -e 64K -f 64 -n 2 -w 1 -A ring,tree -P ll,simple --format json";
+    let mut args: Vec<&str> = args.split_whitespace().collect();
+    args.extend(["-J", out.to_str().unwrap()]);
+    let r = perf_with(&args, &[("NCCL_DOUBLE_VERSION", "22803")]).ok();
     let j = r.json();
     let sweeps = j["sweeps"].as_array().unwrap_or_else(|| panic!("four sweeps:\n{r}"));
     let asked: Vec<(&str, &str)> = sweeps
