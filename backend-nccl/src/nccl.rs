@@ -276,7 +276,11 @@ impl Nccl {
     /// (the benchmark's `-A` and `-P`, one communicator per sweep). Every rank of this one
     /// calls it at the same point. Then this one can be closed.
     pub fn renewed(&self, watchdog: Watchdog) -> Result<Nccl> {
-        let child = self.split(0, self.place.0 as c_int, self.place, watchdog)?;
+        let said = (
+            "a communicator for the next sweep",
+            "the same ranks: NCCL reads NCCL_ALGO and NCCL_PROTO when a communicator starts (-A, -P)",
+        );
+        let child = self.split_saying(0, self.place.0 as c_int, self.place, watchdog, said)?;
         child.ok_or_else(|| anyhow!("rank {}: ncclCommSplit gave no communicator", self.rank))
     }
 
@@ -362,13 +366,25 @@ impl Nccl {
     /// Non-blocking, like this one: polled under the same watchdog and deadline;
     /// `watchdog` is the new communicator's (`--timeout`, this rank's heartbeat).
     pub fn split(&self, color: c_int, key: c_int, place: (usize, usize), watchdog: Watchdog) -> Result<Option<Nccl>> {
-        // NCCL writes the new communicator here from its helper thread, when the split is
-        // complete: boxed, so that it stays where it is whatever happens to this frame.
-        let slot: Box<Cell<sys::ncclComm_t>> = Box::new(Cell::new(std::ptr::null_mut()));
         let said = (
             "splitting the communicator",
             "every rank of the parent calls it; those of one color form a communicator (a job of the parent: polled)",
         );
+        self.split_saying(color, key, place, watchdog, said)
+    }
+
+    /// [`Nccl::split`], the call shown with `said` (what it is for, and the note).
+    fn split_saying(
+        &self,
+        color: c_int,
+        key: c_int,
+        place: (usize, usize),
+        watchdog: Watchdog,
+        said: (&'static str, &str),
+    ) -> Result<Option<Nccl>> {
+        // NCCL writes the new communicator here from its helper thread, when the split is
+        // complete: boxed, so that it stays where it is whatever happens to this frame.
+        let slot: Box<Cell<sys::ncclComm_t>> = Box::new(Cell::new(std::ptr::null_mut()));
         // SAFETY: `slot` outlives the split: kept until the parent says it is complete, or
         // leaked when it fails (NCCL may still write it if the abort did not stop its thread).
         if let Err(e) = unsafe { self.split_into(color, key, false, slot.as_ptr(), said) } {

@@ -383,12 +383,11 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
             }
             false => format!("#\n# {flag} {value}: every sweep below as {var}={value} would run it"),
         };
+        session.run_as(algo, proto)?;
         if let Some(a) = algo {
-            session.allow_algorithms(Some(a))?;
             session.say(&said("-A", "NCCL_ALGO", a));
         }
         if let Some(p) = proto {
-            session.allow_protocols(Some(p))?;
             session.say(&said("-P", "NCCL_PROTO", p));
         }
         for coll in args.op.iter() {

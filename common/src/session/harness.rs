@@ -191,7 +191,7 @@ impl Session {
         let usage = |message: String| SharedError { message, usage: true };
         let cpu = match &mut self.comm {
             Communicator::Cpu(cpu) => cpu,
-            Communicator::Nccl(_) => return self.nccl_per_sweep("NCCL_PROTO", "-P", nccl_proto),
+            Communicator::Nccl(_) => return self.run_as(None, nccl_proto),
         };
         let (protos, said) = match nccl_proto {
             Some(text) => (
@@ -214,13 +214,14 @@ impl Session {
     /// environment says): the benchmark's `-A`, one value per sweep. A value the backend
     /// cannot run is the user's mistake, said in one line. On NCCL, which reads `NCCL_ALGO`
     /// only when a communicator starts, the variable is set and the communicator
-    /// replaced by one split from it ([`Session::nccl_per_sweep`]).
+    /// replaced by one split from it ([`Session::run_as`]; `None` leaves both as they are:
+    /// nothing runs after the sweeps).
     #[doc(hidden)]
     pub fn allow_algorithms(&mut self, nccl_algo: Option<&str>) -> Result<()> {
         let usage = |message: String| SharedError { message, usage: true };
         let cpu = match &mut self.comm {
             Communicator::Cpu(cpu) => cpu,
-            Communicator::Nccl(_) => return self.nccl_per_sweep("NCCL_ALGO", "-A", nccl_algo),
+            Communicator::Nccl(_) => return self.run_as(nccl_algo, None),
         };
         let allowed = match nccl_algo {
             Some(text) => {
@@ -273,33 +274,53 @@ impl Session {
         Ok(())
     }
 
-    /// On NCCL, a sweep's `-A` or `-P` value (`flag`: which; `name`: its variable): NCCL
-    /// reads `NCCL_ALGO` and `NCCL_PROTO` only when a communicator starts, so the variable
-    /// is set and, where the communicator started under another value, it is replaced by
-    /// one split from it, which NCCL tunes anew (the old one is then closed). Every rank of
-    /// the communicator calls it at the same point. `None` (after the sweeps) changes
-    /// nothing: the variable keeps the last sweep's value.
-    fn nccl_per_sweep(&mut self, name: &str, flag: &str, value: Option<&str>) -> Result<()> {
-        let Some(value) = value else { return Ok(()) };
-        self.nccl_value_ok(name, flag, value)?;
-        crate::backend::per_sweep::set(name, value).map_err(|message| SharedError { message, usage: true })?;
+    /// Runs the sweeps from now on as `NCCL_ALGO=algo` and `NCCL_PROTO=proto` would (each
+    /// `None`: left as it is): the benchmark's `-A` and `-P`, one pair per pass. On the CPU
+    /// backend the tuner is told ([`Session::allow_algorithms`],
+    /// [`Session::allow_protocols`]). On NCCL, which reads both only when a communicator
+    /// starts, both variables are set, then, where the communicator started under other
+    /// values, it is replaced by one split from it, which NCCL tunes anew (the old one is
+    /// then closed): one communicator per pass. Every rank of the communicator calls it at
+    /// the same point.
+    #[doc(hidden)]
+    pub fn run_as(&mut self, algo: Option<&str>, proto: Option<&str>) -> Result<()> {
+        if let Communicator::Cpu(_) = &self.comm {
+            if algo.is_some() {
+                self.allow_algorithms(algo)?;
+            }
+            if proto.is_some() {
+                self.allow_protocols(proto)?;
+            }
+            return Ok(());
+        }
+        let asked = [("NCCL_ALGO", "-A", algo), ("NCCL_PROTO", "-P", proto)];
+        let asked = asked
+            .iter()
+            .filter_map(|&(name, flag, value)| Some((name, flag, value?)));
+        for (name, flag, value) in asked.clone() {
+            self.nccl_value_ok(name, flag, value)?;
+            crate::backend::per_sweep::set(name, value).map_err(|message| SharedError { message, usage: true })?;
+        }
         let (rank, world, timeout) = (self.rank(), self.world_size(), self.timeout);
         let Communicator::Nccl(nccl) = &mut self.comm else {
             return Ok(());
         };
-        if nccl.started_under(name) == Some(value) {
+        if asked
+            .clone()
+            .all(|(name, _, value)| nccl.started_under(name) == Some(value))
+        {
             return Ok(());
         }
+        let said: Vec<String> = asked.map(|(_, flag, value)| format!("{flag} {value}")).collect();
+        let said = said.join(" ");
         let watchdog = crate::backend::watchdog::Watchdog::new(&self.store, rank, world, timeout)?;
-        let renewed = nccl.renewed(watchdog).map_err(|e| {
-            e.context(format!(
-                "rank {rank}: {flag} {value}: a communicator started under {name}={value}"
-            ))
-        })?;
+        let renewed = nccl
+            .renewed(watchdog)
+            .map_err(|e| e.context(format!("rank {rank}: {said}: a communicator started under it")))?;
         let mut old = std::mem::replace(nccl, Box::new(renewed));
         old.close().map_err(|e| {
             e.context(format!(
-                "rank {rank}: {flag} {value}: closing the communicator of the sweep before"
+                "rank {rank}: {said}: closing the communicator of the pass before"
             ))
         })
     }
