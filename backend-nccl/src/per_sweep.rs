@@ -37,15 +37,22 @@ pub fn prepare(vars: &[(&'static str, String)]) {
     }
 }
 
+/// Whether `name` can take `value` later ([`set`]): it was made ready by [`prepare`].
+/// Else why not, in one line.
+pub fn can_set(name: &str, value: &str) -> Result<(), String> {
+    match prepared(name) {
+        true => Ok(()),
+        false => Err(format!(
+            "{name} cannot change in a running process here (it is changed only where the C library is glibc, and \
+             set before NCCL starts): run the benchmark once per value ({name}={value} 07-nccl-perf ...)"
+        )),
+    }
+}
+
 /// Gives `name`, which [`prepare`] made ready, the value `value` for the communicators
 /// that start from now on. `Err` (one line) for a variable that was not prepared.
 pub fn set(name: &str, value: &str) -> Result<(), String> {
-    if !lock().iter().any(|(n, _)| *n == name) {
-        return Err(format!(
-            "{name} cannot change in a running process here (it is changed only where the C library is glibc, and \
-             set before NCCL starts): run the benchmark once per value ({name}={value} 07-nccl-perf ...)"
-        ));
-    }
+    can_set(name, value)?;
     if std::env::var(name).ok().as_deref() == Some(value) {
         return Ok(());
     }

@@ -239,20 +239,9 @@ impl Session {
     #[doc(hidden)]
     pub fn check_per_sweep(&mut self, algo: Option<&str>, proto: Option<&str>) -> Result<()> {
         if let Communicator::Cpu(_) = &self.comm {
-            if algo.is_some() {
-                self.allow_algorithms(algo)?;
-            }
-            if proto.is_some() {
-                self.allow_protocols(proto)?;
-            }
-            return Ok(());
+            return self.run_as(algo, proto);
         }
-        for (name, flag, value) in [("NCCL_ALGO", "-A", algo), ("NCCL_PROTO", "-P", proto)] {
-            if let Some(value) = value {
-                self.nccl_value_ok(name, flag, value)?;
-            }
-        }
-        Ok(())
+        per_sweep_values(algo, proto).try_for_each(|(name, flag, value)| self.nccl_value_ok(name, flag, value))
     }
 
     /// Whether NCCL can take `value` for `name` per sweep: the variable was made ready
@@ -260,10 +249,7 @@ impl Session {
     /// the value's names. Else the user's mistake, in one line.
     fn nccl_value_ok(&self, name: &str, flag: &str, value: &str) -> Result<()> {
         let usage = |message: String| SharedError { message, usage: true };
-        if !crate::backend::per_sweep::prepared(name) {
-            let why = crate::backend::per_sweep::set(name, value).expect_err("a variable not prepared");
-            return Err(usage(format!("{flag} {value}: {why}")).into());
-        }
+        crate::backend::per_sweep::can_set(name, value).map_err(|why| usage(format!("{flag} {value}: {why}")))?;
         if let Some(version) = self.report.nccl_version.as_deref() {
             let var = |v: &str| match v == name {
                 true => Some(value.to_string()),
@@ -293,10 +279,7 @@ impl Session {
             }
             return Ok(());
         }
-        let asked = [("NCCL_ALGO", "-A", algo), ("NCCL_PROTO", "-P", proto)];
-        let asked = asked
-            .iter()
-            .filter_map(|&(name, flag, value)| Some((name, flag, value?)));
+        let asked = per_sweep_values(algo, proto);
         for (name, flag, value) in asked.clone() {
             self.nccl_value_ok(name, flag, value)?;
             crate::backend::per_sweep::set(name, value).map_err(|message| SharedError { message, usage: true })?;
@@ -460,4 +443,14 @@ impl Session {
             }
         }
     }
+}
+
+/// The `-A` and `-P` values given, each as (its variable, its flag, the value).
+fn per_sweep_values<'v>(
+    algo: Option<&'v str>,
+    proto: Option<&'v str>,
+) -> impl Iterator<Item = (&'static str, &'static str, &'v str)> + Clone {
+    [("NCCL_ALGO", "-A", algo), ("NCCL_PROTO", "-P", proto)]
+        .into_iter()
+        .filter_map(|(name, flag, value)| Some((name, flag, value?)))
 }
