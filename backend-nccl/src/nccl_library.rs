@@ -98,6 +98,7 @@ pub fn split_version(code: c_int) -> (u32, u32, u32) {
 
 /// The file of the loaded object that contains `addr` (`dladdr`).
 fn file_of(addr: *const c_void) -> Option<PathBuf> {
+    // SAFETY: Dl_info is plain C data (pointers and integers): all zeros is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables and fills `info`.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {

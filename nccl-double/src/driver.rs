@@ -156,6 +156,9 @@ fn physical_device(dev: c_int) -> Result<usize, CuResult> {
 }
 
 /// Writes `text` and a NUL into the caller's `buf` of `len` bytes, cut to fit.
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
 unsafe fn write_c_string(text: &str, buf: *mut c_char, len: usize) {
     let n = text.len().min(len - 1);
     // SAFETY: the caller's buffer holds `len` bytes, as the driver API requires.
@@ -186,6 +189,7 @@ pub extern "C" fn cuInit(_flags: c_uint) -> CuResult {
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CuResult {
     entry("cuDriverGetVersion", UNKNOWN, || {
         non_null!(version);
+        // SAFETY: `version` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *version = 12000 };
         SUCCESS
     })
@@ -197,6 +201,7 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
     entry("cuDeviceGetCount", UNKNOWN, || {
         require_init!();
         non_null!(count);
+        // SAFETY: `count` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *count = device_count() as c_int };
         SUCCESS
     })
@@ -209,6 +214,7 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CuRe
         require_init!();
         non_null!(device);
         attempt!(check_device(ordinal));
+        // SAFETY: `device` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *device = ordinal };
         SUCCESS
     })
@@ -224,6 +230,7 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, device: 
         if len <= 0 {
             return INVALID_VALUE;
         }
+        // SAFETY: `name` was checked non-null and `len` positive above; the caller's buffer holds `len` bytes (the API's contract).
         unsafe { write_c_string(&devices::name(p), name, len as usize) };
         SUCCESS
     })
@@ -248,6 +255,7 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, de
             );
             return INVALID_VALUE;
         }
+        // SAFETY: `bus_id` was checked non-null and `len` positive above; the caller's buffer holds `len` bytes (the API's contract).
         unsafe { write_c_string(&text, bus_id, len as usize) };
         SUCCESS
     })
@@ -265,6 +273,7 @@ fn get_uuid(name: &'static str, uuid: *mut CuUuid, dev: c_int) -> CuResult {
         require_init!();
         non_null!(uuid);
         let p = attempt!(physical_device(dev));
+        // SAFETY: `uuid` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { (*uuid).bytes = devices::uuid(p) };
         SUCCESS
     })
@@ -304,6 +313,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_ui
                 return INVALID_VALUE;
             }
         };
+        // SAFETY: `value` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *value = v };
         SUCCESS
     })
@@ -321,6 +331,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, device: c_in
             r.resize(device_count(), 0);
         }
         r[d] += 1;
+        // SAFETY: `ctx` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *ctx = CTX_BASE + d * CTX_STEP };
         SUCCESS
     })
@@ -380,6 +391,7 @@ pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> CuResult {
     entry("cuCtxGetCurrent", UNKNOWN, || {
         require_init!();
         non_null!(ctx);
+        // SAFETY: `ctx` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *ctx = CURRENT.with(Cell::get) };
         SUCCESS
     })
@@ -416,6 +428,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, _flags: c_uint) -> 
         let d = attempt!(current_device().ok_or(INVALID_CONTEXT));
         let h = new_handle();
         lock(&STREAMS).insert(h, d);
+        // SAFETY: `stream` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *stream = h };
         SUCCESS
     })
@@ -482,6 +495,7 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> Cu
         attempt!(current_device().ok_or(INVALID_CONTEXT));
         let h = new_handle();
         lock(&EVENTS).insert(h, Event::default());
+        // SAFETY: `event` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *event = h };
         SUCCESS
     })
@@ -573,6 +587,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut DevicePtr, size: usize, stre
         stream::wait_issued(key);
         match memory::alloc(size, key.device) {
             Some(p) => {
+                // SAFETY: `dptr` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
                 unsafe { *dptr = p as DevicePtr };
                 SUCCESS
             }
@@ -768,10 +783,12 @@ pub unsafe extern "C" fn cuGetErrorString(error: CuResult, text: *mut *const c_c
             NOT_READY => c"device not ready",
             UNKNOWN => c"unknown error",
             _ => {
+                // SAFETY: `text` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
                 unsafe { *text = std::ptr::null() };
                 return INVALID_VALUE;
             }
         };
+        // SAFETY: `text` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *text = s.as_ptr() };
         SUCCESS
     })

@@ -931,6 +931,7 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: *mut Comm, async_error: *mu
             None if s.finalized && !s.settled() => IN_PROGRESS,
             None => SUCCESS,
         };
+        // SAFETY: `async_error` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *async_error = state };
         SUCCESS
     })

@@ -164,6 +164,7 @@ pub unsafe extern "C" fn ncclGetVersion(version_out: *mut c_int) -> NcclResult {
         if version_out.is_null() {
             return fail(INVALID_ARGUMENT, None, "ncclGetVersion: version is NULL");
         }
+        // SAFETY: `version_out` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *version_out = version() as c_int };
         SUCCESS
     })
@@ -215,6 +216,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> NcclResult {
         );
         let n = who.len().min(128 - 32 - 1);
         internal[32..32 + n].copy_from_slice(&who.as_bytes()[..n]);
+        // SAFETY: `id` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
         unsafe { *id = UniqueId { internal } };
         SUCCESS
     })
