@@ -61,7 +61,9 @@ pub struct Choice {
     pub function: Option<String>,
     /// Bytes, as NCCL counts them: `count` × the type's size (an all-gather's per-rank count).
     pub bytes: u64,
+    /// The algorithm NCCL chose (`Ring`, `Tree`, …), as its line names it.
     pub algo: &'static str,
+    /// The protocol NCCL chose (`LL`, `LL128`, `Simple`).
     pub proto: &'static str,
 }
 

@@ -122,9 +122,11 @@ fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
 /// "step 3 of 4", of the whole collective, where the algorithm named no phase).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
+    /// The algorithm's phase ("reduce-scatter"), or `None` where it named none.
     pub phase: Option<String>,
-    /// From 1.
+    /// Its place in the phase, from 1.
     pub index: usize,
+    /// How many steps the phase has.
     pub of: usize,
 }
 

@@ -52,7 +52,9 @@ pub fn cap(world: usize) -> usize {
 /// What each rank sends rank 0 at the end.
 #[derive(Serialize, Deserialize)]
 pub struct RankTrace {
+    /// The rank's host name, as its track in the viewer says.
     pub host: String,
+    /// What the rank recorded, in time order ([`cap`] at most).
     pub events: Vec<Event>,
     /// Events not kept: past the [`cap`] (the later ones), or one alone larger than a
     /// piece ([`PIECE_BYTES`]).
@@ -65,6 +67,7 @@ pub struct RankTrace {
     /// the end: in between, the offset is taken to change evenly (clocks of two
     /// machines drift apart, some µs a second).
     pub start: Option<Clock>,
+    /// How the rank's clock stood against the store's at the end of the run.
     pub clock: Clock,
     /// How many pieces of events follow ([`pieces`]): the rank's events travel apart
     /// from this, its header.

@@ -65,7 +65,9 @@ pub enum Cat {
 /// Which way a part of an operation goes.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dir {
+    /// Out of this rank, to the peer.
     Send,
+    /// Into this rank, from the peer.
     Recv,
 }
 
@@ -84,14 +86,18 @@ pub enum How {
 /// One part of an operation.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Part {
+    /// Sent or received.
     pub dir: Dir,
+    /// The other rank (the world's rank, for a split communicator's call).
     pub peer: usize,
+    /// How many bytes it moved.
     pub bytes: u64,
     /// The elements of the watched buffer it lies over (`None`: elsewhere).
     pub range: Option<(usize, usize)>,
     /// Whether `range` counts in the send buffer (out of place) rather than the buffer.
     #[serde(default)]
     pub in_send: bool,
+    /// What became of it: copied, reduced, or passed on as a partial result.
     pub how: How,
     /// The message's number on its link: the k-th message this rank sent to `peer`, or
     /// received from it (counted from 0 over the whole run, noted or not). A send and the
@@ -104,11 +110,13 @@ pub struct Part {
 /// One noted event.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Event {
+    /// What kind of span it is.
     pub cat: Cat,
     /// "all-reduce", "send_recv_add", "recvReduceSend", "ncclAllReduce", "barrier".
     pub name: String,
-    /// Microseconds since this rank's start ([`start`]), and how long it lasted.
+    /// When it began: microseconds since this rank's start ([`start`]).
     pub t0: f64,
+    /// How long it lasted, in microseconds.
     pub dur: f64,
     /// The phase of the algorithm it belongs to ("reduce-scatter"), if the algorithm said.
     pub phase: Option<String>,

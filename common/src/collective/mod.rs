@@ -153,9 +153,17 @@ pub struct Shape {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     /// A copy of element `index` of `rank`'s send buffer.
-    From { rank: usize, index: usize },
+    From {
+        /// The rank whose send buffer holds it.
+        rank: usize,
+        /// Its index there.
+        index: usize,
+    },
     /// The reduction over every rank of element `index` of their send buffers.
-    Reduced { index: usize },
+    Reduced {
+        /// The index, the same in every rank's send buffer.
+        index: usize,
+    },
     /// Not written: it keeps what it held before (reduce's receive buffer off the root).
     Unchanged,
 }

@@ -86,8 +86,11 @@ impl Protocol {
 /// Simple path checks its metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepHeader {
+    /// The collective's tag: which kind of message this is.
     pub tag: u8,
+    /// Data bytes in this step.
     pub len: usize,
+    /// The whole message's length (its low 32 bits on LL).
     pub message_len: u64,
 }
 
