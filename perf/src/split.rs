@@ -27,16 +27,21 @@
 
 use std::collections::BTreeMap;
 
-/// The variables, in the order nccl-tests reads them.
+/// The variables, in the order nccl-tests reads them: the mask first (color = rank & mask)…
 pub const MASK_VAR: &str = "NCCL_TESTS_SPLIT_MASK";
+/// … then the general form (`AND`, `OR`, `MOD` or `DIV` and an operand), read when no mask is set.
 pub const SPLIT_VAR: &str = "NCCL_TESTS_SPLIT";
 
 /// How a rank's color comes from its rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// `rank & value`.
     And,
+    /// `rank | value`.
     Or,
+    /// `rank % value`.
     Mod,
+    /// `rank / value`.
     Div,
 }
 
@@ -59,6 +64,7 @@ pub struct Spec {
     pub var: &'static str,
     /// Its value, as given (trimmed).
     pub text: String,
+    /// How the color comes from the rank.
     pub op: Op,
     /// The operand: 0 to `i32::MAX` (a color is an `int`), at least 1 for MOD and DIV.
     pub value: u32,
