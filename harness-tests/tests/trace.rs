@@ -177,11 +177,9 @@ fn pin(cpu: usize) {
     }
 }
 
+/// The clock the trace reads (CLOCK_MONOTONIC), signed for differences.
 fn monotonic_ns() -> i64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec * 1_000_000_000 + t.tv_nsec
+    common::trace::monotonic_ns() as i64
 }
 
 /// A ping-pong between a thread on CPU `a` and one on CPU `b`, each stamping the moment
