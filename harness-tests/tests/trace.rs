@@ -209,10 +209,11 @@ fn skew_between(a: usize, b: usize) -> f64 {
         }
         quickest
     };
+    // Both on threads of their own: the test's thread stays unpinned, as do the ranks
+    // it starts afterwards (a child inherits its parent's CPUs).
     let (ab, ba) = std::thread::scope(|s| {
-        let other = s.spawn(|| player(b, true));
-        let ba = player(a, false);
-        (other.join().unwrap(), ba)
+        let (on_b, on_a) = (s.spawn(|| player(b, true)), s.spawn(|| player(a, false)));
+        (on_b.join().unwrap(), on_a.join().unwrap())
     });
     match (ab, ba) {
         (i64::MAX, _) | (_, i64::MAX) => 0.0, // no pass each way in time: nothing measured, nothing allowed
