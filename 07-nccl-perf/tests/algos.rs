@@ -81,6 +81,11 @@ fn an_algorithm_or_protocol_the_backend_lacks_is_refused_in_one_line_before_any_
             &["--simulate-gpus", "2", "-P", "fast"][..],
             "-P fast: NCCL_PROTO=fast: NCCL 2.18.3 has no protocol 'fast'",
         ),
+        // Both given: the error names the flag whose value NCCL does not know.
+        (
+            &["--simulate-gpus", "2", "-A", "ring", "-P", "fast"][..],
+            "-P fast: NCCL_PROTO=fast: NCCL 2.18.3 has no protocol 'fast'",
+        ),
     ] {
         let r = perf(&[args, &["-b", "4K", "-e", "4K"]].concat());
         assert_eq!(r.code, Some(2), "{r}");

@@ -5,8 +5,8 @@
 //! ([`calls`]), polled ([`progress`]) and watched ([`watchdog`]) until it completes.
 //! Names for Nsight Systems come from [`nvtx`]; `NCCL_ALGO` and `NCCL_PROTO` are checked
 //! against the NCCL that loads by [`tuning`] (and changed between the benchmark's sweeps
-//! by [`per_sweep`]), and what NCCL chose is read back from its own lines by [`nccl_log`]. The collectives' NCCL calls live with
-//! their collective in `common`.
+//! by [`per_sweep`]), and what NCCL chose is read back from its own lines by
+//! [`nccl_log`]. The collectives' NCCL calls live with their collective in `common`.
 
 pub mod calls;
 pub mod device;

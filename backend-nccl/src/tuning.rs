@@ -37,6 +37,13 @@ pub fn check(version: &str, var: &dyn Fn(&str) -> Option<String>) -> Result<(), 
     Ok(())
 }
 
+/// `name` (`NCCL_ALGO` or `NCCL_PROTO`) set to `value`, alone, as NCCL `version` reads
+/// it: a value the benchmark's `-A` or `-P` gives it, checked on its own so that an error
+/// names it and not the other variable.
+pub fn check_one(version: &str, name: &str, value: &str) -> Result<(), String> {
+    check(version, &|n| (n == name).then(|| value.to_string()))
+}
+
 /// One variable's value, as NCCL `version` reads it.
 fn check_list(text: &str, known: &[&str], what: &str, code: (u32, u32, u32), version: &str) -> Result<(), String> {
     let names = known.join(", ");

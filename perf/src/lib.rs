@@ -374,15 +374,13 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
     }
     let mut sweeps = vec![];
     let passes = algos.iter().flat_map(|a| protos.iter().map(move |p| (*a, *p)));
+    // On NCCL each value gets a communicator that NCCL started under it.
+    let nccl = session.backend_name() == "nccl";
+    let said = |flag: &str, var: &str, value: &str| match nccl {
+        true => format!("#\n# {flag} {value}: every sweep below on a communicator NCCL started under {var}={value}"),
+        false => format!("#\n# {flag} {value}: every sweep below as {var}={value} would run it"),
+    };
     for (algo, proto) in passes {
-        // On NCCL each value gets a communicator that NCCL started under it.
-        let nccl = session.backend_name() == "nccl";
-        let said = |flag: &str, var: &str, value: &str| match nccl {
-            true => {
-                format!("#\n# {flag} {value}: every sweep below on a communicator NCCL started under {var}={value}")
-            }
-            false => format!("#\n# {flag} {value}: every sweep below as {var}={value} would run it"),
-        };
         session.run_as(algo, proto)?;
         if let Some(a) = algo {
             session.say(&said("-A", "NCCL_ALGO", a));

@@ -251,11 +251,8 @@ impl Session {
         let usage = |message: String| SharedError { message, usage: true };
         crate::backend::per_sweep::can_set(name, value).map_err(|why| usage(format!("{flag} {value}: {why}")))?;
         if let Some(version) = self.report.nccl_version.as_deref() {
-            let var = |v: &str| match v == name {
-                true => Some(value.to_string()),
-                false => std::env::var(v).ok(),
-            };
-            workbook_nccl::tuning::check(version, &var).map_err(|why| usage(format!("{flag} {value}: {why}")))?;
+            workbook_nccl::tuning::check_one(version, name, value)
+                .map_err(|why| usage(format!("{flag} {value}: {why}")))?;
         }
         Ok(())
     }

@@ -285,7 +285,7 @@ pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
         let now = std::env::var(name).ok();
         if per_sweep::prepared(name) && now != per_sweep::user_var(name) {
             let value = now.unwrap_or_default();
-            workbook_nccl::tuning::check(&version, &|n| std::env::var(n).ok())
+            workbook_nccl::tuning::check_one(&version, name, &value)
                 .map_err(|why| usage(format!("{flag} {value}: {why}")))?;
         }
     }

@@ -74,9 +74,8 @@ const PROTO_NAMES: [&str; 3] = ["LL", "LL128", "SIMPLE"];
 
 /// What the variables enabled when a communicator started (NCCL's `algoEnable` and
 /// `protoEnable` of that init; a later change of the variables reaches only the
-/// communicators started after it), `[collective][name]`: 0 off, 1 on, 2 (LL128's default) on where NCCL enables LL128
-/// `[collective][name]`: 0 off, 1 on, 2 (LL128's default) on where NCCL enables LL128
-/// by default.
+/// communicators started after it), `[collective][name]`: 0 off, 1 on, 2 (LL128's
+/// default) on where NCCL enables LL128 by default.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Enabled {
     algos: [[u8; ALGOS.len()]; FUNCS.len()],
