@@ -29,8 +29,8 @@ and once more with neither (NCCL_ALGO unset) to read which algorithm the tuner p
 (07-nccl-perf's algo column). Each time is the median of the repeats, in µs per call
 (mean over ranks of loop time / iterations); "both" adds the out-of-place and in-place
 times. The crossover is the smallest size from which the single copy is faster at that
-size and every larger one. Ranks outnumbering the cores (nproc, or NCCL_WORKBOOK_CORES) take turns on them:
-"oversubscribed".
+size and every larger one. Ranks outnumbering the cores (nproc, or NCCL_WORKBOOK_CORES)
+take turns on them: "oversubscribed".
 
 Options:
   --quick           64K and 1M; ranks 2,4; broadcast,all_reduce; -n 5; one repeat
