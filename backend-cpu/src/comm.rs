@@ -122,12 +122,14 @@ impl Comm {
 
     /// Whether the links have NCCL's three protocols: every pair of ranks shares memory
     /// (the TCP transport has Simple alone). The same on every rank.
+    #[inline]
     pub fn has_protocols(&self) -> bool {
         self.protocols
     }
 
     /// Sends the collectives' messages by `proto` from now on, on every link: the tuner's
     /// choice, made alike on every rank before a collective moves any data.
+    #[inline]
     pub fn set_protocol(&self, proto: crate::transport::protocol::Protocol) {
         // A link shared with a split communicator may have been set by it: each is looked at.
         for link in self.links.iter().flatten().filter(|l| l.protocol() != proto) {
@@ -144,16 +146,19 @@ impl Comm {
     }
 
     /// This rank.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.rank
     }
 
     /// The number of ranks.
+    #[inline]
     pub fn world(&self) -> usize {
         self.world
     }
 
     /// The left neighbour in the ring (rank - 1) and the right one (rank + 1).
+    #[inline]
     pub fn neighbours(&self) -> (usize, usize) {
         ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world)
     }
@@ -166,6 +171,7 @@ impl Comm {
 
     /// Each rank's machine (NCCL's node), numbered from 0 in the order of its first rank:
     /// the same on every rank.
+    #[inline]
     pub fn nodes(&self) -> &[usize] {
         &self.nodes
     }
@@ -225,6 +231,7 @@ impl Comm {
     }
 
     /// The world's rank of this communicator's rank `r` (itself, but on a split communicator).
+    #[inline]
     pub fn world_rank(&self, r: usize) -> usize {
         self.world_ranks[r]
     }
@@ -236,11 +243,13 @@ impl Comm {
 
     /// Whether every link of the ring (rank i to i + 1) shares memory, so that a ring may
     /// run piece by piece round the whole ring (the same on every rank).
+    #[inline]
     pub fn ring_in_memory(&self) -> bool {
         self.pipelined
     }
 
     /// Whether some host of the job runs more ranks than it has cores (the same on every rank).
+    #[inline]
     pub fn oversubscribed(&self) -> bool {
         self.oversubscribed
     }
@@ -251,6 +260,7 @@ impl Comm {
     /// and a plain store would first read each line from memory. Below that, plain stores
     /// keep the result in the cache for the next step (or the next call). A choice each
     /// rank makes for its own stores: the messages do not depend on it.
+    #[inline]
     pub fn streams(&self, len: usize) -> bool {
         len >= self.stream_above
     }
@@ -258,11 +268,13 @@ impl Comm {
     /// This rank's share of its host's last-level cache (the cache over the ranks on the
     /// host): a rank whose buffers reach it runs from memory, not from the cache, and
     /// moves data at memory's speed (the benchmark's `--fit` fits such sizes apart).
+    #[inline]
     pub fn cache_share(&self) -> usize {
         self.stream_above
     }
 
     /// Whether this rank maps every other rank's arena (the single-copy algorithms).
+    #[inline]
     pub fn reads_peers(&self) -> bool {
         self.peer_arenas.is_some()
     }
@@ -356,6 +368,7 @@ impl Comm {
     }
 
     /// The link to `peer`.
+    #[inline]
     pub fn link(&self, peer: usize) -> &dyn Link {
         self.links[peer].as_deref().expect("a link to every other rank")
     }
@@ -383,6 +396,7 @@ impl Comm {
 
     /// Sends `data` to `peer` as one message of the collective with `tag`: a failure
     /// says what became of the peer ([`Comm::lost`]); the caller says which step it was.
+    #[inline]
     pub fn send_tagged(&self, tag: u8, data: &[u8], peer: usize) -> Result<()> {
         self.link(peer).send(tag, data).map_err(|e| self.lost(e, peer))
     }
@@ -768,6 +782,7 @@ pub fn split_two<T>(data: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], 
 
 /// Keeps a finished piece: copies `from` into the front of `dst`, around the cache when
 /// the whole buffer is too large for it (`streaming`).
+#[inline]
 pub fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
     match streaming {
         true => copy_around_cache(&mut dst[..from.len()], from),

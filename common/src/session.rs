@@ -142,6 +142,7 @@ impl Session {
 
     /// Checks that `rank`, given by the user as `flag`, is one of the ranks; every rank
     /// finds the same, so only rank 0 says so. Call it before any rank waits on another.
+    #[inline]
     pub fn ensure_rank(&self, rank: usize, flag: &str) -> Result<usize> {
         self.rank_here(rank, flag)
             .map_err(|message| SharedError { message, usage: true })?;
@@ -150,6 +151,7 @@ impl Session {
 
     /// Whether `rank`, given as `what`, is a rank of the communicator the calls run on
     /// now: the world's, or inside [`Session::on`] the split one's, named by its color.
+    #[inline]
     fn rank_here(&self, rank: usize, what: &str) -> Result<(), String> {
         match &self.scope {
             Some(s) => crate::rank::check_in(

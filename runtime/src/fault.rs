@@ -25,13 +25,23 @@ pub fn asked(name: &str, rank: Option<usize>) -> Option<Vec<String>> {
 /// milliseconds late, so that the others wait for it inside the collective (how long a
 /// waiting rank spins, and that it then sleeps, can be measured: `bench/compare-mpi.sh`
 /// and the tests read the job's CPU time).
+#[inline]
 pub fn late(rank: usize) {
-    // Read once: this runs before every collective, and reading the environment costs
-    // more than a small collective.
-    static MS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    let ms = MS.get_or_init(|| asked("late", Some(rank)).and_then(|v| v.first()?.parse().ok()));
-    if let Some(ms) = *ms {
-        ONCE.call_once(|| std::thread::sleep(std::time::Duration::from_millis(ms)));
+    // Once: this runs before every collective, and reading the environment costs more
+    // than a small collective; after the first call, one load and one test.
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !DONE.load(std::sync::atomic::Ordering::Relaxed) {
+        late_once(rank, &DONE);
     }
+}
+
+#[cold]
+fn late_once(rank: usize, done: &std::sync::atomic::AtomicBool) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Some(ms) = asked("late", Some(rank)).and_then(|v| v.first()?.parse().ok()) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
 }

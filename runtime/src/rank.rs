@@ -4,23 +4,27 @@
 /// Whether `rank` is a rank of a world of `world` ranks. The error is one line that says
 /// where the number came from (`what`: "--root", "SLURM_PROCID", "peer"...) and which
 /// ranks there are: `--root 4 is not a rank: the world has ranks 0 to 3`.
+#[inline]
 pub fn check(rank: usize, world: usize, what: &str) -> Result<(), String> {
     check_in(rank, world, what, "the world")
 }
 
 /// [`check`] for a communicator of `size` ranks that `whose` names ("the communicator of
 /// color 1", for a split one): the same line, saying whose ranks they are.
+#[inline]
 pub fn check_in(rank: usize, size: usize, what: &str, whose: &str) -> Result<(), String> {
+    match rank < size {
+        true => Ok(()),
+        false => Err(not_a_rank(rank, size, what, whose)),
+    }
+}
+
+#[cold]
+fn not_a_rank(rank: usize, size: usize, what: &str, whose: &str) -> String {
     match size {
-        _ if rank < size => Ok(()),
-        0 => Err(format!(
-            "{what} {rank} is not a rank: {whose} has no ranks (a world size of 0)"
-        )),
-        1 => Err(format!("{what} {rank} is not a rank: {whose} has one rank, 0")),
-        _ => Err(format!(
-            "{what} {rank} is not a rank: {whose} has ranks 0 to {}",
-            size - 1
-        )),
+        0 => format!("{what} {rank} is not a rank: {whose} has no ranks (a world size of 0)"),
+        1 => format!("{what} {rank} is not a rank: {whose} has one rank, 0"),
+        _ => format!("{what} {rank} is not a rank: {whose} has ranks 0 to {}", size - 1),
     }
 }
 

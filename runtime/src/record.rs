@@ -218,6 +218,7 @@ pub fn on() -> bool {
 }
 
 /// Whether `--steps` is still recording (before the timed runs).
+#[inline]
 pub fn steps_on() -> bool {
     on() && log().as_ref().is_some_and(|l| l.steps)
 }
@@ -291,10 +292,15 @@ fn span_of(s: &[u8]) -> (usize, usize) {
 /// The buffer of what follows (a collective's receive buffer, or the buffer of a
 /// point-to-point call), and its send buffer if any. A buffer other than the one
 /// watched (or `fresh`: a new collective) is noted with its values as they are now.
+#[inline]
 pub fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fresh: bool) {
-    if !on() {
-        return;
+    if on() {
+        watch_now(name, recv, send, fresh);
     }
+}
+
+#[inline(never)]
+fn watch_now<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fresh: bool) {
     let mut g = log();
     let Some(l) = g.as_mut() else { return };
     let bytes = crate::element::as_bytes(recv);
@@ -333,9 +339,16 @@ pub fn watch<T: Element>(name: &str, recv: &[T], send: Option<&[T]>, fresh: bool
 
 /// Says how the collective just watched combines its buffers (`op`: "sum", "max"), for
 /// `--steps` to word its steps ("added", "kept the larger").
+#[inline]
 pub fn combining(op: &'static str) {
-    if on()
-        && let Some(l) = log().as_mut()
+    if on() {
+        combining_now(op);
+    }
+}
+
+#[inline(never)]
+fn combining_now(op: &'static str) {
+    if let Some(l) = log().as_mut()
         && let Some(e) = l.events.last_mut().filter(|e| e.cat == Cat::Watch)
     {
         e.op = Some(op.to_string());
@@ -343,19 +356,31 @@ pub fn combining(op: &'static str) {
 }
 
 /// Names the phase of the algorithm the next operations belong to ("reduce-scatter").
+#[inline]
 pub fn phase(name: &'static str) {
-    if on()
-        && let Some(l) = log().as_mut()
-    {
+    if on() {
+        phase_now(name);
+    }
+}
+
+#[inline(never)]
+fn phase_now(name: &'static str) {
+    if let Some(l) = log().as_mut() {
         l.phase = Some(name);
     }
 }
 
 /// Names how the CPU backend runs the current collective ("ring, step by step").
+#[inline]
 pub fn algorithm(name: &'static str) {
-    if on()
-        && let Some(l) = log().as_mut()
-    {
+    if on() {
+        algorithm_now(name);
+    }
+}
+
+#[inline(never)]
+fn algorithm_now(name: &'static str) {
+    if let Some(l) = log().as_mut() {
         l.algorithm = Some(name);
     }
 }
@@ -377,8 +402,15 @@ fn place(w: &Watched, s: &[u8]) -> Option<((usize, usize), bool)> {
 /// moved, each a direction, a peer, the slice it moved (or, for a partial result, the
 /// slice of the buffer it is the result for) and what became of it. The slices of
 /// received parts that land in the buffer are read for `--steps`.
+#[inline]
 pub fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
-    let Some(t) = t else { return };
+    if let Some(t) = t {
+        op_now(t, name, parts);
+    }
+}
+
+#[inline(never)]
+fn op_now(t: Instant, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
     let mut g = log();
     let Some(l) = g.as_mut() else { return };
     let mut e = event(l, Cat::Op, name, t);
@@ -414,10 +446,16 @@ pub fn op(t: Option<Instant>, name: &str, parts: &[(Dir, usize, &[u8], How)]) {
 
 /// Notes a change the algorithm made to the buffer by itself (a finished average, the
 /// root's own copy): `--steps` shows it with the next operation.
+#[inline]
 pub fn wrote(slice: &[u8]) {
-    if on()
-        && let Some(l) = log().as_mut()
-    {
+    if on() {
+        wrote_now(slice);
+    }
+}
+
+#[inline(never)]
+fn wrote_now(slice: &[u8]) {
+    if let Some(l) = log().as_mut() {
         copy_in(l, slice);
         // Before the first operation: part of where the collective starts from.
         let now = values(l);
@@ -443,54 +481,77 @@ fn values(l: &Log) -> Option<Vec<f64>> {
     w.shadow.as_ref().map(|s| (w.decode)(s))
 }
 
-/// A span noted when dropped: a collective, a wait, or a library call.
+/// A span noted when dropped: a collective, a wait, or a library call. Boxed, so that
+/// where nothing records the guard is one word, and dropping it one test.
 #[must_use = "the span is noted when this guard is dropped"]
 pub struct Span {
-    start: Option<(Instant, Cat, String, u64)>,
+    start: Option<Box<(Instant, Cat, String, u64)>>,
 }
 
 impl Drop for Span {
+    #[inline]
     fn drop(&mut self) {
-        let Some((t, cat, name, bytes)) = self.start.take() else {
-            return;
-        };
-        let mut g = log();
-        let Some(l) = g.as_mut() else { return };
-        let mut e = event(l, cat, &name, t);
-        e.bytes = bytes;
-        if cat == Cat::Collective {
-            e.phase = None;
-            e.algorithm = l.algorithm.map(str::to_string);
+        if let Some(start) = self.start.take() {
+            note_span(*start);
         }
-        push(l, e);
     }
 }
 
+#[inline(never)]
+fn note_span((t, cat, name, bytes): (Instant, Cat, String, u64)) {
+    let mut g = log();
+    let Some(l) = g.as_mut() else { return };
+    let mut e = event(l, cat, &name, t);
+    e.bytes = bytes;
+    if cat == Cat::Collective {
+        e.phase = None;
+        e.algorithm = l.algorithm.map(str::to_string);
+    }
+    push(l, e);
+}
+
+#[inline]
 fn open(cat: Cat, name: &str, bytes: u64) -> Span {
     Span {
-        start: on().then(|| (Instant::now(), cat, name.to_string(), bytes)),
+        start: match on() {
+            true => Some(open_now(cat, name, bytes)),
+            false => None,
+        },
     }
+}
+
+#[inline(never)]
+fn open_now(cat: Cat, name: &str, bytes: u64) -> Box<(Instant, Cat, String, u64)> {
+    Box::new((Instant::now(), cat, name.to_string(), bytes))
 }
 
 /// Times a call into a library (NCCL) of `bytes`, as a span named `name` on this rank's
 /// track of `--trace`: noted when the guard is dropped. Costs one branch when nothing
 /// is recorded.
+#[inline]
 pub fn span(name: &str, bytes: u64) -> Span {
     open(Cat::Call, name, bytes)
 }
 
 /// Times a collective of `bytes` (the session, around each collective).
+#[inline]
 pub fn collective(name: &str, bytes: u64) -> Span {
-    if on()
-        && let Some(l) = log().as_mut()
-    {
-        l.phase = None;
-        l.algorithm = None;
+    if on() {
+        forget_phase();
     }
     open(Cat::Collective, name, bytes)
 }
 
+#[inline(never)]
+fn forget_phase() {
+    if let Some(l) = log().as_mut() {
+        l.phase = None;
+        l.algorithm = None;
+    }
+}
+
 /// Times a wait for the other ranks.
+#[inline]
 pub fn wait(name: &str) -> Span {
     open(Cat::Wait, name, 0)
 }

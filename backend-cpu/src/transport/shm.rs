@@ -1102,10 +1102,17 @@ impl ShmLink {
     }
 
     /// The channel this rank writes to the peer, made at the first call ([`connect`]).
+    #[inline]
     fn out(&self) -> io::Result<&Channel> {
-        if let Some(c) = self.out.get() {
-            return Ok(c);
+        match self.out.get() {
+            Some(c) => Ok(c),
+            None => self.make_out(),
         }
+    }
+
+    /// [`ShmLink::out`] the first time: makes the channel.
+    #[inline(never)]
+    fn make_out(&self) -> io::Result<&Channel> {
         let _one = self.making[0].lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = self.out.get() {
             return Ok(c);
@@ -1149,10 +1156,17 @@ impl ShmLink {
     /// The channel the peer writes to this rank, opened at the first call: waits until
     /// the peer has made it (at its first send), its process is gone, or the whole
     /// timeout passed with nothing made ([`connect`]).
+    #[inline]
     fn inbox(&self) -> io::Result<&Channel> {
-        if let Some(c) = self.inbox.get() {
-            return Ok(c);
+        match self.inbox.get() {
+            Some(c) => Ok(c),
+            None => self.open_inbox(),
         }
+    }
+
+    /// [`ShmLink::inbox`] the first time: opens the channel.
+    #[inline(never)]
+    fn open_inbox(&self) -> io::Result<&Channel> {
         let _one = self.making[1].lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = self.inbox.get() {
             return Ok(c);

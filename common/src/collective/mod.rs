@@ -107,33 +107,37 @@ impl Collective {
     /// in place) and a receive buffer of `recv` (in place, the one buffer), or why these
     /// buffers do not fit this collective, in one line.
     pub fn count_of(&self, send: Option<usize>, recv: usize, ranks: usize) -> Result<usize, String> {
+        let count = match send {
+            Some(send) => self
+                .count_for(send.max(recv), ranks)
+                .filter(|c| (self.counts)(*c, ranks) == (send, recv)),
+            None => self.count_for(recv, ranks),
+        };
+        count.ok_or_else(|| self.counts_needed(send, recv, ranks))
+    }
+
+    /// [`Collective::count_of`]'s line when the buffers do not fit.
+    #[cold]
+    fn counts_needed(&self, send: Option<usize>, recv: usize, ranks: usize) -> String {
         let (s1, r1) = (self.counts)(1, ranks);
         let per = |k: usize| match k {
             1 => "count".to_string(),
             k => format!("{k} × count"),
         };
         match send {
-            Some(send) => self
-                .count_for(send.max(recv), ranks)
-                .filter(|c| (self.counts)(*c, ranks) == (send, recv))
-                .ok_or_else(|| {
-                    format!(
-                        "{} on {ranks} ranks needs a send buffer of {} and a receive buffer of {} elements; these \
-                         have {send} and {recv}",
-                        self.title,
-                        per(s1),
-                        per(r1)
-                    )
-                }),
-            None => self.count_for(recv, ranks).ok_or_else(|| {
-                format!(
-                    "{} in place on {ranks} ranks needs a buffer of {} elements; this one has {recv}, not a multiple \
-                     of {}",
-                    self.title,
-                    per(s1.max(r1)),
-                    s1.max(r1)
-                )
-            }),
+            Some(send) => format!(
+                "{} on {ranks} ranks needs a send buffer of {} and a receive buffer of {} elements; these have \
+                 {send} and {recv}",
+                self.title,
+                per(s1),
+                per(r1)
+            ),
+            None => format!(
+                "{} in place on {ranks} ranks needs a buffer of {} elements; this one has {recv}, not a multiple of {}",
+                self.title,
+                per(s1.max(r1)),
+                s1.max(r1)
+            ),
         }
     }
 }
