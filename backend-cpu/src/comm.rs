@@ -160,7 +160,12 @@ impl Comm {
     /// The left neighbour in the ring (rank - 1) and the right one (rank + 1).
     #[inline]
     pub fn neighbours(&self) -> (usize, usize) {
-        ((self.rank + self.world - 1) % self.world, (self.rank + 1) % self.world)
+        // (rank - 1) mod world and (rank + 1) mod world, without a division (every call
+        // of a ring or chain asks).
+        let last = self.world - 1;
+        let left = if self.rank == 0 { last } else { self.rank - 1 };
+        let right = if self.rank == last { 0 } else { self.rank + 1 };
+        (left, right)
     }
 
     /// The same rank, each rank `r` on machine `nodes[r]` (numbered from 0 in the order

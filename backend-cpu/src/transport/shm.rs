@@ -423,6 +423,7 @@ impl ShmLink {
     /// it to an idle core, after which both spin again. Where the host runs more ranks
     /// than cores, a wait yields its core for [`YIELD_FOR`] (a peer that shares it can
     /// run), then sleeps.
+    #[inline]
     fn wait(
         &self,
         channel: &Channel,
@@ -431,9 +432,22 @@ impl ShmLink {
         ready: impl Fn() -> bool,
         gone: io::ErrorKind,
     ) -> io::Result<()> {
-        if ready() {
-            return Ok(()); // the usual case when the peer is ahead: no clock read
+        match ready() {
+            true => Ok(()), // the usual case when the peer is ahead: no clock read, no call
+            false => self.wait_longer(channel, word, sleeping, ready, gone),
         }
+    }
+
+    /// [`ShmLink::wait`] once the first look found nothing.
+    #[inline(never)]
+    fn wait_longer(
+        &self,
+        channel: &Channel,
+        word: &AtomicU32,
+        sleeping: &AtomicU32,
+        ready: impl Fn() -> bool,
+        gone: io::ErrorKind,
+    ) -> io::Result<()> {
         let start = Instant::now();
         let mine = current_cpu();
         if let Some(out) = self.out.get() {
