@@ -9,6 +9,7 @@
 //! saying so instead of mixing their data.
 
 pub mod protocol;
+pub mod sent;
 pub mod shm;
 pub mod simulated;
 pub mod tcp;

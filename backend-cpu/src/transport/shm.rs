@@ -368,14 +368,12 @@ pub struct ShmLink {
     proto: AtomicU8,
 }
 
-/// Steps (LL, LL128) and pieces (Simple) this process has sent over shared memory, per
-/// protocol.
-static SENT: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
-
 /// How many steps (LL, LL128) or pieces (Simple) this process has sent by `proto` so far:
-/// what shows that a protocol really ran (the benchmark's `proto_steps`).
+/// what shows that a protocol really ran (the benchmark's `proto_steps`). Each sending
+/// thread counts its own ([`super::sent`]): a shared counter would cost a locked add per
+/// message.
 pub fn sent_by(proto: Protocol) -> u64 {
-    SENT[proto as usize].load(Relaxed)
+    super::sent::total(proto)
 }
 
 /// Waits, over every shared-memory link of this process, that went to sleep on the futex.
@@ -697,7 +695,7 @@ impl ShmLink {
             if f.receiver_sleeping.load(SeqCst) != 0 {
                 futex_wake(&f.head);
             }
-            SENT[p as usize].fetch_add(1, Relaxed);
+            super::sent::count(p);
             offset += n;
             if offset >= data.len() {
                 return Ok(());
@@ -845,7 +843,7 @@ impl Link for ShmLink {
             // SAFETY: the piece's place is free (see `free_slot`) and holds n bytes.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(offset), self.out()?.place(piece, n), n) };
             self.publish(piece, tag, n, data.len(), offset);
-            SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
+            super::sent::count(Protocol::Simple);
             offset += n;
             if offset >= data.len() {
                 return Ok(());
@@ -879,7 +877,7 @@ impl Link for ShmLink {
         // receiver will not read it before `publish`.
         fill(unsafe { std::slice::from_raw_parts_mut(self.out()?.place(piece, len), len) })?;
         self.publish(piece, tag, len, len, 0);
-        SENT[Protocol::Simple as usize].fetch_add(1, Relaxed);
+        super::sent::count(Protocol::Simple);
         Ok(())
     }
 
