@@ -360,6 +360,12 @@ pub struct ShmLink {
     tail_seen: AtomicU32,
     /// The same for the LL and LL128 rings ([`Fifo`]).
     fifo_tail_seen: [AtomicU32; 2],
+    /// Pieces this side has read from `inbox`: the inbox's `tail`, kept here too (only the
+    /// receiving thread uses it). The header's line is the sender's to poll when the ring
+    /// is full; reading it back for every piece would fetch it from the sender's core.
+    read: AtomicU32,
+    /// The same for the LL and LL128 rings.
+    fifo_read: [AtomicU32; 2],
     /// How long a wait spins: [`SPIN_FOR`], or nothing when this host runs more ranks
     /// than it has cores (the peer may be waiting for this very core).
     spin: Duration,
@@ -518,7 +524,7 @@ impl ShmLink {
     fn next_piece(&self, tag: u8, len: usize, offset: usize) -> io::Result<(*const u8, usize)> {
         let inbox = self.inbox()?;
         let h = inbox.header();
-        let tail = h.tail.load(Relaxed);
+        let tail = self.read.load(Relaxed);
         let m = inbox.meta(tail);
         // SAFETY: `seq` is an atomic in the mapping, written by the sender alone.
         let seq = unsafe { &(*m).seq };
@@ -615,6 +621,7 @@ impl ShmLink {
     /// Hands the slot back to the sender.
     fn release(&self) {
         let h = self.inbox.get().expect("a channel opened by next_piece").header();
+        self.read.store(self.read.load(Relaxed).wrapping_add(1), Relaxed);
         h.tail.fetch_add(1, SeqCst);
         if h.sender_sleeping.load(SeqCst) != 0 {
             futex_wake(&h.tail);
@@ -721,7 +728,8 @@ impl ShmLink {
             self.inbox()?.populate(region(p));
             self.seen_reserved[p as usize].store(true, Relaxed);
         }
-        let step = f.tail.load(Relaxed);
+        let read = &self.fifo_read[p as usize];
+        let step = read.load(Relaxed);
         let flag = step.wrapping_add(1);
         let mut wait = |ready: &dyn Fn() -> bool| {
             self.wait(
@@ -760,6 +768,7 @@ impl ShmLink {
             // SAFETY: as above.
             _ => unsafe { ll128::read_data(self.inbox()?.ll128_step(step), flag as u64, dst, &mut wait)? },
         }
+        read.store(step.wrapping_add(1), Relaxed);
         f.tail.fetch_add(1, SeqCst);
         if f.sender_sleeping.load(SeqCst) != 0 {
             futex_wake(&f.tail);
@@ -1108,6 +1117,8 @@ impl ShmLink {
             timeout,
             tail_seen: AtomicU32::new(0),
             fifo_tail_seen: Default::default(),
+            read: AtomicU32::new(0),
+            fifo_read: Default::default(),
             spin,
             proto: AtomicU8::new(Protocol::Simple as u8),
         }
@@ -1501,6 +1512,8 @@ mod tests {
             timeout: Duration::from_secs(5),
             tail_seen: AtomicU32::new(0),
             fifo_tail_seen: Default::default(),
+            read: AtomicU32::new(0),
+            fifo_read: Default::default(),
             spin: SPIN_FOR,
             proto: AtomicU8::new(Protocol::Simple as u8),
         };
