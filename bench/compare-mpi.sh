@@ -43,6 +43,14 @@ the two sides alternating, and the time column gives each side's lowest and high
 beside its median. Each busbw is also given as a percentage of the single-thread
 memcpy bandwidth that 07-nccl-perf measures (median over its runs).
 
+Where the machine's cores sit: before and after every run of either side, a quick
+cache-line round trip (bench/build/floors --round-trip, a few milliseconds). On a VM the
+host may move the vCPUs from minute to minute, and a round trip of 100 ns in one run and
+500 ns in the next changes a small message's time more than either library does. Each
+row gives the median round trip during each side's runs, and marks with * a row whose two
+sides ran at round trips more than 1.5x apart: its ratio says where the cores were as
+much as which library is faster.
+
 The limits (bench/floors.c): a cache-line round trip between two processes (the floor of
 a 2-rank 4 B all-reduce: each rank must see the other's bytes), and memcpy with 1 and 2
 threads in memory (100 MiB each) and in cache (256 KiB each). Ours is given as a multiple
@@ -248,36 +256,45 @@ wrong_only() { # status json-file
     (($1 == 1)) && grep -q '"wrong": [1-9]' "$2"
 }
 
+# A cache-line round trip between two processes now, in ns: where the cores sit.
+round_trip() {
+    timeout 60 "$build_dir/floors" --round-trip || die "bench/build/floors --round-trip failed"
+}
+
 run_ours() { # op n repeat
-    local op=$1 n=$2 rep=$3 size bytes iters warmup out status
+    local op=$1 n=$2 rep=$3 size bytes iters warmup out status before after
     for size in "${sizes[@]}"; do
         bytes=$(op_size "$op" "$n" "$size")
         iters=$(iters_for "$size") warmup=$(warmup_for "$size")
         out="$work/ours-$op-$n-$bytes-$rep.json"
         status=0
+        before=$(round_trip)
         timeout "$timeout_s" "$perf_bin" --backend cpu --nproc-per-node "$n" --op "$op" \
             -b "$bytes" -e "$bytes" -w "$warmup" -n "$iters" --format json \
             >"$out" 2>"$work/stderr" || status=$?
         if ((status != 0)) && ! wrong_only "$status" "$out"; then
             failed "07-nccl-perf --op $op -b $bytes --nproc-per-node $n (exit status $status)" "$work/stderr"
         fi
-        echo "ours $op $n $bytes $iters $warmup $out" >>"$manifest"
+        after=$(round_trip)
+        echo "ours $op $n $bytes $iters $warmup $out $before,$after" >>"$manifest"
     done
 }
 
 run_mpi() { # op n repeat
-    local op=$1 n=$2 rep=$3 size bytes list_sizes="" list_iters="" list_warmup="" out status=0
+    local op=$1 n=$2 rep=$3 size bytes list_sizes="" list_iters="" list_warmup="" out status=0 before after
     for size in "${sizes[@]}"; do
         bytes=$(op_size "$op" "$n" "$size")
         list_sizes+=",$bytes" list_iters+=",$(iters_for "$size")" list_warmup+=",$(warmup_for "$size")"
     done
     out="$work/mpi-$op-$n-$rep.json"
+    before=$(round_trip)
     timeout "$timeout_s" "${mpirun_cmd[@]}" -np "$n" "${extra_mpirun[@]}" "$exe" "$op" \
         "${list_sizes#,}" "${list_iters#,}" "${list_warmup#,}" >"$out" 2>"$work/stderr" || status=$?
     if ((status != 0)) && ! wrong_only "$status" "$out"; then
         failed "mpirun -np $n mpi_bench $op (exit status $status)" "$work/stderr"
     fi
-    echo "mpi $op $n - - - $out" >>"$manifest"
+    after=$(round_trip)
+    echo "mpi $op $n - - - $out $before,$after" >>"$manifest"
 }
 
 loadavg=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -435,10 +452,17 @@ def merged(docs, op, n):
 
 ours, mpi, order, memcpy = {}, {}, [], []
 runs_ours, runs_mpi = {}, {}  # each side's documents per (op, n), every repeat
+# The round trips (ns) taken before and after each run: ours per (op, n, size), Open MPI's
+# per (op, n) (one launch runs every size).
+trips_ours, trips_mpi = {}, {}
 with open(sys.argv[1]) as f:
     for line in f:
-        side, op, n, size, iters, warmup, path = line.split()
-        n, doc = int(n), load(path)
+        side, op, n, size, iters, warmup, path, trips = line.split()
+        n, doc, trips = int(n), load(path), [float(t) for t in trips.split(",")]
+        if side == "ours":
+            trips_ours.setdefault((op, n, int(size)), []).extend(trips)
+        else:
+            trips_mpi.setdefault((op, n), []).extend(trips)
         if side == "ours":
             size = int(size)
             if doc.get("op", "").replace("-", "_") != op or doc.get("world_size") != n \
@@ -483,6 +507,7 @@ for key in order:
         res["percent_of_memcpy"][p] = 100 * o[p]["busbw"] / ref
     res["wrong"] = {"ours": o["in_place"]["wrong"] + o["out_of_place"]["wrong"],
                     "mpi": sum(m[p]["wrong"] for p in ("in_place", "out_of_place") if m[p])}
+    res["round_trip_ns"] = {"ours": trips_ours[key], "mpi": trips_mpi[(op, n)]}
     results.append(res)
 
 env = os.environ
@@ -550,8 +575,9 @@ for n in dict.fromkeys(r["world_size"] for r in results):
             "| collective | size | ours busbw (in / out of place) | Open MPI busbw (in / out) "
             "| ratio ours/MPI (in / out) | ours % of memcpy (in / out) "
             "| time us in place, median (lowest-highest): ours / MPI "
-            "| correct |",
-            "|---|---:|---:|---:|---:|---:|---:|---|"]
+            "| round trip ns: ours / MPI | correct |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    apart = 0
     for r in results:
         if r["world_size"] != n:
             continue
@@ -560,12 +586,21 @@ for n in dict.fromkeys(r["world_size"] for r in results):
         pct = lambda v: f"{sig(v)}%"
         ok = "OK" if not r["wrong"]["ours"] and not r["wrong"]["mpi"] else \
             f"WRONG (ours {r['wrong']['ours']}, MPI {r['wrong']['mpi']})"
+        ot, mt = (statistics.median(r["round_trip_ns"][s]) for s in ("ours", "mpi"))
+        mark = " *" if max(ot, mt) > 1.5 * min(ot, mt) else ""
+        apart += bool(mark)
         out.append(f"| {r['op']} ({r['call']}) | {fmt_size(r['size'])} "
                    f"| {pair(busbw(o['in_place']), busbw(o['out_of_place']), sig)} "
                    f"| {pair(busbw(m['in_place']), busbw(m['out_of_place']), sig)} "
                    f"| {pair(r['ratio']['in_place'], r['ratio']['out_of_place'], ratio)} "
                    f"| {pair(r['percent_of_memcpy']['in_place'], r['percent_of_memcpy']['out_of_place'], pct)} "
-                   f"| {spread(o['in_place'])} / {spread(m['in_place'])} | {ok} |")
+                   f"| {spread(o['in_place'])} / {spread(m['in_place'])} "
+                   f"| {ot:.0f} / {mt:.0f}{mark} | {ok} |")
+    if apart:
+        out.append("")
+        out.append(f"\\* {apart} row(s) whose two sides ran at round trips more than 1.5x apart (the "
+                   "median over each side's runs): the host had placed the cores differently, "
+                   "which moves a small message's time more than either library does.")
     out.append("")
 print("\n".join(out).rstrip())
 if env["CMP_JSON"]:

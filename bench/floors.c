@@ -1,7 +1,10 @@
 /* The machine's own limits, for bench/compare-mpi.sh: what no collective library on this
  * machine can beat, measured with nothing in between.
  *
- *   build/floors
+ *   build/floors                 everything below, as one JSON document
+ *   build/floors --round-trip    only 1., quickly (median of 3 runs of 5000 trips), in ns:
+ *                                compare-mpi.sh's probe of where the two cores sit, taken
+ *                                around every run (see the README's "where the two vCPUs sit")
  *
  * 1. A cache-line round trip between two processes: process A writes a number into a
  *    cache line of shared memory; process B, spinning on it, sees it and writes it back
@@ -13,7 +16,7 @@
  *    in memory (100 MiB per thread) and in cache (256 KiB per thread, copied over and
  *    over): the bytes copied per second, GB/s = 1e9 B/s, best of 5 (in cache: of 2000).
  *
- * Prints one JSON document on stdout.
+ * Prints one JSON document on stdout (with --round-trip, one number).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -57,13 +60,13 @@ struct lines {
     _Alignas(128) _Atomic uint64_t pong;
 };
 
-static double round_trip_ns(void) {
-    enum { RUNS = 7, TRIPS = 200000 };
+/* The median of `runs` timed runs of `trips` round trips each (at most 7), in ns. */
+static double round_trip_ns(int runs, int trips) {
     struct lines *l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (l == MAP_FAILED) { perror("floors: mmap"); exit(1); }
     atomic_store(&l->ping, 0);
     atomic_store(&l->pong, 0);
-    uint64_t total = (uint64_t)(RUNS + 1) * TRIPS; /* the first run warms up */
+    uint64_t total = (uint64_t)(runs + 1) * trips; /* the first run warms up */
     pid_t child = fork();
     if (child < 0) { perror("floors: fork"); exit(1); }
     if (child == 0) {
@@ -73,21 +76,21 @@ static double round_trip_ns(void) {
         }
         _exit(0);
     }
-    double runs[RUNS];
+    double ns[7];
     uint64_t i = 0;
-    for (int run = -1; run < RUNS; run++) {
+    for (int run = -1; run < runs; run++) {
         double t = now();
-        for (int k = 0; k < TRIPS; k++) {
+        for (int k = 0; k < trips; k++) {
             i++;
             atomic_store_explicit(&l->ping, i, memory_order_release);
             await_value(&l->pong, i, "the child process");
         }
-        if (run >= 0) runs[run] = (now() - t) / TRIPS * 1e9;
+        if (run >= 0) ns[run] = (now() - t) / trips * 1e9;
     }
     waitpid(child, NULL, 0);
     munmap(l, sizeof *l);
-    qsort(runs, RUNS, sizeof runs[0], by_value);
-    return runs[RUNS / 2];
+    qsort(ns, (size_t)runs, sizeof ns[0], by_value);
+    return ns[runs / 2];
 }
 
 struct copy { char *src, *dst; size_t bytes; int reps; pthread_barrier_t *start; double best; };
@@ -132,8 +135,16 @@ static double memcpy_gbps(int threads, size_t bytes, int reps) {
     return (double)threads * (double)bytes * reps / slowest / 1e9;
 }
 
-int main(void) {
-    double rt = round_trip_ns();
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--round-trip") == 0) {
+        printf("%.0f\n", round_trip_ns(3, 5000));
+        return 0;
+    }
+    if (argc != 1) {
+        fprintf(stderr, "usage: floors [--round-trip]\n");
+        return 2;
+    }
+    double rt = round_trip_ns(7, 200000);
     size_t big = 100u << 20, small = 256u << 10;
     printf("{\"round_trip_ns\": %.1f,\n", rt);
     printf(" \"memcpy_gbps\": {\"in_memory\": {\"1\": %.2f, \"2\": %.2f},", memcpy_gbps(1, big, 1),
