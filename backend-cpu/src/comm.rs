@@ -349,6 +349,33 @@ impl Comm {
         others().try_for_each(|p| self.wait_signal(tag, p, Signal::Done))
     }
 
+    /// A barrier through the links, for the start of a timed loop: a token goes round the
+    /// ring twice, the first time to learn that every rank has arrived, the second to let
+    /// them go, so the ranks leave within (n - 1) message times of each other. The store's
+    /// barrier (a socket each) leaves them up to a millisecond apart: a one-way collective
+    /// (a broadcast) then starts its timed loop on the root while a receiver is still
+    /// waking up, and the root's time counts that wait.
+    pub fn line_up(&self) -> Result<()> {
+        let (n, r) = (self.world, self.rank);
+        if n == 1 {
+            return Ok(());
+        }
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        for round in 0..2 {
+            if r != 0 {
+                self.wait_signal(SEND_RECV_TAG, prev, Signal::Here)?;
+            }
+            // The second time round, the last rank keeps the token: rank 0 has gone.
+            if round == 0 || r != n - 1 {
+                self.signal(SEND_RECV_TAG, next, Signal::Here)?;
+            }
+            if r == 0 && round == 0 {
+                self.wait_signal(SEND_RECV_TAG, prev, Signal::Here)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Tells `peer` that this rank reached `what` (a step of a single-copy algorithm).
     pub fn signal(&self, tag: u8, peer: usize, what: Signal) -> Result<()> {
         self.send_tagged(tag, &[what as u8], peer)
@@ -576,6 +603,8 @@ pub enum Signal {
     Finished = 1,
     /// "I have read all I needed from your buffers: you may leave."
     Done = 2,
+    /// "I am at the start of the timed runs" ([`Comm::line_up`]).
+    Here = 3,
 }
 
 impl Signal {
@@ -583,6 +612,7 @@ impl Signal {
         match self {
             Signal::Finished => "that its part of the result is finished",
             Signal::Done => "that it has read what it needed from this rank",
+            Signal::Here => "that it reached the timed runs",
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::Communicator;
 use crate::report::{SingleCalls, Timing};
 use crate::transport::Via;
 use crate::units::human_bytes;
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use std::time::Instant;
 
 /// What a timing loop measured ([`Session::time_runs`]).
@@ -139,13 +139,17 @@ impl Session {
                 self.barrier()?;
             }
             // The store's barrier lets the ranks go up to a millisecond apart (each wakes
-            // on its own socket); one more run, untimed, lines them up to within a message.
+            // on its own socket); one more run, untimed, and a token round the ring twice
+            // line them up to within a few message times.
             Communicator::Cpu(_) if iters > 0 => {
                 for _ in 0..warmup {
                     op(self)?;
                 }
                 self.barrier()?;
                 op(self)?;
+                if let Communicator::Cpu(cpu) = &self.comm {
+                    cpu.line_up().context("lining the ranks up for the timed runs")?;
+                }
             }
             _ => self.barrier()?,
         }
