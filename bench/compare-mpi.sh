@@ -460,11 +460,8 @@ with open(sys.argv[1]) as f:
         side, op, n, size, iters, warmup, path, trips = line.split()
         n, doc, trips = int(n), load(path), [float(t) for t in trips.split(",")]
         if side == "ours":
-            trips_ours.setdefault((op, n, int(size)), []).extend(trips)
-        else:
-            trips_mpi.setdefault((op, n), []).extend(trips)
-        if side == "ours":
             size = int(size)
+            trips_ours.setdefault((op, n, size), []).extend(trips)
             if doc.get("op", "").replace("-", "_") != op or doc.get("world_size") != n \
                     or not any(r["size"] == size for r in doc["rows"]):
                 sys.exit(f"compare-mpi: 07-nccl-perf's JSON for {op} N={n} has no row of {size} bytes")
@@ -477,6 +474,7 @@ with open(sys.argv[1]) as f:
             if doc.get("op") != op or doc.get("world_size") != n:
                 sys.exit(f"compare-mpi: mpi_bench's JSON for {op} N={n} is for another run")
             runs_mpi.setdefault((op, n), []).append(doc)
+            trips_mpi.setdefault((op, n), []).extend(trips)
 
 docs_ours = {key: merged(docs, *key) for key, docs in runs_ours.items()}
 docs_mpi = {key: merged(docs, *key) for key, docs in runs_mpi.items()}
