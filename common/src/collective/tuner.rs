@@ -251,6 +251,12 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// all-reduce up to 4 MiB, the 4-rank broadcast up to 1 MiB) did not hold: their margins
 /// were within the 20-50% the runs moved by.
 ///
+/// On 2026-11-27 the all-gather's single copy began to read each block from its owner's
+/// send buffer (out of place) rather than from the copy the owner had just made in its
+/// receive buffer, whose lines still sat written in the owner's cache. Rerun since, the
+/// 2-rank all-gather row reads 16 KiB (64 KiB: 1.6 + 1.0 against 5.2 + 4.7 µs, out of
+/// place + in place; it had been 5.1 µs out of place by single copy).
+///
 /// Hence one threshold, 64 KiB, for every collective and rank count: below it the
 /// handshake costs more than the second copy; from it the single copy won in most rows of
 /// both runs. `bench/crossover.sh` reruns the table on the machine at hand.

@@ -65,8 +65,11 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     match cpu.choose(&ALL_GATHER, buf.len()) {
         Algorithm::Direct => return direct::all_gather(cpu, buf, block),
         Algorithm::SingleCopy => {
-            // Each rank's block, in its receive buffer, where the others read it.
-            let mine = &buf[r * block..(r + 1) * block];
+            // Each rank's block where the others read it: where it started, the send
+            // buffer (out of place), else its place in the receive buffer. Not the copy
+            // this rank has just made: that copy's lines would still sit, written, in this
+            // core's cache, and every reader would have to take them from it.
+            let mine = send.unwrap_or(&buf[r * block..(r + 1) * block]);
             if let Some(theirs) = cpu
                 .share_regions(ALL_GATHER.tag, &[mine], &[block])
                 .context("all-gather")?

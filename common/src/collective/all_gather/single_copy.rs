@@ -7,9 +7,10 @@ use crate::collective::tuner::Algorithm;
 use anyhow::{Context, Result};
 
 /// A large all-gather on one host, single copy: every rank has told the others where its
-/// block lies (`theirs`, [`Cpu::share_regions`]); each copies every other rank's block
-/// straight from that rank's buffer into its own, one copy per byte where the ring's
-/// slots take two, then all say they are done reading.
+/// block lies (`theirs`, [`Cpu::share_regions`]: its send buffer, or in place its block of
+/// the receive buffer); each copies every other rank's block straight from there into its
+/// own buffer, one copy per byte where the ring's slots take two, then all say they are
+/// done reading.
 pub fn all_gather(cpu: &Cpu, buf: &mut [u8], block: usize, theirs: &[Vec<&[u8]>], streaming: bool) -> Result<()> {
     use crate::record::{self, Dir, How};
     let (n, r) = (cpu.world(), cpu.rank());
