@@ -257,9 +257,22 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// 2-rank all-gather row reads 16 KiB (64 KiB: 1.6 + 1.0 against 5.2 + 4.7 µs, out of
 /// place + in place; it had been 5.1 µs out of place by single copy).
 ///
-/// Hence one threshold, 64 KiB, for every collective and rank count: below it the
-/// handshake costs more than the second copy; from it the single copy won in most rows of
-/// both runs. `bench/crossover.sh` reruns the table on the machine at hand.
+/// Hence 64 KiB for every collective and rank count: below it the handshake costs more
+/// than the second copy; from it the single copy won in most rows of both runs.
+///
+/// Except on 2 ranks with a core each: there the handshake is one message each way, and
+/// the slots lose well before 64 KiB. The same day's crossover had the 2-rank broadcast,
+/// all-gather and reduce-scatter faster by single copy from 16 KiB (broadcast at 16 KiB:
+/// 0.6 + 0.6 against 2.1 + 1.9 µs), and three runs of each at 24 and 48 KiB had every
+/// collective faster or level by it, out of place + in place: broadcast 1.5 against 6.0 µs
+/// at 24 KiB, reduce-scatter 1.4 against 4.0, all-gather 2.1 against 7.7 at 48 KiB,
+/// all-to-all 2.9 against 4.4 at 24 KiB, all-reduce 6.5 against 7.4 at 24 KiB and 11.6
+/// against 14.2 at 48 KiB. At 8 KiB the broadcast's chain and single copy were level (1.7
+/// against 1.9 µs). So on 2 ranks with a core each the single copy starts at 16 KiB, the
+/// smallest buffer the arena holds ([`ARENA_MIN`](crate::backend::host_memory::ARENA_MIN));
+/// a smaller message goes direct, or by the broadcast's chain. Wider worlds with cores
+/// enough keep 64 KiB: this 2-core machine cannot measure them. `bench/crossover.sh` reruns
+/// the table on the machine at hand.
 ///
 /// Chapter 7's packed broadcast (121 KiB on 4 ranks) thus goes by single copy. It had
 /// taken 740-1976 µs so, against 118-154 µs for its 292 tensors one by one; most of that
@@ -267,8 +280,11 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// had handed back (see `host_memory`'s `KEEP_BELOW`). Since, on the same VM (load 10):
 /// packed 142-189 µs (chain), 168-257 (single copy forced), one by one 247-304 µs (3 runs
 /// of `sol07-packed-broadcast --nproc-per-node 4 --iters 20 --hidden 8`).
-pub fn single_copy_from(_coll: &Collective, _ranks: usize, _oversubscribed: bool) -> usize {
-    64 << 10
+pub fn single_copy_from(_coll: &Collective, ranks: usize, oversubscribed: bool) -> usize {
+    match ranks == 2 && !oversubscribed {
+        true => 16 << 10,
+        false => 64 << 10,
+    }
 }
 
 /// Which algorithm and which protocol run `coll` on `bytes`, among those `allowed`
@@ -707,6 +723,29 @@ mod tests {
         assert_eq!(choose(&ALL_REDUCE, 1 << 20, &shared, &all), SingleCopy);
         assert_eq!(choose(&ALL_REDUCE, 1 << 20, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&ALL_REDUCE, 32 << 10, &ONE_HOST, &all), RingPipelined);
+    }
+
+    #[test]
+    fn two_ranks_with_a_core_each_copy_from_16_kib_and_sharing_one_from_64() {
+        let all = Allowed::default();
+        let two = Facts { ranks: 2, ..ONE_HOST };
+        let two_shared = Facts {
+            oversubscribed: true,
+            ..two
+        };
+        // Direct first, up to 16 KiB, where it can run; the broadcast's chain below 16 KiB.
+        assert_eq!(choose(&ALL_REDUCE, 16 << 10, &two, &all), Direct);
+        assert_eq!(choose(&BROADCAST, 8 << 10, &two, &all), Chain);
+        assert_eq!(choose(&BROADCAST, 16 << 10, &two, &all), SingleCopy);
+        for coll in [&ALL_REDUCE, &ALL_GATHER, &REDUCE_SCATTER, &ALL_TO_ALL, &BROADCAST] {
+            assert_eq!(choose(coll, 32 << 10, &two, &all), SingleCopy, "{}", coll.name);
+            assert_ne!(choose(coll, 32 << 10, &two_shared, &all), SingleCopy, "{}", coll.name);
+            assert_eq!(choose(coll, 64 << 10, &two_shared, &all), SingleCopy, "{}", coll.name);
+        }
+        // Reduce has no single copy, on any world.
+        assert_eq!(choose(&REDUCE, 1 << 20, &two, &all), Chain);
+        // Wider worlds with cores enough keep 64 KiB.
+        assert_eq!(choose(&ALL_GATHER, 32 << 10, &ONE_HOST, &all), Ring);
     }
 
     #[test]
