@@ -268,11 +268,12 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// at 24 KiB, reduce-scatter 1.4 against 4.0, all-gather 2.1 against 7.7 at 48 KiB,
 /// all-to-all 2.9 against 4.4 at 24 KiB, all-reduce 6.5 against 7.4 at 24 KiB and 11.6
 /// against 14.2 at 48 KiB. At 8 KiB the broadcast's chain and single copy were level (1.7
-/// against 1.9 µs). So on 2 ranks with a core each the single copy starts at 16 KiB, the
-/// smallest buffer the arena holds ([`ARENA_MIN`](crate::backend::host_memory::ARENA_MIN));
-/// a smaller message goes direct, or by the broadcast's chain. Wider worlds with cores
-/// enough keep 64 KiB: this 2-core machine cannot measure them. `bench/crossover.sh` reruns
-/// the table on the machine at hand.
+/// against 1.9 µs). So on 2 ranks with a core each the single copy takes over where the
+/// direct exchange stops ([`SMALL`], 16 KiB, also the smallest buffer the arena holds):
+/// the ring never runs between them, and a broadcast, which has no direct exchange on 2
+/// ranks, goes by its chain below. Wider worlds with cores enough keep 64 KiB: this 2-core
+/// machine cannot measure them. `bench/crossover.sh` reruns the table on the machine at
+/// hand.
 ///
 /// Chapter 7's packed broadcast (121 KiB on 4 ranks) thus goes by single copy. It had
 /// taken 740-1976 µs so, against 118-154 µs for its 292 tensors one by one; most of that
@@ -281,10 +282,7 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// packed 142-189 µs (chain), 168-257 (single copy forced), one by one 247-304 µs (3 runs
 /// of `sol07-packed-broadcast --nproc-per-node 4 --iters 20 --hidden 8`).
 pub fn single_copy_from(_coll: &Collective, ranks: usize, oversubscribed: bool) -> usize {
-    match ranks == 2 && !oversubscribed {
-        true => 16 << 10,
-        false => 64 << 10,
-    }
+    if ranks == 2 && !oversubscribed { SMALL } else { 64 << 10 }
 }
 
 /// Which algorithm and which protocol run `coll` on `bytes`, among those `allowed`
