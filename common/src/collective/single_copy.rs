@@ -25,10 +25,16 @@ pub(super) fn reduce_into<'a>(
     for start in (0..acc.len()).step_by(PIECE) {
         let at = start..(start + PIECE).min(acc.len());
         let piece = &mut acc[at.clone()];
+        let mut others = (1..n).map(|k| (r + k) % n);
+        // Out of place, the first other rank's piece is combined with this rank's as it
+        // is written: one pass over the piece, not a copy and then a pass.
         if let Some(own) = own {
-            piece.copy_from_slice(&own[at.clone()]);
+            match others.next() {
+                Some(p) => (red.combine)(piece, &own[at.clone()], &theirs(p)[at.clone()]),
+                None => piece.copy_from_slice(&own[at.clone()]),
+            }
         }
-        for p in (1..n).map(|k| (r + k) % n) {
+        for p in others {
             (red.accumulate)(piece, &theirs(p)[at.clone()]);
         }
     }
