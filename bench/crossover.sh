@@ -17,11 +17,13 @@ usage() {
     cat <<'EOF'
 Usage: bench/crossover.sh [options]
 
-For each collective with a single-copy path (broadcast, all_reduce, all_gather,
-reduce_scatter, alltoall) and each rank count, 07-nccl-perf (release build, CPU backend,
-one host, float, sum, root 0) runs the same sweep twice, alternating, --repeat times:
+For each collective (broadcast, reduce, all_reduce, all_gather, reduce_scatter,
+alltoall: each has a single-copy path) and each rank count, 07-nccl-perf (release build,
+CPU backend, one host, float, sum, root 0) runs the same sweep twice, alternating,
+--repeat times:
 
-  single copy   NCCL_ALGO=single-copy   every rank reads the others' buffers
+  single copy   NCCL_ALGO=single-copy   every rank reads the others' buffers (a reduce:
+                                        the root reads them all)
   slots         NCCL_ALGO=^single-copy  what runs without it: the shared slots (the ring,
                                         the chain, pairwise, or direct up to 16 KiB)
 
@@ -37,7 +39,7 @@ Options:
   -b, -e, -f        smallest and largest size (K/M binary) and the factor between
                     sizes, as 07-nccl-perf takes them (default 16K, 16M, 4)
   --ranks LIST      rank counts (default 2,3,4)
-  --ops LIST        collectives (default broadcast,all_reduce,all_gather,reduce_scatter,alltoall)
+  --ops LIST        collectives (default broadcast,reduce,all_reduce,all_gather,reduce_scatter,alltoall)
   -n, --iters N     timed calls per size (default 20)
   -w, --warmup N    warm-up calls per size (default 3)
   --repeat R        runs of each side, the median kept (default 3)
@@ -60,7 +62,7 @@ min=16K
 max=16M
 factor=4
 ranks="2,3,4"
-ops="broadcast,all_reduce,all_gather,reduce_scatter,alltoall"
+ops="broadcast,reduce,all_reduce,all_gather,reduce_scatter,alltoall"
 iters=20
 warmup=3
 repeat=3
@@ -110,9 +112,8 @@ IFS=, read -r -a rank_list <<<"$ranks"
 IFS=, read -r -a op_list <<<"$ops"
 for op in "${op_list[@]}"; do
     case "$op" in
-        broadcast | all_reduce | all_gather | reduce_scatter | alltoall) ;;
-        reduce) die "reduce has no single copy (its chain shares the reducing among the ranks)" ;;
-        *) die "unknown collective '$op': broadcast, all_reduce, all_gather, reduce_scatter or alltoall" ;;
+        broadcast | reduce | all_reduce | all_gather | reduce_scatter | alltoall) ;;
+        *) die "unknown collective '$op': broadcast, reduce, all_reduce, all_gather, reduce_scatter or alltoall" ;;
     esac
 done
 for n in "${rank_list[@]}"; do

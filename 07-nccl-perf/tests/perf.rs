@@ -440,10 +440,9 @@ fn buffers_larger_than_the_caches_are_right_too() {
 
 #[test]
 fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
-    // 1 MiB on 3 ranks: broadcast, all-reduce, all-gather, reduce-scatter and all-to-all
-    // (in place too: the benchmark runs both) read the others' buffers (the trace names
-    // each collective's algorithm), unless NCCL_P2P_DISABLE=1; reduce (whose chain shares
-    // the reducing among the ranks) never does.
+    // 1 MiB on 3 ranks: every collective (in place too: the benchmark runs both) reads
+    // the others' buffers (the trace names each collective's algorithm), unless
+    // NCCL_P2P_DISABLE=1.
     let dir = std::env::temp_dir().join(format!("nccl-workbook-perf-trace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for op in [
@@ -478,8 +477,8 @@ fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
             assert!(!algorithms.is_empty(), "{op}: no collective in the trace");
             let singles = algorithms.iter().filter(|a| a.starts_with("single-copy")).count();
             // In place too: the in-place all-to-all puts its blocks aside in the arena.
-            let want = match (op, p2p) {
-                (_, "1") | ("reduce", _) => 0,
+            let want = match p2p {
+                "1" => 0,
                 _ => algorithms.len(),
             };
             assert_eq!(singles, want, "{op}, NCCL_P2P_DISABLE={p2p}: {algorithms:?}");

@@ -92,6 +92,7 @@ impl Algorithm {
             ("broadcast", Direct) => "direct: the root to every rank (a small message)",
             ("broadcast", SingleCopy) => "single-copy: every rank copies the root's buffer straight from its memory",
             ("broadcast", _) => "chain: from the root round the ring, piece by piece (pipelined)",
+            ("reduce", SingleCopy) => "single-copy: the root reduces every rank's buffer straight from its memory",
             ("reduce", _) => "chain: round the ring to the root, piece by piece (pipelined)",
             ("all_reduce", Direct) => "direct: every rank's buffer to every rank (a small message)",
             ("all_reduce", SingleCopy) => {
@@ -136,8 +137,9 @@ pub struct Facts {
 /// Which algorithm runs `coll` on `bytes` (its larger buffer, as nccl-tests sizes it),
 /// among those `allowed` (`NCCL_ALGO`). The algorithms that can run here (the transport,
 /// `--steps`, a direct message's size) and `NCCL_ALGO` allows are the candidates; of
-/// them, a small message goes [`Algorithm::Direct`], one past [`single_copy_from`]
-/// [`Algorithm::SingleCopy`], the rest round the ring. When `NCCL_ALGO` leaves a single
+/// them, a small message goes [`Algorithm::Direct`], one from [`single_copy_from`] (and,
+/// for a reduce, below [`single_copy_below`]) [`Algorithm::SingleCopy`], the rest round
+/// the ring. When `NCCL_ALGO` leaves a single
 /// candidate it runs at every size, and when it leaves none the ring runs (it always can).
 /// An all-reduce on [`TREE_FROM_NODES`] nodes or more goes up and down the
 /// [`Algorithm::Tree`] from past a direct message to [`TREE_UP_TO`]: its 2·log₂(nodes)
@@ -179,7 +181,7 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
                 && matches!(coll.name, "all_reduce" | "all_gather" | "reduce_scatter" | "alltoall")
                     | (coll.name == "broadcast" && n > 2)
         }
-        SingleCopy => facts.reads_peers && !facts.steps && coll.name != "reduce",
+        SingleCopy => facts.reads_peers && !facts.steps,
         // NCCL's Tree runs all-reduce only.
         Tree => coll.name == "all_reduce",
         _ => true,
@@ -197,7 +199,11 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
         [] => ring,
         [only] => only,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
-        _ if candidates.contains(&SingleCopy) && bytes >= single_copy_from(coll, n, facts.oversubscribed) => SingleCopy,
+        _ if candidates.contains(&SingleCopy)
+            && (single_copy_from(coll, n, facts.oversubscribed)..single_copy_below(coll, n)).contains(&bytes) =>
+        {
+            SingleCopy
+        }
         // (--steps shows the ring the lessons teach, unless NCCL_ALGO asks for the tree.)
         _ if candidates.contains(&Tree) && !facts.steps && facts.nodes >= TREE_FROM_NODES && bytes <= TREE_UP_TO => {
             Tree
@@ -283,6 +289,38 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// of `sol07-packed-broadcast --nproc-per-node 4 --iters 20 --hidden 8`).
 pub fn single_copy_from(_coll: &Collective, ranks: usize, oversubscribed: bool) -> usize {
     if ranks == 2 && !oversubscribed { SMALL } else { 64 << 10 }
+}
+
+/// Below this size a collective may read the other ranks' buffers ([`single_copy_from`]
+/// being where it starts): no limit but for the reduce, whose root reads and reduces
+/// every buffer alone, where the chain shares the reducing among the ranks.
+///
+/// Measured on 2026-11-27 on this project's 2-core AMD EPYC VM, the reduce by single copy
+/// against its chain (`NCCL_ALGO=single-copy` against `^single-copy`, 5 alternating runs
+/// of 20 calls, medians, µs, out of place / in place):
+///
+/// | ranks | 64 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB |
+/// |------:|--------|---------|-------|-------|--------|
+/// | 2 | 2.1/1.8 against 7.0/7.2 | 8.5/6.0 against 12.6/16.2 | 41.7/24.5 against 39.2/26.6 | 183/96 against 152/110 | 1516/887 against 1355/743 |
+/// | 3 | 7.6/7.4 against 12.1/10.8 | 21.9/16.3 against 23.1/25.8 | 92.8/61.9 against 76.4/73.3 | 343/240 against 386/302 | 2811/2321 against 2654/2152 |
+/// | 4 | 15.3/14.3 against 17.0/17.5 | 36.6/32.4 against 40.5/34.3 | 136/102 against 141/92 | 873/697 against 644/522 | 4782/3874 against 4107/3217 |
+///
+/// Then 7 runs of 100 calls: 2 ranks at 1 MiB 37.2/28.7 against 59.6/31.3 and at 2 MiB
+/// 74.7/66.6 against 124/104; 4 ranks at 1 MiB 136/127 against 124/90. In those the chain
+/// took 5 to 12 times its usual time in one run of seven, four times on 2 ranks (at 512
+/// KiB 225 against 22 µs), where the host had put the two cores far apart (the round trip
+/// of a cache line at 500 ns where it is 100): every piece it passes through a slot is
+/// written by one core and read by the other. The single copy's root reads buffers their
+/// owners have not just written, and never took more than 1.4 times its median.
+///
+/// Hence the reduce by single copy below 4 MiB on 2 ranks (the root reads one other
+/// buffer: level with the chain at 4 MiB, behind from 16 MiB) and below 1 MiB on more.
+pub fn single_copy_below(coll: &Collective, ranks: usize) -> usize {
+    match coll.name {
+        "reduce" if ranks == 2 => 4 << 20,
+        "reduce" => 1 << 20,
+        _ => usize::MAX,
+    }
 }
 
 /// Which algorithm and which protocol run `coll` on `bytes`, among those `allowed`
@@ -674,6 +712,7 @@ mod tests {
         assert_eq!(choose(&ALL_GATHER, 64 << 10, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&BROADCAST, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&BROADCAST, 1 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&REDUCE, 256 << 10, &ONE_HOST, &all), SingleCopy);
         assert_eq!(choose(&REDUCE, 16 << 20, &ONE_HOST, &all), Chain);
         assert_eq!(choose(&ALL_TO_ALL, 4, &ONE_HOST, &all), Direct);
         assert_eq!(choose(&ALL_TO_ALL, 32 << 10, &ONE_HOST, &all), Pairwise);
@@ -740,8 +779,14 @@ mod tests {
             assert_ne!(choose(coll, 32 << 10, &two_shared, &all), SingleCopy, "{}", coll.name);
             assert_eq!(choose(coll, 64 << 10, &two_shared, &all), SingleCopy, "{}", coll.name);
         }
-        // Reduce has no single copy, on any world.
-        assert_eq!(choose(&REDUCE, 1 << 20, &two, &all), Chain);
+        // The reduce's root reads every buffer alone: the chain again from 4 MiB on 2
+        // ranks, from 1 MiB on more.
+        assert_eq!(choose(&REDUCE, 8 << 10, &two, &all), Chain);
+        assert_eq!(choose(&REDUCE, 32 << 10, &two, &all), SingleCopy);
+        assert_eq!(choose(&REDUCE, 2 << 20, &two, &all), SingleCopy);
+        assert_eq!(choose(&REDUCE, 4 << 20, &two, &all), Chain);
+        assert_eq!(choose(&REDUCE, 512 << 10, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(&REDUCE, 1 << 20, &ONE_HOST, &all), Chain);
         // Wider worlds with cores enough keep 64 KiB.
         assert_eq!(choose(&ALL_GATHER, 32 << 10, &ONE_HOST, &all), Ring);
     }
@@ -756,8 +801,9 @@ mod tests {
         assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &copy), SingleCopy);
         // Direct cannot carry a large message: nothing allowed can run, the ring does.
         assert_eq!(choose(&ALL_REDUCE, 1 << 20, &ONE_HOST, &with("direct")), RingPipelined);
-        // Reduce has only its chain.
-        assert_eq!(choose(&REDUCE, 1 << 20, &ONE_HOST, &copy), Chain);
+        // Asked for, the reduce's single copy runs at every size too.
+        assert_eq!(choose(&REDUCE, 4, &ONE_HOST, &copy), SingleCopy);
+        assert_eq!(choose(&REDUCE, 16 << 20, &ONE_HOST, &copy), SingleCopy);
         let no_ring = with("^ring");
         assert_eq!(choose(&ALL_REDUCE, 4, &ONE_HOST, &no_ring), Direct);
         assert_eq!(choose(&ALL_REDUCE, 64 << 10, &ONE_HOST, &no_ring), SingleCopy);

@@ -29,7 +29,8 @@ impl Session {
     /// Reduce (`ncclReduce`): the root's buffer becomes the element-wise `op` of every
     /// rank's buffer; the others' buffers are unchanged.
     ///
-    /// How it runs: [`crate::collective::reduce`]; on the CPU backend, [the chain](crate::collective::reduce::chain).
+    /// How it runs: [`crate::collective::reduce`]; on the CPU backend, [the chain](crate::collective::reduce::chain),
+    /// or on one host [the single copy](crate::collective::reduce::single_copy).
     pub fn reduce<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize, op: ReduceOp) -> Result<()> {
         self.run(&REDUCE, None, buf, root, op)
     }

@@ -2,6 +2,7 @@
 //! only. The other ranks' receive buffers are not written.
 
 pub mod chain;
+pub mod single_copy;
 
 use super::tuner::Algorithm;
 use super::{Collective, DeviceCall, HostCall, Shape, Source, once, same, whole};
@@ -45,8 +46,9 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
     })
 }
 
-/// Reduce on the CPU backend: its one algorithm, the [`chain`] (the tuner,
-/// [`super::tuner::choose`], has nothing else to choose).
+/// Reduce on the CPU backend: as the tuner says ([`super::tuner::choose`]), the
+/// [`chain`] round the ring, or on one host past a size the root reads every rank's
+/// buffer where it lies ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall {
         send,
@@ -57,7 +59,9 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     } = call;
     let n = cpu.world();
     let algo = cpu.choose(&REDUCE, buf.len());
-    debug_assert_eq!(algo, Algorithm::Chain);
+    if algo == Algorithm::SingleCopy {
+        return single_copy::reduce(cpu, send, buf, root, red);
+    }
     cpu.ran(&REDUCE, buf.len(), algo);
     if n == 1 {
         if let Some(src) = send {

@@ -1,0 +1,62 @@
+//! The single-copy reduce, for large buffers on one host: the root reduces every rank's
+//! buffer where it lies.
+
+use super::REDUCE;
+use crate::backend::cpu::{Cpu, Signal};
+use crate::collective::single_copy::reduce_into;
+use crate::collective::tuner::Algorithm;
+use crate::element::Reduction;
+use crate::record::{self, Dir, How};
+use anyhow::{Context, Result};
+use std::iter::once;
+
+/// A large reduce on one host, single copy: every other rank tells the root where its
+/// buffer is, and the root reduces them all into its own, reading each where it lies
+/// ([`crate::backend::host_memory`]), in pieces that stay in the cache. Each byte is read
+/// once, by the root, where the chain copies it into a shared slot and out again at every
+/// hop; and the bytes the root reads are the others' inputs, which their owners have not
+/// just written (a slot's lines are, and each must come from the writer's cache). The
+/// others only wait for the root's "done reading". A buffer outside the arena is sent to
+/// the root instead.
+pub fn reduce(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], root: usize, red: Reduction) -> Result<()> {
+    let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
+    let len = buf.len();
+    let context = || format!("reduce to rank {root}");
+    cpu.ran(&REDUCE, len, Algorithm::SingleCopy);
+    if r != root {
+        let mine = send.unwrap_or(buf);
+        if cpu.announce(tag, &[mine], once(root)).with_context(context)? {
+            return cpu.wait_signal(tag, root, Signal::Done).with_context(context);
+        }
+        let t = record::clock();
+        cpu.send_tagged(tag, mine, root).with_context(context)?;
+        record::op(t, "send", &[(Dir::Send, root, mine, How::Copy)]);
+        return Ok(());
+    }
+    let others = || (1..n).map(move |k| (root + k) % n);
+    // Each other rank's input as the root sees it: where it lies, or (outside the arena)
+    // what it sent.
+    let mut sent: Vec<Vec<u8>> = vec![Vec::new(); n];
+    let mut read: Vec<Option<&[u8]>> = vec![None; n];
+    for p in others() {
+        match cpu.regions_of(tag, p, &[len]).with_context(context)? {
+            Some(theirs) => read[p] = Some(theirs[0]),
+            None => {
+                sent[p] = vec![0; len];
+                cpu.link(p)
+                    .recv_into(tag, &mut sent[p])
+                    .map_err(|e| cpu.lost(e, p))
+                    .with_context(context)?;
+            }
+        }
+    }
+    let t = record::clock();
+    reduce_into(cpu, buf, send, |p| read[p].unwrap_or(&sent[p]), red);
+    red.finish(buf, n);
+    let parts: Vec<_> = others().map(|p| (Dir::Recv, p, &*buf, How::Reduce)).collect();
+    record::op(t, "read", &parts);
+    others()
+        .filter(|&p| read[p].is_some())
+        .try_for_each(|p| cpu.signal(tag, p, Signal::Done))
+        .with_context(context)
+}
