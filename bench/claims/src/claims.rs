@@ -248,6 +248,11 @@ fn tuner() -> Vec<Claim> {
     measures.extend(point("all_reduce", 2, "1M", "^single-copy", 1 << 20));
     measures.extend(point("all_reduce", 4, "256K", "^single-copy", 256 << 10));
     measures.extend(point("all_gather", 4, "256K", "^single-copy", 256 << 10));
+    // The reduce copies below 4 MiB on 2 ranks and 1 MiB on more (`single_copy_below`).
+    measures.extend(point("reduce", 2, "256K", "^single-copy", 256 << 10));
+    measures.extend(point("reduce", 2, "16M", "single-copy", 16 << 20));
+    measures.extend(point("reduce", 4, "256K", "^single-copy", 256 << 10));
+    measures.extend(point("reduce", 4, "4M", "single-copy", 4 << 20));
     // Each point: the tuner's in place and out of place, then the other's.
     let checks = (0..measures.len() / 4)
         .map(|i| Check::Less {
