@@ -139,8 +139,8 @@ pub struct Facts {
 /// `--steps`, a direct message's size) and `NCCL_ALGO` allows are the candidates; of
 /// them, a small message goes [`Algorithm::Direct`], one from [`single_copy_from`] (and,
 /// for a reduce, below [`single_copy_below`]) [`Algorithm::SingleCopy`], the rest round
-/// the ring. When `NCCL_ALGO` leaves a single
-/// candidate it runs at every size, and when it leaves none the ring runs (it always can).
+/// the ring. When `NCCL_ALGO` leaves a single candidate it runs at every size, and when
+/// it leaves none the ring runs (it always can).
 /// An all-reduce on [`TREE_FROM_NODES`] nodes or more goes up and down the
 /// [`Algorithm::Tree`] from past a direct message to [`TREE_UP_TO`]: its 2·log₂(nodes)
 /// message times across the network against the ring's 2(n − 1). Elsewhere it runs only

@@ -47,8 +47,8 @@ unsafe fn nccl(n: &Nccl, c: &DeviceCall) -> Result<()> {
 }
 
 /// Reduce on the CPU backend: as the tuner says ([`super::tuner::choose`]), the
-/// [`chain`] round the ring, or on one host past a size the root reads every rank's
-/// buffer where it lies ([`single_copy`]).
+/// [`chain`] round the ring, or, on one host and between two sizes, the root reading
+/// every rank's buffer where it lies ([`single_copy`]).
 fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
     let HostCall {
         send,
