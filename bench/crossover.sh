@@ -30,9 +30,10 @@ CPU backend, one host, float, sum, root 0) runs the same sweep twice, alternatin
 and once more with neither (NCCL_ALGO unset) to read which algorithm the tuner picks
 (07-nccl-perf's algo column). Each time is the median of the repeats, in µs per call
 (mean over ranks of loop time / iterations); "both" adds the out-of-place and in-place
-times. The crossover is the smallest size from which the single copy is faster at that
-size and every larger one. Ranks outnumbering the cores (nproc, or NCCL_WORKBOOK_CORES)
-take turns on them: "oversubscribed".
+times. Each table ends with the sizes at which the single copy was faster and those at
+which the tuner takes it, as runs of neighbouring sizes ("from 64 KiB" to the largest,
+"16 KiB to 2 MiB" for the reduce, whose root reads alone). Ranks outnumbering the cores
+(nproc, or NCCL_WORKBOOK_CORES) take turns on them: "oversubscribed".
 
 Options:
   --quick           64K and 1M; ranks 2,4; broadcast,all_reduce; -n 5; one repeat
@@ -177,6 +178,18 @@ for n in "${rank_list[@]}"; do
                 if (b >= 1000) return sprintf("%.0f KiB", b / 1024)
                 return b " B"
             }
+            # The sizes where flag[i] holds, as runs of neighbouring sizes: "from 64 KiB"
+            # (to the largest), "16 KiB to 2 MiB", several runs joined by commas, or "never".
+            function spans(flag,   i, j, out) {
+                out = ""
+                for (i = 1; i <= count; i++) {
+                    if (!flag[i]) continue
+                    for (j = i; j < count && flag[j + 1]; j++) {}
+                    out = out (out == "" ? "" : ", ") (j == count ? "from " human(order[i]) : (i == j ? "at " human(order[i]) : human(order[i]) " to " human(order[j])))
+                    i = j
+                }
+                return out == "" ? "never" : out
+            }
             $1 == "tuner" { tuner[$2] = $5; next }
             {
                 if (!($2 in seen)) { seen[$2] = 1; order[++count] = $2 }
@@ -194,18 +207,16 @@ for n in "${rank_list[@]}"; do
                     wins[i] = c < d
                     printf "| %10s | %12.1f | %12.1f | %12.1f | %12.1f | %8s | %-14s |\n", human(s), co, so, ci, si, (wins[i] ? "copy" : "slots"), tuner[s]
                 }
-                from = "never"
-                for (i = count; i >= 1 && wins[i]; i--) from = human(order[i])
-                picked = "never"
-                for (i = count; i >= 1 && tuner[order[i]] == "single-copy"; i--) picked = human(order[i])
-                printf "\ncrossover: the single copy is faster from %s; the tuner takes it from %s\n", from, picked
-                printf "| %-14s | %5d | %-18s | %-10s | %-10s |\n", op, n, state, from, picked >> summary
+                for (i = 1; i <= count; i++) picks[i] = tuner[order[i]] == "single-copy"
+                from = spans(wins); picked = spans(picks)
+                printf "\ncrossover: the single copy is faster %s; the tuner takes it %s\n", from, picked
+                printf "| %-14s | %5d | %-18s | %-22s | %-22s |\n", op, n, state, from, picked >> summary
             }' "$rows"
     done
 done
 echo
 echo "## Summary (-b $min -e $max -f $factor)"
 echo
-printf "| %-14s | %5s | %-18s | %-10s | %-10s |\n" collective ranks host "copy from" "tuner from"
-echo "|----------------|------:|--------------------|------------|------------|"
+printf "| %-14s | %5s | %-18s | %-22s | %-22s |\n" collective ranks host "copy faster" "tuner takes it"
+echo "|----------------|------:|--------------------|------------------------|------------------------|"
 cat "$summary"
