@@ -14,10 +14,11 @@ use std::iter::once;
 /// buffer is, and the root reduces them all into its own, reading each where it lies
 /// ([`crate::backend::host_memory`]), in pieces that stay in the cache. Each byte is read
 /// once, by the root, where the chain copies it into a shared slot and out again at every
-/// hop; and the bytes the root reads are the others' inputs, which their owners have not
-/// just written (a slot's lines are, and each must come from the writer's cache). The
-/// others only wait for the root's "done reading". A buffer outside the arena is sent to
-/// the root instead.
+/// hop. And no line crosses between cores twice a call: a slot's lines are written by one
+/// core and read by the other, lap after lap, and each store to a line the other core holds
+/// is a trip between them, where the root here only reads the others' inputs and writes
+/// its own buffer, which nobody else reads. The others only wait for the root's "done
+/// reading". A buffer outside the arena is sent to the root instead.
 pub fn reduce(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], root: usize, red: Reduction) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
     let len = buf.len();
