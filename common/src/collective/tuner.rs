@@ -258,8 +258,9 @@ pub const TREE_UP_TO: usize = 1 << 20;
 /// were within the 20-50% the runs moved by.
 ///
 /// On 2026-11-27 the all-gather's single copy began to read each block from its owner's
-/// send buffer (out of place) rather than from the copy the owner had just made in its
-/// receive buffer, whose lines still sat written in the owner's cache. Rerun since, the
+/// send buffer (out of place) rather than from the copy the owner makes in its receive
+/// buffer on every call, whose lines the others had read, and so held, on the call
+/// before: each of the owner's stores first took its line back. Rerun since, the
 /// 2-rank all-gather row reads 16 KiB (64 KiB: 1.6 + 1.0 against 5.2 + 4.7 µs, out of
 /// place + in place; it had been 5.1 µs out of place by single copy).
 ///
@@ -310,8 +311,9 @@ pub fn single_copy_from(_coll: &Collective, ranks: usize, oversubscribed: bool) 
 /// took 5 to 12 times its usual time in one run of seven, four times on 2 ranks (at 512
 /// KiB 225 against 22 µs), where the host had put the two cores far apart (the round trip
 /// of a cache line at 500 ns where it is 100): every piece it passes through a slot is
-/// written by one core and read by the other. The single copy's root reads buffers their
-/// owners have not just written, and never took more than 1.4 times its median.
+/// written by one core and read by the other, lap after lap. The single copy's root
+/// writes only its own buffer, which no other rank reads, and never took more than 1.4
+/// times its median.
 ///
 /// Hence the reduce by single copy below 4 MiB on 2 ranks (the root reads one other
 /// buffer: level with the chain at 4 MiB, behind from 16 MiB) and below 1 MiB on more.
