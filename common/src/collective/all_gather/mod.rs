@@ -67,8 +67,8 @@ fn cpu(cpu: &Cpu, call: HostCall) -> Result<()> {
         Algorithm::SingleCopy => {
             // Each rank's block where the others read it: where it started, the send
             // buffer (out of place), else its place in the receive buffer. Not the copy
-            // this rank has just made: that copy's lines would still sit, written, in this
-            // core's cache, and every reader would have to take them from it.
+            // this rank makes on every call: the readers would hold its lines from the
+            // call before, and each store of the copy would first have to take one back.
             let mine = send.unwrap_or(&buf[r * block..(r + 1) * block]);
             if let Some(theirs) = cpu
                 .share_regions(ALL_GATHER.tag, &[mine], &[block])
