@@ -221,16 +221,24 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
 #[test]
 #[ignore = "long sweep: run by .ci/run"]
 fn every_world_from_2_to_5_is_right_on_shared_memory() {
-    // On one host a large all-reduce, broadcast, all-gather, reduce-scatter or all-to-all
-    // (out of place) reads the other ranks' buffers where they lie (single copy); with
+    // On one host a large all-reduce, broadcast, reduce, all-gather, reduce-scatter or
+    // all-to-all reads the other ranks' buffers where they lie (single copy); with
     // NCCL_P2P_DISABLE=1 it goes through the shared slots (the all-reduce round the ring
     // piece by piece, partial sums reduced straight into the next message), and so it
-    // does when the buffers lie outside the shared arenas (the test hook). All must be
-    // exact, for sizes that span several pieces and end off their edges.
+    // does when the buffers lie outside the shared arenas (the test hook; the reduce's
+    // others then send their buffers to its root). All must be exact, for sizes that span
+    // several pieces and end off their edges.
     for world in 2..=5 {
         let heap = ("NCCL_WORKBOOK_FAULT", "heap-buffers");
         for p2p in [[].as_slice(), &[("NCCL_P2P_DISABLE", "1")], &[heap]] {
-            for op in ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "alltoall"] {
+            for op in [
+                "all_reduce",
+                "broadcast",
+                "reduce",
+                "all_gather",
+                "reduce_scatter",
+                "alltoall",
+            ] {
                 let r = perf(
                     &format!("--nproc-per-node {world} --op {op} -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
                     p2p,

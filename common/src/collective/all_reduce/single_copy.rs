@@ -47,7 +47,13 @@ pub fn all_reduce(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction
     let own = chunk(r);
     let t = record::clock();
     let mine = src.map(|s| &s[own.clone()]);
-    reduce_into(cpu, &mut data[own.clone()], mine, |p| &peer(p).0[own.clone()], red);
+    reduce_into(
+        cpu,
+        &mut data[own.clone()],
+        mine,
+        |p| Some(&peer(p).0[own.clone()]),
+        red,
+    );
     red.finish(&mut data[own.clone()], n);
     let mine = &data[own.clone()];
     let parts: Vec<_> = others().map(|p| (Dir::Recv, p, mine, How::Reduce)).collect();

@@ -18,7 +18,8 @@ use std::iter::once;
 /// core and read by the other, lap after lap, and each store to a line the other core holds
 /// is a trip between them, where the root here only reads the others' inputs and writes
 /// its own buffer, which nobody else reads. The others only wait for the root's "done
-/// reading". A buffer outside the arena is sent to the root instead.
+/// reading". A buffer outside the arena is sent to the root instead, which adds it as
+/// it arrives.
 pub fn reduce(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], root: usize, red: Reduction) -> Result<()> {
     let (n, r, tag) = (cpu.world(), cpu.rank(), REDUCE.tag);
     let len = buf.len();
@@ -35,29 +36,28 @@ pub fn reduce(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], root: usize, red: 
         return Ok(());
     }
     let others = || (1..n).map(move |k| (root + k) % n);
-    // Each other rank's input as the root sees it: where it lies, or (outside the arena)
-    // what it sent.
-    let mut sent: Vec<Vec<u8>> = vec![Vec::new(); n];
-    let mut read: Vec<Option<&[u8]>> = vec![None; n];
+    // Each other rank's input where it lies; `None` for one outside the arena, which
+    // sends it instead.
+    let mut theirs: Vec<Option<&[u8]>> = vec![None; n];
     for p in others() {
-        match cpu.regions_of(tag, p, &[len]).with_context(context)? {
-            Some(theirs) => read[p] = Some(theirs[0]),
-            None => {
-                sent[p] = vec![0; len];
-                cpu.link(p)
-                    .recv_into(tag, &mut sent[p])
-                    .map_err(|e| cpu.lost(e, p))
-                    .with_context(context)?;
-            }
-        }
+        theirs[p] = cpu.regions_of(tag, p, &[len]).with_context(context)?.map(|r| r[0]);
     }
     let t = record::clock();
-    reduce_into(cpu, buf, send, |p| read[p].unwrap_or(&sent[p]), red);
+    reduce_into(cpu, buf, send, |p| theirs[p], red);
+    // What the others sent, added as it arrives (their sends waited in the link).
+    for p in others().filter(|&p| theirs[p].is_none()) {
+        cpu.link(p)
+            .recv_pieces(tag, len, &mut |off, piece| {
+                (red.accumulate)(&mut buf[off..off + piece.len()], piece)
+            })
+            .map_err(|e| cpu.lost(e, p))
+            .with_context(context)?;
+    }
     red.finish(buf, n);
     let parts: Vec<_> = others().map(|p| (Dir::Recv, p, &*buf, How::Reduce)).collect();
     record::op(t, "read", &parts);
     others()
-        .filter(|&p| read[p].is_some())
+        .filter(|&p| theirs[p].is_some())
         .try_for_each(|p| cpu.signal(tag, p, Signal::Done))
         .with_context(context)
 }

@@ -30,7 +30,7 @@ pub fn reduce_scatter(
         None => &mut buf[mine.clone()],
     };
     let own = send.map(|s| &s[mine.clone()]);
-    reduce_into(cpu, result, own, |p| &theirs[p][0][mine.clone()], red);
+    reduce_into(cpu, result, own, |p| Some(&theirs[p][0][mine.clone()]), red);
     red.finish(result, n);
     let parts: Vec<_> = (1..n)
         .map(|k| (Dir::Recv, (r + k) % n, &*result, How::Reduce))
