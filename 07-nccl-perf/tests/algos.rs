@@ -6,8 +6,10 @@ use testkit::{LIMIT, Run, command, finish, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_07-nccl-perf");
 
+/// The benchmark, with no core's cache said to split a sweep's fit (this machine's L2
+/// would, where a rank's buffers outgrow it: the tests below that want it say so).
 fn perf(args: &[&str]) -> Run {
-    perf_with(args, &[])
+    perf_with(args, &[("NCCL_WORKBOOK_L2", "0")])
 }
 
 fn perf_with(args: &[&str], env: &[(&str, &str)]) -> Run {
@@ -98,7 +100,8 @@ fn an_algorithm_or_protocol_the_backend_lacks_is_refused_in_one_line_before_any_
 #[test]
 fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
     // 8 B to 8 MiB by 16 on 2 ranks: the tuner runs more than one algorithm over it. A
-    // last-level cache said to be 1 GiB keeps every size in it (one fit per algorithm).
+    // last-level cache said to be 1 GiB keeps every size in it, and no core's cache is
+    // said to split it (one fit per algorithm).
     let args = [
         "--backend",
         "cpu",
@@ -116,7 +119,7 @@ fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
         "1",
         "--fit",
     ];
-    let big = [("NCCL_WORKBOOK_LLC", "1G")];
+    let big = [("NCCL_WORKBOOK_LLC", "1G"), ("NCCL_WORKBOOK_L2", "0")];
     let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &big).ok();
     let doc = r.json();
     let rows = doc["rows"].as_array().unwrap();
@@ -146,7 +149,8 @@ fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
 #[test]
 fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
     // A last-level cache said to be 2 MiB: each of 2 ranks gets 1 MiB of it, which the
-    // send and receive buffers of 512 KiB and more reach.
+    // send and receive buffers of 512 KiB and more reach (no core's cache said to split
+    // the sizes below: the next test has one).
     let args = [
         "--backend",
         "cpu",
@@ -164,7 +168,7 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
         "1",
         "--fit",
     ];
-    let llc = [("NCCL_WORKBOOK_LLC", "2M")];
+    let llc = [("NCCL_WORKBOOK_LLC", "2M"), ("NCCL_WORKBOOK_L2", "0")];
     let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &llc).ok();
     let doc = r.json();
     assert_eq!(doc["cache_share_bytes"], 1 << 20, "{r}");
@@ -193,7 +197,7 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
         .map(|f| {
             (
                 f["algo"].as_str().unwrap().to_string(),
-                f["in_cache"].as_bool().unwrap(),
+                f["cache"].as_str().unwrap() == "shared",
             )
         })
         .collect();
@@ -219,6 +223,56 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
                 .contains("#   out of the cache between 256.0 KiB and 1.0 MiB: β "),
             "{text}"
         );
+    }
+}
+
+#[test]
+fn sizes_whose_buffers_fit_a_cores_cache_are_fitted_apart_too() {
+    // A last-level cache said to be 4 MiB (2 MiB a rank) and a core's cache said to be
+    // 128 KiB: 64 KiB's buffers (128 KiB) fit in the core's, 256 KiB's outgrow it, and
+    // 1 MiB's and 4 MiB's reach the last-level share: three sides, a line each.
+    let args = "--backend cpu --nproc-per-node 2 -b 64K -e 4M -f 4 -n 5 -w 1 --fit";
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let env = [("NCCL_WORKBOOK_LLC", "4M"), ("NCCL_WORKBOOK_L2", "128K")];
+    let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &env).ok();
+    let doc = r.json();
+    assert_eq!(doc["core_cache_share_bytes"], 128 << 10, "{r}");
+    assert_eq!(doc["out_of_core_cache_from"], 256 << 10, "{r}");
+    assert_eq!(doc["out_of_cache_from"], 1 << 20, "{r}");
+    let rows = doc["rows"].as_array().unwrap();
+    if rows
+        .iter()
+        .any(|row| row["out_of_place"]["algo"] != rows[0]["out_of_place"]["algo"])
+    {
+        return; // the tuner's thresholds moved: the sides are checked where one algorithm runs
+    }
+    let sides: Vec<(&str, u64, u64)> = doc["fits"]
+        .as_array()
+        .expect("a fit per side of the cache")
+        .iter()
+        .map(|f| {
+            let (from, to) = (f["from_bytes"].as_u64().unwrap(), f["to_bytes"].as_u64().unwrap());
+            (f["cache"].as_str().unwrap(), from, to)
+        })
+        .collect();
+    assert_eq!(
+        sides,
+        [
+            ("core", 64 << 10, 64 << 10),
+            ("shared", 256 << 10, 256 << 10),
+            ("memory", 1 << 20, 4 << 20)
+        ],
+        "{r}"
+    );
+    let text = perf_with(&args, &env).ok();
+    for line in [
+        "from 256.0 KiB a rank's buffers outgrow its 128.0 KiB share of its core's own cache, from 1.0 MiB they \
+         reach its 2.0 MiB share of the last-level cache",
+        ", in the core's cache (64.0 KiB): no fit",
+        ", in the shared cache (256.0 KiB): no fit",
+        ", from memory (1.0 MiB to 4.0 MiB): time ≈ ",
+    ] {
+        assert!(text.stdout.contains(line), "{line}\n{text}");
     }
 }
 

@@ -59,6 +59,9 @@ pub struct Comm {
     nodes: Vec<usize>,
     /// Buffers from this size are written around the cache: see [`Comm::streams`].
     stream_above: usize,
+    /// This rank's share of its core's own cache, where it is smaller than its share of
+    /// the last-level cache: see [`Comm::core_cache_share`].
+    core_share: Option<usize>,
     /// The name of the collective whose messages carry a tag, for mismatch errors (the
     /// links know tags only; the collectives know their names).
     names: fn(u8) -> &'static str,
@@ -101,6 +104,7 @@ impl Comm {
             oversubscribed: false,
             nodes: vec![0; world],
             stream_above,
+            core_share: None,
             names,
             scratch: Mutex::new((HostMem::new(vec![]), HostMem::new(vec![]))),
             peer_arenas: None,
@@ -219,6 +223,7 @@ impl Comm {
             oversubscribed: self.oversubscribed,
             nodes,
             stream_above: self.stream_above,
+            core_share: self.core_share,
             names: self.names,
             scratch: Mutex::new((HostMem::new(vec![]), HostMem::new(vec![]))),
             peer_arenas: self
@@ -276,6 +281,24 @@ impl Comm {
     #[inline]
     pub fn cache_share(&self) -> usize {
         self.stream_above
+    }
+
+    /// This rank's share of its core's own cache (the level below the last, an L2: the
+    /// cores over the ranks on the host), where it is smaller than the last-level share:
+    /// while a rank's buffers fit in it, they move at another speed than in the shared
+    /// cache (faster, or slower where the other ranks' cores still hold the lines a rank
+    /// writes, from the last call), and the benchmark's `--fit` fits such sizes apart.
+    /// `None` where the machine has one level of cache below the last.
+    #[inline]
+    pub fn core_cache_share(&self) -> Option<usize> {
+        self.core_share
+    }
+
+    /// This rank's share of its core's own cache ([`Comm::core_cache_share`]), kept only
+    /// where it is smaller than its share of the last-level cache.
+    pub fn with_core_cache(mut self, share: Option<usize>) -> Comm {
+        self.core_share = share.filter(|&s| s > 0 && s < self.stream_above);
+        self
     }
 
     /// Whether this rank maps every other rank's arena (the single-copy algorithms).
@@ -703,6 +726,7 @@ impl Comm {
         // together outgrow its last-level cache.
         let local = keys.iter().filter(|k| **k == keys[rank]).count();
         let llc = last_level_cache().map_err(|message| SharedError { message, usage: true })?;
+        let core = core_cache(local).map_err(|message| SharedError { message, usage: true })?;
         // One host for the whole job: each rank's large buffers go where the others can read them.
         let arenas = match world > 1 && every().all(|v| *v == Via::Shm) {
             true => host_memory::connect(store, rank, world)?,
@@ -714,6 +738,7 @@ impl Comm {
         comm.heartbeat = heartbeat.map(Arc::new);
         comm.shm_on_node = via != TransportChoice::Tcp;
         let comm = comm
+            .with_core_cache(core)
             .with_peer_arenas(arenas)
             .oversubscribed_by(oversubscribed)
             .with_protocols(world > 1 && every().all(|v| *v == Via::Shm))
@@ -874,9 +899,69 @@ fn last_level_cache() -> Result<usize, String> {
     Ok(largest.map_or(LLC_DEFAULT, |(_, size)| size))
 }
 
+/// This rank's share of its core's own cache, one of `local` ranks on the host:
+/// `NCCL_WORKBOOK_L2` where set (`0`: none), else the largest cache `/sys` lists for CPU 0
+/// below the last level (an L2), over the ranks that share it (ranks spread over the
+/// host's CPUs, each pinned to its own where it can be; a cache shared by several CPUs is
+/// shared by their ranks). `None` where `/sys` lists one level or none.
+fn core_cache(local: usize) -> Result<Option<usize>, String> {
+    if let Ok(text) = std::env::var("NCCL_WORKBOOK_L2") {
+        if text.trim() == "0" {
+            return Ok(None);
+        }
+        return units::parse_size(&text)
+            .map(|b| Some(b as usize))
+            .map_err(|why| format!("NCCL_WORKBOOK_L2: {why} (or 0: no split at a core's cache)"));
+    }
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+        return Ok(None);
+    };
+    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
+    // (level, size, how many CPUs share it) of each cache CPU 0 lists.
+    let caches: Vec<(u32, usize, usize)> = dir
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let level: u32 = read(&p, "level")?.trim().parse().ok()?;
+            let size = units::parse_size(&read(&p, "size")?).ok()? as usize;
+            let sharing = read(&p, "shared_cpu_list").map_or(1, |l| cpu_count(l.trim()));
+            Some((level, size, sharing.max(1)))
+        })
+        .collect();
+    let Some(last) = caches.iter().map(|c| c.0).max() else {
+        return Ok(None);
+    };
+    let Some(&(_, size, sharing)) = caches.iter().filter(|c| c.0 < last).max_by_key(|c| (c.0, c.1)) else {
+        return Ok(None);
+    };
+    // SAFETY: sysconf reads a system value and has no other effect.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpus = usize::try_from(online).unwrap_or(1).max(1);
+    let caches_in_use = (cpus / sharing).max(1);
+    Ok(Some(size / local.max(1).div_ceil(caches_in_use)))
+}
+
+/// How many CPUs a `/sys` CPU list names (`0-3,8`: 5).
+fn cpu_count(list: &str) -> usize {
+    list.split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some(b.trim().parse::<usize>().ok()? + 1 - a.trim().parse::<usize>().ok()?),
+            None => part.trim().parse::<usize>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpu_list_is_counted() {
+        assert_eq!(cpu_count("0"), 1);
+        assert_eq!(cpu_count("0-3,8"), 5);
+        assert_eq!(cpu_count("0,64"), 2);
+        assert_eq!(cpu_count(""), 0);
+    }
 
     #[test]
     fn a_message_is_cut_in_whole_slices_and_an_empty_one_is_one_empty_slice() {

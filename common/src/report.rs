@@ -111,6 +111,15 @@ pub struct Perf {
     /// The share that size's buffers reach, in bytes (with `out_of_cache_from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_share_bytes: Option<usize>,
+    /// On the CPU backend, the smallest size whose buffers (send and receive, per rank)
+    /// outgrow a rank's share of its core's own cache (an L2), where a smaller size's fit
+    /// in it: in it, the other ranks' cores hold the same lines from the last call, and
+    /// `--fit` fits those sizes apart. Absent when no size does, and on NCCL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_core_cache_from: Option<usize>,
+    /// The share that size's buffers reach, in bytes (with `out_of_core_cache_from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core_cache_share_bytes: Option<usize>,
     /// The model fitted to its out-of-place times (the benchmark's `--fit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<Fit>,
@@ -131,10 +140,10 @@ pub struct Perf {
 pub struct AlgoFit {
     /// The algorithm, by the tuner's name.
     pub algo: String,
-    /// Whether its buffers stayed in the cache (`true`) or ran from memory, where the
-    /// sweep's sizes did both (`out_of_cache_from`); absent otherwise.
+    /// Where its buffers were, where the sweep's sizes crossed a cache's share
+    /// (`out_of_core_cache_from`, `out_of_cache_from`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub in_cache: Option<bool>,
+    pub cache: Option<CacheSide>,
     /// The smallest and the largest size it ran, in bytes.
     pub from_bytes: usize,
     /// See `from_bytes`.
@@ -142,6 +151,18 @@ pub struct AlgoFit {
     /// Its fit, if its rows make one (two sizes or more, a time that grows).
     #[serde(flatten)]
     pub fit: Option<Fit>,
+}
+
+/// Where a size's buffers are, for `--fit` on the CPU backend: each side gets its own line.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheSide {
+    /// Within a rank's share of its core's own cache (an L2).
+    Core,
+    /// Past the core's cache, within the rank's share of the last-level cache.
+    Shared,
+    /// Past the last-level share: from memory.
+    Memory,
 }
 
 /// time ≈ α + size / β, fitted to a sweep's out-of-place times (least squares of the

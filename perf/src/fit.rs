@@ -8,11 +8,16 @@
 //!
 //! The fit minimises the relative errors, so that a 4 B row and a 4 MiB row weigh alike.
 //! On the CPU backend it follows each size's median call (a mean moves with one call the
-//! machine interrupted), and it fits apart the sizes whose buffers outgrow a rank's share
+//! machine interrupted), and it fits apart the sizes whose buffers reach a rank's share
 //! of the last-level cache: from there β is memory's, not the cache's, and one line
-//! through both misses both.
+//! through both misses both. So too the sizes whose buffers fit in a rank's share of its
+//! core's own cache (an L2): β differs there too. A broadcast's or a reduce-scatter's is
+//! higher than in the shared cache; an all-reduce's is lower, since each rank's piece of
+//! the result is still in the other cores' caches, which copied it in the last call, and
+//! each store waits to take its line back (2 ranks on a 2-core VM: 14 GB/s there against
+//! 26-31 in the shared cache).
 
-use common::report::{AlgoFit, Fit, Perf, PerfRow};
+use common::report::{AlgoFit, CacheSide, Fit, Perf, PerfRow};
 use common::units::human_bytes;
 
 /// A run of a sweep's sizes that one line should follow: one algorithm, and one side of
@@ -20,16 +25,32 @@ use common::units::human_bytes;
 #[derive(PartialEq, Clone)]
 struct Key {
     algo: String,
-    in_cache: Option<bool>,
+    cache: Option<CacheSide>,
 }
 
 /// The key of each of `p`'s rows: its out-of-place algorithm and, where the sweep
-/// crosses a rank's share of the last-level cache, which side the row is on.
+/// crosses a rank's share of its core's cache or of the last-level cache, which side
+/// the row is on.
 fn key(p: &Perf, r: &PerfRow) -> Key {
     Key {
         algo: r.out_of_place.algo.clone(),
-        in_cache: p.out_of_cache_from.map(|from| r.size < from),
+        cache: side(p, r.size),
     }
+}
+
+/// Where a `size`'s buffers are, where `p`'s sweep crosses a cache's share: in the core's
+/// own cache (below `out_of_core_cache_from`), from memory (from `out_of_cache_from`), in
+/// the shared cache between.
+fn side(p: &Perf, size: usize) -> Option<CacheSide> {
+    let (core, memory) = (p.out_of_core_cache_from, p.out_of_cache_from);
+    if core.is_none() && memory.is_none() {
+        return None;
+    }
+    Some(match (core, memory) {
+        (_, Some(from)) if size >= from => CacheSide::Memory,
+        (Some(from), _) if size < from => CacheSide::Core,
+        _ => CacheSide::Shared,
+    })
 }
 
 /// Whether every row has a median call to fit: the single calls the CPU backend times one
@@ -95,7 +116,7 @@ pub fn by_run(p: &Perf) -> Vec<AlgoFit> {
     runs.into_iter()
         .map(|run| AlgoFit {
             algo: run.key.algo,
-            in_cache: run.key.in_cache,
+            cache: run.key.cache,
             from_bytes: run.from_bytes,
             to_bytes: run.to_bytes,
             fit: fit_points(run.points, use_medians),
@@ -171,29 +192,49 @@ pub fn lines(p: &Perf) -> Vec<String> {
         return vec!["# fit: none (two sizes or more, whose time grows with the size, make one)".into()];
     }
     let algos = p.fits.windows(2).any(|w| w[0].algo != w[1].algo);
-    let mut out = vec![match (algos, p.out_of_cache_from, p.cache_share_bytes) {
-        (false, Some(from), Some(share)) => format!(
-            "# fit (out of place), one per side of the cache (from {} a rank's buffers reach its {} share of the \
-             last-level cache):",
+    // Where the sweep left each cache: "from 8.0 MiB a rank's buffers reach its 16.0 MiB
+    // share of the last-level cache", the core's own cache first.
+    let mut reach = vec![];
+    if let (Some(from), Some(share)) = (p.out_of_core_cache_from, p.core_cache_share_bytes) {
+        reach.push(format!(
+            "from {} a rank's buffers outgrow its {} share of its core's own cache",
             human_bytes(from),
             human_bytes(share)
+        ));
+    }
+    if let (Some(from), Some(share)) = (p.out_of_cache_from, p.cache_share_bytes) {
+        let whose = match reach.is_empty() {
+            true => "a rank's buffers reach",
+            false => "they reach",
+        };
+        reach.push(format!(
+            "from {} {whose} its {} share of the last-level cache",
+            human_bytes(from),
+            human_bytes(share)
+        ));
+    }
+    let mut out = vec![match (algos, reach.is_empty()) {
+        (false, false) => format!(
+            "# fit (out of place), one per side of the cache ({}):",
+            reach.join(", ")
         ),
-        (true, Some(from), Some(share)) => format!(
-            "# fit (out of place), one per algorithm the tuner chose and side of the cache (from {} a rank's \
-             buffers reach its {} share of the last-level cache):",
-            human_bytes(from),
-            human_bytes(share)
+        (true, false) => format!(
+            "# fit (out of place), one per algorithm the tuner chose and side of the cache ({}):",
+            reach.join(", ")
         ),
         _ => "# fit (out of place), one per algorithm the tuner chose:".to_string(),
     }];
+    let three_sides = p.out_of_core_cache_from.is_some();
     for (i, run) in p.fits.iter().enumerate() {
         let sizes = match run.from_bytes == run.to_bytes {
             true => human_bytes(run.from_bytes),
             false => format!("{} to {}", human_bytes(run.from_bytes), human_bytes(run.to_bytes)),
         };
-        let side = match run.in_cache {
-            Some(true) => ", in cache",
-            Some(false) => ", from memory",
+        let side = match run.cache {
+            Some(CacheSide::Core) => ", in the core's cache",
+            Some(CacheSide::Shared) if three_sides => ", in the shared cache",
+            Some(CacheSide::Shared) => ", in cache",
+            Some(CacheSide::Memory) => ", from memory",
             None => "",
         };
         let what = match &run.fit {
@@ -205,20 +246,24 @@ pub fn lines(p: &Perf) -> Vec<String> {
         let (Some(a), Some(b)) = (&run.fit, &next.fit) else {
             continue;
         };
-        match run.algo == next.algo {
-            true => out.push(format!(
-                "#   out of the cache between {} and {}: β {:.2} → {:.2} GB/s",
-                human_bytes(run.to_bytes),
-                human_bytes(next.from_bytes),
-                a.beta_gbps,
-                b.beta_gbps
+        let between = format!(
+            "between {} and {}",
+            human_bytes(run.to_bytes),
+            human_bytes(next.from_bytes)
+        );
+        match (run.algo == next.algo, next.cache) {
+            (true, Some(CacheSide::Shared)) => out.push(format!(
+                "#   past the core's cache {between}: β {:.2} → {:.2} GB/s",
+                a.beta_gbps, b.beta_gbps
             )),
-            false => out.push(format!(
-                "#   {} → {} between {} and {} (the tuner); the fits: {}",
+            (true, _) => out.push(format!(
+                "#   out of the cache {between}: β {:.2} → {:.2} GB/s",
+                a.beta_gbps, b.beta_gbps
+            )),
+            (false, _) => out.push(format!(
+                "#   {} → {} {between} (the tuner); the fits: {}",
                 run.algo,
                 next.algo,
-                human_bytes(run.to_bytes),
-                human_bytes(next.from_bytes),
                 crossing(a, b, &run.algo, &next.algo)
             )),
         }
@@ -415,8 +460,9 @@ mod tests {
         p.fit = fit(&p);
         p.fits = by_run(&p);
         assert_eq!(p.fit, None);
-        let sides: Vec<_> = p.fits.iter().map(|r| (r.in_cache, r.from_bytes, r.to_bytes)).collect();
-        assert_eq!(sides, [(Some(true), 4096, 1 << 20), (Some(false), 16 << 20, 64 << 20)]);
+        let sides: Vec<_> = p.fits.iter().map(|r| (r.cache, r.from_bytes, r.to_bytes)).collect();
+        let (shared, memory) = (Some(CacheSide::Shared), Some(CacheSide::Memory));
+        assert_eq!(sides, [(shared, 4096, 1 << 20), (memory, 16 << 20, 64 << 20)]);
         let (cache, memory) = (p.fits[0].fit.unwrap(), p.fits[1].fit.unwrap());
         assert!((cache.beta_gbps - 16.0).abs() < 1e-6 && cache.medians, "{cache:?}");
         assert!((memory.beta_gbps - 5.0).abs() < 1e-6, "{memory:?}");
@@ -457,5 +503,64 @@ mod tests {
             ["# fit: all_reduce float, ring against tree: they cross at 146.5 KiB (tree faster below, ring above)"]
         );
         assert!(fit(&Perf::default()).is_none());
+    }
+
+    #[test]
+    fn sizes_in_the_cores_cache_get_a_fit_of_their_own_too() {
+        // 1 µs + 10 GB/s while the buffers fit a core's cache (4 and 64 KiB), 20 µs + 40 GB/s
+        // in the shared cache (1 MiB to 16 MiB), 5 GB/s from memory (64, 128 MiB).
+        let at = |size: usize, alpha: f64, gbps: f64| PerfRow {
+            size,
+            out_of_place: Placement {
+                time_us: alpha + size as f64 * 1e-3 / gbps,
+                median_us: Some(alpha + size as f64 * 1e-3 / gbps),
+                algo: "single-copy".into(),
+                ..Placement::default()
+            },
+            ..PerfRow::default()
+        };
+        let mut p = sweep("single-copy", 1.0, 10.0);
+        p.rows = vec![
+            at(4 << 10, 1.0, 10.0),
+            at(64 << 10, 1.0, 10.0),
+            at(1 << 20, 20.0, 40.0),
+            at(4 << 20, 20.0, 40.0),
+            at(16 << 20, 20.0, 40.0),
+            at(64 << 20, 0.0, 5.0),
+            at(128 << 20, 0.0, 5.0),
+        ];
+        p.out_of_core_cache_from = Some(1 << 20);
+        p.core_cache_share_bytes = Some(1 << 20);
+        p.out_of_cache_from = Some(64 << 20);
+        p.cache_share_bytes = Some(32 << 20);
+        p.fit = fit(&p);
+        p.fits = by_run(&p);
+        assert_eq!(p.fit, None);
+        let sides: Vec<_> = p.fits.iter().map(|r| r.cache).collect();
+        assert_eq!(
+            sides,
+            [Some(CacheSide::Core), Some(CacheSide::Shared), Some(CacheSide::Memory)]
+        );
+        let lines = lines(&p);
+        assert_eq!(
+            lines[..4],
+            [
+                "# fit (out of place), one per side of the cache (from 1.0 MiB a rank's buffers outgrow its 1.0 MiB \
+                 share of its core's own cache, from 64.0 MiB they reach its 32.0 MiB share of the last-level cache):",
+                "#   single-copy, in the core's cache (4.0 KiB to 64.0 KiB): time ≈ 1.0 us + size / 10.00 GB/s \
+                 (every size's median call within 0% of it)",
+                "#   past the core's cache between 64.0 KiB and 1.0 MiB: β 10.00 → 40.00 GB/s",
+                "#   single-copy, in the shared cache (1.0 MiB to 16.0 MiB): time ≈ 20.0 us + size / 40.00 GB/s \
+                 (every size's median call within 0% of it)",
+            ]
+        );
+        assert_eq!(
+            lines[4],
+            "#   out of the cache between 16.0 MiB and 64.0 MiB: β 40.00 → 5.00 GB/s"
+        );
+        assert!(
+            lines[5].starts_with("#   single-copy, from memory (64.0 MiB to 128.0 MiB): "),
+            "{lines:?}"
+        );
     }
 }

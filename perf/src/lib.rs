@@ -93,8 +93,8 @@ pub struct PerfArgs {
     pub protos: Vec<String>,
     /// Fit time ≈ α + size/β to each sweep's out-of-place times and print it under the
     /// sweep (with `-A`, where the algorithms' fits cross): a line per algorithm the tuner
-    /// chose and, on the CPU backend, per side of a rank's share of the last-level cache,
-    /// each fitted to the sizes' median calls.
+    /// chose and, on the CPU backend, per side of a rank's share of its core's own cache
+    /// and of the last-level cache, each fitted to the sizes' median calls.
     #[arg(long)]
     pub fit: bool,
     /// The picture: `--plot`, `--plot-with`, `--no-run`.
@@ -496,6 +496,7 @@ impl Sweep {
             let (s, r) = (coll.counts)(1, world);
             s.max(r)
         };
+        let mut in_core_cache = false;
         for bytes in sizes(args.min_bytes, args.max_bytes, args.step_factor, args.step_bytes) {
             let elements = (bytes as usize / size_of::<T>() / per).max(1) * per;
             let mut row = PerfRow {
@@ -509,11 +510,24 @@ impl Sweep {
             let count = elements / per;
             // On the CPU backend: the first size whose buffers reach this rank's share of
             // the host's last-level cache (they run from memory from there).
-            if let (Some(share), None) = (session.cache_share(), perf.out_of_cache_from) {
+            let buffers = {
                 let (s, r) = (coll.counts)(count, world);
-                if (s + r) * size_of::<T>() >= share {
-                    perf.out_of_cache_from = Some(row.size);
-                    perf.cache_share_bytes = Some(share);
+                (s + r) * size_of::<T>()
+            };
+            if let (Some(share), None) = (session.cache_share(), perf.out_of_cache_from)
+                && buffers >= share
+            {
+                perf.out_of_cache_from = Some(row.size);
+                perf.cache_share_bytes = Some(share);
+            }
+            // And the first whose buffers outgrow its share of its core's own cache,
+            // where an earlier size's fit in it.
+            if let Some(share) = session.core_cache_share() {
+                if buffers <= share {
+                    in_core_cache = true;
+                } else if in_core_cache && perf.out_of_core_cache_from.is_none() {
+                    perf.out_of_core_cache_from = Some(row.size);
+                    perf.core_cache_share_bytes = Some(share);
                 }
             }
             row.out_of_place = self.measure::<T>(session, args, count, false)?;

@@ -132,6 +132,16 @@ impl Session {
         }
     }
 
+    /// On the CPU backend, this rank's share of its core's own cache, where it is smaller
+    /// than the last-level share ([`crate::backend::cpu::Comm::core_cache_share`]).
+    #[doc(hidden)]
+    pub fn core_cache_share(&self) -> Option<usize> {
+        match &self.comm {
+            Communicator::Cpu(c) => c.core_cache_share(),
+            Communicator::Nccl(_) => None,
+        }
+    }
+
     /// Which algorithm ran the last collective: the tuner's name on the CPU backend
     /// ([`crate::collective::tuner`]); on NCCL, NCCL's own choice as it printed it
     /// (`ring`, `tree`, ...: [`crate::backend::nccl_log`], on rank 0), else "NCCL's choice".
