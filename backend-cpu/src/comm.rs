@@ -295,7 +295,8 @@ impl Comm {
     }
 
     /// This rank's share of its core's own cache ([`Comm::core_cache_share`]), kept only
-    /// where it is smaller than its share of the last-level cache.
+    /// where it is smaller than its share of the last-level cache. Given only where every
+    /// pair of ranks shares memory: over TCP the data crosses a network, not the caches.
     pub fn with_core_cache(mut self, share: Option<usize>) -> Comm {
         self.core_share = share.filter(|&s| s > 0 && s < self.stream_above);
         self
@@ -738,7 +739,7 @@ impl Comm {
         comm.heartbeat = heartbeat.map(Arc::new);
         comm.shm_on_node = via != TransportChoice::Tcp;
         let comm = comm
-            .with_core_cache(core)
+            .with_core_cache(core.filter(|_| world > 1 && every().all(|v| *v == Via::Shm)))
             .with_peer_arenas(arenas)
             .oversubscribed_by(oversubscribed)
             .with_protocols(world > 1 && every().all(|v| *v == Via::Shm))
