@@ -234,6 +234,9 @@ fn sizes_whose_buffers_fit_a_cores_cache_are_fitted_apart_too() {
     let args = "--backend cpu --nproc-per-node 2 -b 64K -e 4M -f 4 -n 5 -w 1 --fit";
     let args: Vec<&str> = args.split_whitespace().collect();
     let env = [("NCCL_WORKBOOK_LLC", "4M"), ("NCCL_WORKBOOK_L2", "128K")];
+    // Over TCP the data crosses a network, not the caches: no core's cache splits it.
+    let tcp = perf_with(&[&args[..], &["--transport", "tcp", "--format", "json"]].concat(), &env).ok();
+    assert!(tcp.json()["out_of_core_cache_from"].is_null(), "{tcp}");
     let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &env).ok();
     let doc = r.json();
     assert_eq!(doc["core_cache_share_bytes"], 128 << 10, "{r}");
