@@ -21,8 +21,9 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
     --show-calls (every rank shows its ncclAllReduce calls);
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
     --backend nccl; needs cargo and 2 GPUs);
-  - 07-nccl-perf -A ring,tree -P ll,simple (2 GPUs or more): every row runs what its
-    sweep asked, as NCCL's own TUNING lines say;
+  - 07-nccl-perf -A ring,tree -P ll,simple (2 GPUs or more; on one, across the nodes
+    of bench/gpu-nodes.sh): every row runs what its sweep asked, as NCCL's own TUNING
+    lines say;
   - a 07-nccl-perf sweep (-b 8 -e 256M -f 2) with NCCL_DEBUG=INFO: the table and NCCL's
     lines go into the report;
   - one all-reduce (02-nccl-allreduce, one rank per GPU, --size 64M) with NCCL_DEBUG=INFO
@@ -605,7 +606,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
   if $mig; then
     record "-A/-P per sweep" SKIP "MIG devices: started by hand, one rank per device; the step needs the launcher" 0 ""
   elif [ "$gpus" -lt 2 ]; then
-    record "-A/-P per sweep" SKIP "one GPU: NCCL tunes nothing on one rank (ncclTopoTuneModel returns before NCCL_ALGO)" 0 ""
+    record "-A/-P per sweep" SKIP "one GPU: NCCL tunes nothing on one rank (ncclTopoTuneModel returns before NCCL_ALGO); the 4 nodes of one GPU each run it (bench/gpu-nodes.sh, perf-per-sweep)" 0 ""
   else
     # On the double, a version that prints its choices (2.18, its default, prints none).
     played=()

@@ -19,7 +19,8 @@ Usage: bench/gpu-nodes.sh [--nodes N] [--bin-dir DIR] [--out FILE] [--double] [-
 
 Runs the workbook on N nodes (default 4) of one GPU each, all on this machine's GPU 0,
 and writes one report (markdown): each step's result, the perf sweeps with NCCL_ALGO
-Ring and Tree and the tuner's choice, and NCCL's INIT, GRAPH and TUNING lines of rank 0.
+Ring and Tree and the tuner's choice, one with -A ring,tree -P ll,simple (whose rows
+must run what each sweep asked), and NCCL's INIT, GRAPH and TUNING lines of rank 0.
   --bin-dir DIR  the workbook's binaries (default: where cargo builds them)
   --out FILE     the report (default gpu-nodes-<host>-<date>.md)
   --double       on the NCCL test double (--simulate-gpus 1 per node): checks the script
@@ -102,6 +103,29 @@ for algo in Ring Tree; do
   step "perf-$algo" "^# Out of bounds values : 0 OK" NCCL_ALGO=$algo -- 07-nccl-perf -b 8 -e "$perf_max" -f 4 --fit
 done
 step perf-tuner "^# Out of bounds values : 0 OK" -- 07-nccl-perf -b 8 -e "$perf_max" -f 4 --fit
+# -A and -P on NCCL across the nodes: each sweep on a communicator NCCL started under its
+# NCCL_ALGO and NCCL_PROTO, and NCCL's own choice (the algo proto column) following it.
+# On the double, a version that prints its choices (2.18, its default, prints none).
+played=()
+$double && played=("NCCL_DOUBLE_VERSION=${NCCL_DOUBLE_VERSION:-22803}")
+step perf-per-sweep "^# -P simple: " "${played[@]}" -- 07-nccl-perf -b 8 -e 1M -f 32 -n 5 -w 2 -A ring,tree -P ll,simple
+if [ -f "$work/perf-per-sweep/out.0" ] && [ "${rows[-1]#| perf-per-sweep | PASS}" != "${rows[-1]}" ]; then
+  # Of the rows, "followed asked unknown": each row ends with "ALGO PROTO" as NCCL chose
+  # them, or "NCCL's choice" where NCCL printed none (2.18 and 2.19 print no choice).
+  read -r followed asked unknown < <(awk '/^# -A /{a=$3; sub(":","",a)} /^# -P /{p=$3; sub(":","",p)}
+    /^ +[0-9]/{n++; if ($NF == "choice") u++; else if (tolower($(NF-1)) == a && tolower($NF) == p) ok++}
+    END {print ok+0, n+0, u+0}' "$work/perf-per-sweep/out.0")
+  said="$followed of $asked rows ran what their sweep's NCCL_ALGO and NCCL_PROTO asked, by NCCL's own lines"
+  if [ "$asked" = 0 ] || [ $((followed + unknown)) != "$asked" ]; then
+    rows[-1]="| perf-per-sweep | FAIL | $said | ${rows[-1]##*| }"
+    failed=1
+    echo "gpu-nodes: perf-per-sweep: FAIL ($said)" >&2
+  elif [ "$unknown" = "$asked" ]; then
+    rows[-1]="| perf-per-sweep | PASS | $asked rows in 4 sweeps; NCCL printed no choice (2.18 and 2.19 print none) | ${rows[-1]##*| }"
+  else
+    rows[-1]="| perf-per-sweep | PASS | $said | ${rows[-1]##*| }"
+  fi
+fi
 
 {
   echo "# The workbook on $nodes nodes of one GPU each, on one GPU ($(hostname -s), $(date '+%F %T %Z'))"
@@ -117,10 +141,14 @@ step perf-tuner "^# Out of bounds values : 0 OK" -- 07-nccl-perf -b 8 -e "$perf_
   echo "| step | result | what rank 0 said | time |"
   echo "|---|---|---|---:|"
   printf '%s\n' "${rows[@]}"
-  for algo in Ring Tree tuner; do
+  for algo in Ring Tree tuner per-sweep; do
     [ -f "$work/perf-$algo/out.0" ] || continue
     echo
-    echo "## 07-nccl-perf, $([ "$algo" = tuner ] && echo "NCCL's own choice" || echo "NCCL_ALGO=$algo")"
+    case $algo in
+      tuner) echo "## 07-nccl-perf, NCCL's own choice" ;;
+      per-sweep) echo "## 07-nccl-perf -A ring,tree -P ll,simple: NCCL_ALGO and NCCL_PROTO per sweep" ;;
+      *) echo "## 07-nccl-perf, NCCL_ALGO=$algo" ;;
+    esac
     echo
     echo '```'
     cat "$work/perf-$algo/out.0"
