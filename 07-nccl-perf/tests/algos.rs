@@ -148,8 +148,8 @@ fn a_sweep_the_tuner_ran_with_several_algorithms_gets_a_fit_per_algorithm() {
 
 #[test]
 fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
-    // A last-level cache said to be 2 MiB: each of 2 ranks gets 1 MiB of it, which the
-    // send and receive buffers of 512 KiB and more reach (no core's cache said to split
+    // A last-level cache said to be 2 MiB: each of 2 ranks gets 1 MiB of it, 3/4 of which
+    // the send and receive buffers of 384 KiB and more reach (no core's cache said to split
     // the sizes below: the next test has one).
     let args = [
         "--backend",
@@ -172,7 +172,7 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
     let r = perf_with(&[&args[..], &["--format", "json"]].concat(), &llc).ok();
     let doc = r.json();
     assert_eq!(doc["cache_share_bytes"], 1 << 20, "{r}");
-    assert_eq!(doc["out_of_cache_from"], 1 << 20, "the first size from 512 KiB: {r}");
+    assert_eq!(doc["out_of_cache_from"], 1 << 20, "the first size from 384 KiB: {r}");
     // The runs of sizes a line each follows: one algorithm, one side of the cache.
     let mut runs: Vec<(String, bool)> = vec![];
     for row in doc["rows"].as_array().unwrap() {
@@ -213,7 +213,7 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
     let text = perf_with(&args, &llc).ok();
     assert!(
         text.stdout
-            .contains("from 1.0 MiB a rank's buffers reach its 1.0 MiB share of the last-level cache"),
+            .contains("from 1.0 MiB a rank's buffers reach 3/4 of its 1.0 MiB share of the last-level cache"),
         "{text}"
     );
     assert!(text.stdout.contains(", from memory (1.0 MiB to 4.0 MiB): "), "{text}");
@@ -230,7 +230,7 @@ fn sizes_whose_buffers_outgrow_the_cache_are_fitted_apart() {
 fn sizes_whose_buffers_fit_a_cores_cache_are_fitted_apart_too() {
     // A last-level cache said to be 4 MiB (2 MiB a rank) and a core's cache said to be
     // 128 KiB: 64 KiB's buffers (128 KiB) fit in the core's, 256 KiB's outgrow it, and
-    // 1 MiB's and 4 MiB's reach the last-level share: three sides, a line each.
+    // 1 MiB's and 4 MiB's reach 3/4 of the last-level share: three sides, a line each.
     let args = "--backend cpu --nproc-per-node 2 -b 64K -e 4M -f 4 -n 5 -w 1 --fit";
     let args: Vec<&str> = args.split_whitespace().collect();
     let env = [("NCCL_WORKBOOK_LLC", "4M"), ("NCCL_WORKBOOK_L2", "128K")];
@@ -270,7 +270,7 @@ fn sizes_whose_buffers_fit_a_cores_cache_are_fitted_apart_too() {
     let text = perf_with(&args, &env).ok();
     for line in [
         "from 256.0 KiB a rank's buffers outgrow its 128.0 KiB share of its core's own cache, from 1.0 MiB they \
-         reach its 2.0 MiB share of the last-level cache",
+         reach 3/4 of its 2.0 MiB share of the last-level cache",
         ", in the core's cache (64.0 KiB): no fit",
         ", in the shared cache (256.0 KiB): no fit",
         ", from memory (1.0 MiB to 4.0 MiB): time ≈ ",

@@ -285,9 +285,9 @@ impl Comm {
 
     /// This rank's share of its core's own cache (the level below the last, an L2: the
     /// cores over the ranks on the host), where it is smaller than the last-level share:
-    /// while a rank's buffers fit in it, they move at another speed than in the shared
-    /// cache (faster, or slower where the other ranks' cores still hold the lines a rank
-    /// writes, from the last call), and the benchmark's `--fit` fits such sizes apart.
+    /// while a rank's buffers fit in it, the other ranks' cores may still hold the lines
+    /// it writes, from the last call (an all-reduce's result), and each such store first
+    /// takes its line back: the benchmark's `--fit` fits such sizes apart.
     /// `None` where the machine has one level of cache below the last.
     #[inline]
     pub fn core_cache_share(&self) -> Option<usize> {

@@ -104,8 +104,8 @@ pub struct Perf {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_proto: Option<String>,
     /// On the CPU backend, the smallest size whose buffers (send and receive, per rank)
-    /// reach a rank's share of its host's last-level cache: from there the rows run from
-    /// memory, and `--fit` fits them apart. Absent when no size does, and on NCCL.
+    /// reach 3/4 of a rank's share of its host's last-level cache: from there the rows run
+    /// from memory, and `--fit` fits them apart. Absent when no size does, and on NCCL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_cache_from: Option<usize>,
     /// The share that size's buffers reach, in bytes (with `out_of_cache_from`).

@@ -8,14 +8,13 @@
 //!
 //! The fit minimises the relative errors, so that a 4 B row and a 4 MiB row weigh alike.
 //! On the CPU backend it follows each size's median call (a mean moves with one call the
-//! machine interrupted), and it fits apart the sizes whose buffers reach a rank's share
-//! of the last-level cache: from there β is memory's, not the cache's, and one line
-//! through both misses both. So too the sizes whose buffers fit in a rank's share of its
-//! core's own cache (an L2): β differs there too. A broadcast's or a reduce-scatter's is
-//! higher than in the shared cache; an all-reduce's is lower, since each rank's piece of
-//! the result is still in the other cores' caches, which copied it in the last call, and
-//! each store waits to take its line back (2 ranks on a 2-core VM: 14 GB/s there against
-//! 26-31 in the shared cache).
+//! machine interrupted), and it fits apart the sizes whose buffers reach 3/4 of a rank's
+//! share of the last-level cache (the rest holds other lines): from there β is memory's,
+//! not the cache's, and one line through both misses both. So too the sizes whose buffers fit in a rank's share of its
+//! core's own cache (an L2), where an all-reduce's β is lower: each rank's piece of the
+//! result is still in the other cores' caches, which copied it in the last call, and each
+//! store waits to take its line back (2 ranks on a 2-core VM: 12-15 GB/s there against
+//! 26-32 in the shared cache; the other collectives' β moves little there).
 
 use common::report::{AlgoFit, CacheSide, Fit, Perf, PerfRow};
 use common::units::human_bytes;
@@ -192,7 +191,7 @@ pub fn lines(p: &Perf) -> Vec<String> {
         return vec!["# fit: none (two sizes or more, whose time grows with the size, make one)".into()];
     }
     let algos = p.fits.windows(2).any(|w| w[0].algo != w[1].algo);
-    // Where the sweep left each cache: "from 8.0 MiB a rank's buffers reach its 16.0 MiB
+    // Where the sweep left each cache: "from 8.0 MiB a rank's buffers reach 3/4 of its 16.0 MiB
     // share of the last-level cache", the core's own cache first.
     let mut reach = vec![];
     if let (Some(from), Some(share)) = (p.out_of_core_cache_from, p.core_cache_share_bytes) {
@@ -208,7 +207,7 @@ pub fn lines(p: &Perf) -> Vec<String> {
             false => "they reach",
         };
         reach.push(format!(
-            "from {} {whose} its {} share of the last-level cache",
+            "from {} {whose} 3/4 of its {} share of the last-level cache",
             human_bytes(from),
             human_bytes(share)
         ));
@@ -469,8 +468,8 @@ mod tests {
         assert_eq!(
             lines(&p),
             [
-                "# fit (out of place), one per side of the cache (from 16.0 MiB a rank's buffers reach its 16.0 MiB \
-                 share of the last-level cache):",
+                "# fit (out of place), one per side of the cache (from 16.0 MiB a rank's buffers reach 3/4 of its \
+                 16.0 MiB share of the last-level cache):",
                 "#   single-copy, in cache (4.0 KiB to 1.0 MiB): time ≈ 2.0 us + size / 16.00 GB/s (every size's \
                  median call within 0% of it)",
                 "#   out of the cache between 1.0 MiB and 16.0 MiB: β 16.00 → 5.00 GB/s",
@@ -546,7 +545,7 @@ mod tests {
             lines[..4],
             [
                 "# fit (out of place), one per side of the cache (from 1.0 MiB a rank's buffers outgrow its 1.0 MiB \
-                 share of its core's own cache, from 64.0 MiB they reach its 32.0 MiB share of the last-level cache):",
+                 share of its core's own cache, from 64.0 MiB they reach 3/4 of its 32.0 MiB share of the last-level cache):",
                 "#   single-copy, in the core's cache (4.0 KiB to 64.0 KiB): time ≈ 1.0 us + size / 10.00 GB/s \
                  (every size's median call within 0% of it)",
                 "#   past the core's cache between 64.0 KiB and 1.0 MiB: β 10.00 → 40.00 GB/s",

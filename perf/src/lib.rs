@@ -508,14 +508,17 @@ impl Sweep {
                 ..PerfRow::default()
             };
             let count = elements / per;
-            // On the CPU backend: the first size whose buffers reach this rank's share of
-            // the host's last-level cache (they run from memory from there).
+            // On the CPU backend: the first size whose buffers reach 3/4 of this rank's
+            // share of the host's last-level cache (they run from memory from there: the
+            // rest of the cache holds other lines, and lines do not leave it in the order
+            // they came; glibc's memcpy goes around the cache from 3/4 of it too,
+            // `__x86_shared_non_temporal_threshold`).
             let buffers = {
                 let (s, r) = (coll.counts)(count, world);
                 (s + r) * size_of::<T>()
             };
             if let (Some(share), None) = (session.cache_share(), perf.out_of_cache_from)
-                && buffers >= share
+                && buffers >= share / 4 * 3
             {
                 perf.out_of_cache_from = Some(row.size);
                 perf.cache_share_bytes = Some(share);
