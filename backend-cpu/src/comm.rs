@@ -284,7 +284,8 @@ impl Comm {
     }
 
     /// This rank's share of its core's own cache (the level below the last, an L2: the
-    /// cores over the ranks on the host), where it is smaller than the last-level share:
+    /// cores over the ranks on the host), where it is smaller than 3/4 of the last-level
+    /// share:
     /// while a rank's buffers fit in it, the other ranks' cores may still hold the lines
     /// it writes, from the last call (an all-reduce's result), and each such store first
     /// takes its line back: the benchmark's `--fit` fits such sizes apart.
@@ -295,10 +296,11 @@ impl Comm {
     }
 
     /// This rank's share of its core's own cache ([`Comm::core_cache_share`]), kept only
-    /// where it is smaller than its share of the last-level cache. Given only where every
-    /// pair of ranks shares memory: over TCP the data crosses a network, not the caches.
+    /// where it is smaller than 3/4 of its share of the last-level cache (from where
+    /// `--fit` counts a rank's buffers as in memory). Given only where every pair of ranks
+    /// shares memory: over TCP the data crosses a network, not the caches.
     pub fn with_core_cache(mut self, share: Option<usize>) -> Comm {
-        self.core_share = share.filter(|&s| s > 0 && s < self.stream_above);
+        self.core_share = share.filter(|&s| s > 0 && s < self.stream_above / 4 * 3);
         self
     }
 

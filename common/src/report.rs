@@ -108,16 +108,18 @@ pub struct Perf {
     /// from memory, and `--fit` fits them apart. Absent when no size does, and on NCCL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_cache_from: Option<usize>,
-    /// The share that size's buffers reach, in bytes (with `out_of_cache_from`).
+    /// The share 3/4 of which that size's buffers reach, in bytes (with
+    /// `out_of_cache_from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_share_bytes: Option<usize>,
     /// On the CPU backend, the smallest size whose buffers (send and receive, per rank)
     /// outgrow a rank's share of its core's own cache (an L2), where a smaller size's fit
-    /// in it: in it, the other ranks' cores hold the same lines from the last call, and
-    /// `--fit` fits those sizes apart. Absent when no size does, and on NCCL.
+    /// in it: in it, the other ranks' cores may still hold the lines a rank writes, from
+    /// the last call, and `--fit` fits those sizes apart. Absent when no size does, and on
+    /// NCCL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_core_cache_from: Option<usize>,
-    /// The share that size's buffers reach, in bytes (with `out_of_core_cache_from`).
+    /// The share that size's buffers outgrow, in bytes (with `out_of_core_cache_from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub core_cache_share_bytes: Option<usize>,
     /// The model fitted to its out-of-place times (the benchmark's `--fit`).
@@ -159,9 +161,9 @@ pub struct AlgoFit {
 pub enum CacheSide {
     /// Within a rank's share of its core's own cache (an L2).
     Core,
-    /// Past the core's cache, within the rank's share of the last-level cache.
+    /// Past the core's cache, below 3/4 of the rank's share of the last-level cache.
     Shared,
-    /// Past the last-level share: from memory.
+    /// From 3/4 of the last-level share: from memory.
     Memory,
 }
 

@@ -10,11 +10,12 @@
 //! On the CPU backend it follows each size's median call (a mean moves with one call the
 //! machine interrupted), and it fits apart the sizes whose buffers reach 3/4 of a rank's
 //! share of the last-level cache (the rest holds other lines): from there β is memory's,
-//! not the cache's, and one line through both misses both. So too the sizes whose buffers fit in a rank's share of its
-//! core's own cache (an L2), where an all-reduce's β is lower: each rank's piece of the
-//! result is still in the other cores' caches, which copied it in the last call, and each
-//! store waits to take its line back (2 ranks on a 2-core VM: 12-15 GB/s there against
-//! 26-32 in the shared cache; the other collectives' β moves little there).
+//! not the cache's, and one line through both misses both. So too the sizes whose
+//! buffers fit in a rank's share of its core's own cache (an L2), where an all-reduce's
+//! β is lower: each rank's piece of the result is still in the other cores' caches,
+//! which copied it in the last call, and each store waits to take its line back (2 ranks
+//! on a 2-core VM: 12-15 GB/s there against 26-32 in the shared cache; the other
+//! collectives' β moves little there).
 
 use common::report::{AlgoFit, CacheSide, Fit, Perf, PerfRow};
 use common::units::human_bytes;
@@ -545,7 +546,8 @@ mod tests {
             lines[..4],
             [
                 "# fit (out of place), one per side of the cache (from 1.0 MiB a rank's buffers outgrow its 1.0 MiB \
-                 share of its core's own cache, from 64.0 MiB they reach 3/4 of its 32.0 MiB share of the last-level cache):",
+                 share of its core's own cache, from 64.0 MiB they reach 3/4 of its 32.0 MiB share of the \
+                 last-level cache):",
                 "#   single-copy, in the core's cache (4.0 KiB to 64.0 KiB): time ≈ 1.0 us + size / 10.00 GB/s \
                  (every size's median call within 0% of it)",
                 "#   past the core's cache between 64.0 KiB and 1.0 MiB: β 10.00 → 40.00 GB/s",

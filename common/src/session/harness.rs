@@ -133,7 +133,7 @@ impl Session {
     }
 
     /// On the CPU backend, this rank's share of its core's own cache, where it is smaller
-    /// than the last-level share ([`crate::backend::cpu::Comm::core_cache_share`]).
+    /// than 3/4 of the last-level share ([`crate::backend::cpu::Comm::core_cache_share`]).
     #[doc(hidden)]
     pub fn core_cache_share(&self) -> Option<usize> {
         match &self.comm {
