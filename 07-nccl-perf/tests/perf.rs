@@ -287,6 +287,14 @@ fn a_cache_size_that_means_nothing_is_refused_in_one_line() {
         ["error: rank 0: NCCL_WORKBOOK_LLC: 'lots' is not a size (try 4, 64K, 100M or 1G)"],
         "{r}"
     );
+    let r = perf("--nproc-per-node 2 -b 4 -e 4 -n 1", &[("NCCL_WORKBOOK_L2", "lots")]);
+    assert_eq!(r.code, Some(2), "{r}");
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        errors,
+        ["error: rank 0: NCCL_WORKBOOK_L2 (a size, or 0 for none): 'lots' is not a size (try 4, 64K, 100M or 1G)"],
+        "{r}"
+    );
 }
 
 #[test]

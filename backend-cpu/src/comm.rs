@@ -914,7 +914,7 @@ fn core_cache(local: usize) -> Result<Option<usize>, String> {
         }
         return units::parse_size(&text)
             .map(|b| Some(b as usize))
-            .map_err(|why| format!("NCCL_WORKBOOK_L2: {why} (or 0: no split at a core's cache)"));
+            .map_err(|why| format!("NCCL_WORKBOOK_L2 (a size, or 0 for none): {why}"));
     }
     let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
         return Ok(None);
