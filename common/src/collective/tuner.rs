@@ -43,7 +43,8 @@ pub enum Algorithm {
     /// All-to-all: at step s each rank sends to rank + s and receives from rank - s.
     Pairwise,
     /// All-reduce up and down NCCL's double binary tree (NCCL's Tree): on many nodes,
-    /// past a direct message and up to [`TREE_UP_TO`] (see [`choose`]), or when `NCCL_ALGO`
+    /// past a direct message and up to [`TREE_UP_TO_PER_NODE`] times the nodes (see
+    /// [`choose`]), or when `NCCL_ALGO`
     /// asks for it.
     Tree,
 }
@@ -142,24 +143,28 @@ pub struct Facts {
 /// the ring. When `NCCL_ALGO` leaves a single candidate it runs at every size, and when
 /// it leaves none the ring runs (it always can).
 /// An all-reduce on [`TREE_FROM_NODES`] nodes or more goes up and down the
-/// [`Algorithm::Tree`] from past a direct message to [`TREE_UP_TO`]: its 2·log₂(nodes)
-/// message times across the network against the ring's 2(n − 1). Elsewhere it runs only
+/// [`Algorithm::Tree`] from past a direct message to [`TREE_UP_TO_PER_NODE`] times the
+/// nodes: its 2·log₂(nodes) message times across the network against the ring's
+/// 2(n − 1), a gap that grows with the nodes, as the size it is worth does. Elsewhere it runs only
 /// when `NCCL_ALGO` leaves it and not the ring (on one host every rank is one node's chain).
 ///
-/// Measured with `bench/ring-vs-tree.sh` on 2026-11-26 on this project's 2-core AMD EPYC
-/// VM (8 or 4 emulated nodes of one rank, each TCP link simulated with `--link`, median
-/// of 3 runs of 20 calls, µs per all-reduce out of place, ring then tree; the ranks
-/// outnumber the cores, so a wait may also be a wait for a core):
+/// Measured with `bench/ring-vs-tree.sh` on 2026-11-27 on this project's 2-core AMD EPYC
+/// VM (16, 8 or 4 emulated nodes of one rank, each TCP link simulated with `--link
+/// 50us,10Gbps`, median of 3 runs of 20 calls, µs per all-reduce out of place, ring then
+/// tree; the ranks outnumber the cores, so a wait may also be a wait for a core), once a
+/// step's large message over TCP went to a send thread kept for the purpose rather than
+/// one started per step (which had cost the ring about 300 µs a step here):
 ///
-/// | nodes, link      | 16 KiB      | 64 KiB      | 256 KiB      | 1 MiB         | 4 MiB         |
-/// |------------------|-------------|-------------|--------------|---------------|---------------|
-/// | 8, 50us,10Gbps   | 5109, 2969  | 3969, 3076  | 13771, 5308  | 19060, 15929  | 38408, 39067  |
-/// | 8, 500us,10Gbps  | 8211, 4981  | 8554, 5440  | 13832, 7262  | 17884, 14904  | 33764, 36429  |
-/// | 4, 50us,10Gbps   | 784, 682    | 848, 984    | 3133, 2554   | 6219, 6819    | 13760, 17502  |
+/// | nodes | 16 KiB     | 64 KiB     | 256 KiB    | 512 KiB     | 1 MiB        | 4 MiB        |
+/// |-------|------------|------------|------------|-------------|--------------|--------------|
+/// | 16    |            |            | 8566, 6851 | 17977, 12334 | 24845, 19334 |             |
+/// | 8     | 2070, 816  | 2027, 1200 | 3613, 3082 | 5825, 5763  | 6394, 8588   | 13673, 19200 |
+/// | 4     | 500, 444   | 614, 614   | 1115, 1405 |             | 2217, 4158   | 7931, 13369  |
 ///
-/// On 8 nodes the tree took 0.39 to 0.84 of the ring's time from 16 KiB to 1 MiB and
-/// was even at 4 MiB; on 4 nodes the two were within the runs' noise, either way. Hence 8
-/// nodes and 1 MiB. (The direct exchange, up to 16 KiB, stays faster than both.)
+/// The tree led on 8 nodes up to 256 KiB and was level at 512 KiB (a second run, as
+/// are the 16 nodes); on 16 nodes it still led at 1 MiB; on 4 it led only at 16 KiB,
+/// where the direct exchange runs. Hence 8 nodes, and 64 KiB a node. (The direct
+/// exchange, up to 16 KiB, stays faster than both.)
 pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed) -> Algorithm {
     use Algorithm::*;
     let n = facts.ranks;
@@ -205,7 +210,11 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
             SingleCopy
         }
         // (--steps shows the ring the lessons teach, unless NCCL_ALGO asks for the tree.)
-        _ if candidates.contains(&Tree) && !facts.steps && facts.nodes >= TREE_FROM_NODES && bytes <= TREE_UP_TO => {
+        _ if candidates.contains(&Tree)
+            && !facts.steps
+            && facts.nodes >= TREE_FROM_NODES
+            && bytes <= TREE_UP_TO_PER_NODE * facts.nodes =>
+        {
             Tree
         }
         _ if candidates.contains(&ring) => ring,
@@ -217,8 +226,9 @@ pub fn choose(coll: &Collective, bytes: usize, facts: &Facts, allowed: &Allowed)
 
 /// From this many nodes an all-reduce may go up and down the tree ([`choose`]).
 pub const TREE_FROM_NODES: usize = 8;
-/// Up to this size (its buffer) an all-reduce on many nodes goes by the tree ([`choose`]).
-pub const TREE_UP_TO: usize = 1 << 20;
+/// Up to this size (its buffer) times the nodes an all-reduce on many nodes goes by the
+/// tree ([`choose`]): 512 KiB on 8 nodes, 1 MiB on 16.
+pub const TREE_UP_TO_PER_NODE: usize = 64 << 10;
 
 /// From this size a collective reads the other ranks' buffers (single copy) rather than
 /// take messages through the shared slots, on `ranks` ranks, on a host with as many cores
@@ -838,8 +848,10 @@ mod tests {
         };
         assert_eq!(choose(&ALL_REDUCE, 16 << 10, &nodes(8), &all), Direct);
         assert_eq!(choose(&ALL_REDUCE, (16 << 10) + 4, &nodes(8), &all), Tree);
+        assert_eq!(choose(&ALL_REDUCE, 512 << 10, &nodes(8), &all), Tree);
+        assert_eq!(choose(&ALL_REDUCE, (512 << 10) + 4, &nodes(8), &all), Ring);
         assert_eq!(choose(&ALL_REDUCE, 1 << 20, &nodes(16), &all), Tree);
-        assert_eq!(choose(&ALL_REDUCE, (1 << 20) + 4, &nodes(8), &all), Ring);
+        assert_eq!(choose(&ALL_REDUCE, (1 << 20) + 4, &nodes(16), &all), Ring);
         assert_eq!(choose(&ALL_REDUCE, 256 << 10, &nodes(7), &all), Ring);
         // Only the all-reduce has a tree; NCCL_ALGO=Ring keeps the ring; --steps too, unasked.
         assert_eq!(choose(&ALL_GATHER, 256 << 10, &nodes(8), &all), Ring);
