@@ -279,22 +279,21 @@ fn either_side_of_the_small_message_switch_and_with_the_ring_forced_every_elemen
 
 #[test]
 fn a_cache_size_that_means_nothing_is_refused_in_one_line() {
-    let r = perf("--nproc-per-node 2 -b 4 -e 4 -n 1", &[("NCCL_WORKBOOK_LLC", "lots")]);
-    assert_eq!(r.code, Some(2), "{r}");
-    let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        errors,
-        ["error: rank 0: NCCL_WORKBOOK_LLC: 'lots' is not a size (try 4, 64K, 100M or 1G)"],
-        "{r}"
-    );
-    let r = perf("--nproc-per-node 2 -b 4 -e 4 -n 1", &[("NCCL_WORKBOOK_L2", "lots")]);
-    assert_eq!(r.code, Some(2), "{r}");
-    let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        errors,
-        ["error: rank 0: NCCL_WORKBOOK_L2 (a size, or 0 for none): 'lots' is not a size (try 4, 64K, 100M or 1G)"],
-        "{r}"
-    );
+    for (var, said) in [
+        (
+            "NCCL_WORKBOOK_LLC",
+            "error: rank 0: NCCL_WORKBOOK_LLC: 'lots' is not a size (try 4, 64K, 100M or 1G)",
+        ),
+        (
+            "NCCL_WORKBOOK_L2",
+            "error: rank 0: NCCL_WORKBOOK_L2 (a size, or 0 for none): 'lots' is not a size (try 4, 64K, 100M or 1G)",
+        ),
+    ] {
+        let r = perf("--nproc-per-node 2 -b 4 -e 4 -n 1", &[(var, "lots")]);
+        assert_eq!(r.code, Some(2), "{r}");
+        let errors: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(errors, [said], "{r}");
+    }
 }
 
 #[test]
