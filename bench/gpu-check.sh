@@ -350,6 +350,8 @@ else
 fi
 # shellcheck source=slurm/find-bins.sh
 source "$repo/slurm/find-bins.sh"
+# shellcheck source=bench/per-sweep.sh
+source "$repo/bench/per-sweep.sh"
 # Every lesson, from its folder (workbook_lessons, slurm/find-bins.sh).
 mapfile -t examples < <(workbook_lessons)
 need=(${examples[@]+"${examples[@]}"})
@@ -613,12 +615,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     [ "$on_double" = 1 ] && played=(env "NCCL_DOUBLE_VERSION=${NCCL_DOUBLE_VERSION:-22803}")
     run_step "-A/-P per sweep" 300 "$log" "${played[@]}" "$bins/07-nccl-perf" --backend nccl \
       --nproc-per-node "$gpus" --timeout 60 -b 8 -e 1M -f 32 -n 5 -w 2 -A ring,tree -P ll,simple
-    # Each sweep's rows end with "ALGO PROTO" as NCCL chose them, or "NCCL's choice" where
-    # NCCL printed none (2.18 and 2.19 print no choice; or NCCL_DEBUG is the user's): of
-    # the rows, "followed asked unknown".
-    read -r followed rows unknown < <(awk '/^# -A /{a=$3; sub(":","",a)} /^# -P /{p=$3; sub(":","",p)}
-      /^ +[0-9]/{n++; if ($NF == "choice") u++; else if (tolower($(NF-1)) == a && tolower($NF) == p) ok++}
-      END {print ok+0, n+0, u+0}' "$log")
+    read -r followed rows unknown < <(per_sweep_rows "$log")
     if [ "$rc" != 0 ]; then
       record "-A/-P per sweep" FAIL "exit $rc: $(grep -m 1 '^error:' "$log")" "$secs" "$cmd" "$log"
     elif [ "$rows" = 0 ] || [ $((followed + unknown)) != "$rows" ]; then

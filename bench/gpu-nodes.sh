@@ -34,6 +34,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/nodes.sh"
 # shellcheck source=slurm/find-bins.sh
 . "$here/../slurm/find-bins.sh"
+# shellcheck source=bench/per-sweep.sh
+. "$here/per-sweep.sh"
 
 nodes=4 bins="" out="gpu-nodes-$(hostname -s)-$(date +%F).md" double=false perf_max=64M
 while [ $# -gt 0 ]; do
@@ -110,11 +112,7 @@ played=()
 $double && played=("NCCL_DOUBLE_VERSION=${NCCL_DOUBLE_VERSION:-22803}")
 step perf-per-sweep "^# -P simple: " "${played[@]}" -- 07-nccl-perf -b 8 -e 1M -f 32 -n 5 -w 2 -A ring,tree -P ll,simple
 if [ -f "$work/perf-per-sweep/out.0" ] && [ "${rows[-1]#| perf-per-sweep | PASS}" != "${rows[-1]}" ]; then
-  # Of the rows, "followed asked unknown": each row ends with "ALGO PROTO" as NCCL chose
-  # them, or "NCCL's choice" where NCCL printed none (2.18 and 2.19 print no choice).
-  read -r followed asked unknown < <(awk '/^# -A /{a=$3; sub(":","",a)} /^# -P /{p=$3; sub(":","",p)}
-    /^ +[0-9]/{n++; if ($NF == "choice") u++; else if (tolower($(NF-1)) == a && tolower($NF) == p) ok++}
-    END {print ok+0, n+0, u+0}' "$work/perf-per-sweep/out.0")
+  read -r followed asked unknown < <(per_sweep_rows "$work/perf-per-sweep/out.0")
   said="$followed of $asked rows ran what their sweep's NCCL_ALGO and NCCL_PROTO asked, by NCCL's own lines"
   if [ "$asked" = 0 ] || [ $((followed + unknown)) != "$asked" ]; then
     rows[-1]="| perf-per-sweep | FAIL | $said | ${rows[-1]##*| }"

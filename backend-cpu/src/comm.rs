@@ -306,7 +306,7 @@ impl Comm {
     /// `--fit` counts a rank's buffers as in memory). Given only where every pair of ranks
     /// shares memory: over TCP the data crosses a network, not the caches.
     pub fn with_core_cache(mut self, share: Option<usize>) -> Comm {
-        self.core_share = share.filter(|&s| s > 0 && s < self.stream_above / 4 * 3);
+        self.core_share = share.filter(|&s| s > 0 && s < cache_room(self.stream_above));
         self
     }
 
@@ -769,7 +769,7 @@ impl Comm {
         // together outgrow its last-level cache.
         let local = keys.iter().filter(|k| **k == keys[rank]).count();
         let llc = last_level_cache().map_err(|message| SharedError { message, usage: true })?;
-        let core = core_cache(local).map_err(|message| SharedError { message, usage: true })?;
+        let core = core_cache(local, cores).map_err(|message| SharedError { message, usage: true })?;
         // One host for the whole job: each rank's large buffers go where the others can read them.
         let arenas = match world > 1 && every().all(|v| *v == Via::Shm) {
             true => host_memory::connect(store, rank, world)?,
@@ -990,27 +990,52 @@ fn last_level_cache() -> Result<usize, String> {
             .map(|b| b as usize)
             .map_err(|why| format!("NCCL_WORKBOOK_LLC: {why}"));
     }
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
-        return Ok(LLC_DEFAULT);
-    };
-    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
-    let largest = dir
-        .flatten()
-        .filter_map(|e| {
-            let p = e.path();
-            let level: u32 = read(&p, "level")?.trim().parse().ok()?;
-            Some((level, units::parse_size(&read(&p, "size")?).ok()? as usize))
-        })
-        .max();
+    let largest = sys_caches().into_iter().map(|c| (c.level, c.size)).max();
     Ok(largest.map_or(LLC_DEFAULT, |(_, size)| size))
 }
 
-/// This rank's share of its core's own cache, one of `local` ranks on the host:
-/// `NCCL_WORKBOOK_L2` where set (`0`: none), else the largest cache `/sys` lists for CPU 0
-/// below the last level (an L2), over the ranks that share it (ranks spread over the
-/// host's CPUs, each pinned to its own where it can be; a cache shared by several CPUs is
-/// shared by their ranks). `None` where `/sys` lists one level or none.
-fn core_cache(local: usize) -> Result<Option<usize>, String> {
+/// How much of a rank's `share` of the last-level cache its buffers can fill and still
+/// run from the cache: 3/4 (the rest holds other lines, and lines do not leave in the
+/// order they came; glibc's `memcpy` goes around the cache from 3/4 of it too,
+/// `__x86_shared_non_temporal_threshold`). The benchmark's `--fit` counts a size's rows
+/// as from memory from there.
+pub fn cache_room(share: usize) -> usize {
+    share / 4 * 3
+}
+
+/// One cache `/sys` lists for CPU 0: its level, its size, and how many CPUs share it.
+struct SysCache {
+    level: u32,
+    size: usize,
+    sharing: usize,
+}
+
+/// The caches `/sys` lists for CPU 0 (none where it lists none, or is hidden), each
+/// entry that cannot be read left out.
+fn sys_caches() -> Vec<SysCache> {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+        return vec![];
+    };
+    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
+    dir.flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            Some(SysCache {
+                level: read(&p, "level")?.trim().parse().ok()?,
+                size: units::parse_size(&read(&p, "size")?).ok()? as usize,
+                sharing: read(&p, "shared_cpu_list").map_or(1, |l| cpu_count(l.trim()).max(1)),
+            })
+        })
+        .collect()
+}
+
+/// This rank's share of its core's own cache, one of `local` ranks on a host where it
+/// may run on `cores` CPUs ([`cores`]): `NCCL_WORKBOOK_L2` where set (`0`: none), else
+/// the largest cache `/sys` lists for CPU 0 below the last level (an L2), over the ranks
+/// that share it (the ranks spread over those CPUs, each pinned to its own where it can
+/// be; a cache shared by several CPUs is shared by their ranks). `None` where `/sys` lists
+/// one level or none.
+fn core_cache(local: usize, cores: usize) -> Result<Option<usize>, String> {
     if let Ok(text) = std::env::var("NCCL_WORKBOOK_L2") {
         if text.trim() == "0" {
             return Ok(None);
@@ -1019,40 +1044,29 @@ fn core_cache(local: usize) -> Result<Option<usize>, String> {
             .map(|b| Some(b as usize))
             .map_err(|why| format!("NCCL_WORKBOOK_L2 (a size, or 0 for none): {why}"));
     }
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+    let caches = sys_caches();
+    let Some(last) = caches.iter().map(|c| c.level).max() else {
         return Ok(None);
     };
-    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
-    // (level, size, how many CPUs share it) of each cache CPU 0 lists.
-    let caches: Vec<(u32, usize, usize)> = dir
-        .flatten()
-        .filter_map(|e| {
-            let p = e.path();
-            let level: u32 = read(&p, "level")?.trim().parse().ok()?;
-            let size = units::parse_size(&read(&p, "size")?).ok()? as usize;
-            let sharing = read(&p, "shared_cpu_list").map_or(1, |l| cpu_count(l.trim()));
-            Some((level, size, sharing.max(1)))
-        })
-        .collect();
-    let Some(last) = caches.iter().map(|c| c.0).max() else {
+    let Some(below) = caches
+        .iter()
+        .filter(|c| c.level < last)
+        .max_by_key(|c| (c.level, c.size))
+    else {
         return Ok(None);
     };
-    let Some(&(_, size, sharing)) = caches.iter().filter(|c| c.0 < last).max_by_key(|c| (c.0, c.1)) else {
-        return Ok(None);
-    };
-    // SAFETY: sysconf reads a system value and has no other effect.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let cpus = usize::try_from(online).unwrap_or(1).max(1);
-    let caches_in_use = (cpus / sharing).max(1);
-    Ok(Some(size / local.max(1).div_ceil(caches_in_use)))
+    let caches_in_use = (cores / below.sharing).max(1);
+    Ok(Some(below.size / local.max(1).div_ceil(caches_in_use)))
 }
 
-/// How many CPUs a `/sys` CPU list names (`0-3,8`: 5).
+/// How many CPUs a `/sys` CPU list names (`0-3,8`: 5); a part it cannot read counts
+/// none.
 fn cpu_count(list: &str) -> usize {
+    let number = |t: &str| t.trim().parse::<usize>().ok();
     list.split(',')
         .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => Some(b.trim().parse::<usize>().ok()? + 1 - a.trim().parse::<usize>().ok()?),
-            None => part.trim().parse::<usize>().ok().map(|_| 1),
+            Some((a, b)) => number(b)?.checked_sub(number(a)?).map(|d| d + 1),
+            None => number(part).map(|_| 1),
         })
         .sum()
 }
@@ -1067,6 +1081,7 @@ mod tests {
         assert_eq!(cpu_count("0-3,8"), 5);
         assert_eq!(cpu_count("0,64"), 2);
         assert_eq!(cpu_count(""), 0);
+        assert_eq!(cpu_count("5-3,x,7"), 1, "a backwards range or a word counts none");
     }
 
     #[test]

@@ -508,17 +508,15 @@ impl Sweep {
                 ..PerfRow::default()
             };
             let count = elements / per;
-            // On the CPU backend: the first size whose buffers reach 3/4 of this rank's
-            // share of the host's last-level cache (they run from memory from there: the
-            // rest of the cache holds other lines, and lines do not leave it in the order
-            // they came; glibc's memcpy goes around the cache from 3/4 of it too,
-            // `__x86_shared_non_temporal_threshold`).
+            // On the CPU backend: the first size whose buffers fill the room this rank's
+            // share of the host's last-level cache has for them (3/4 of it:
+            // `cache_room`); they run from memory from there.
             let buffers = {
                 let (s, r) = (coll.counts)(count, world);
                 (s + r) * size_of::<T>()
             };
             if let (Some(share), None) = (session.cache_share(), perf.out_of_cache_from)
-                && buffers >= share / 4 * 3
+                && buffers >= common::backend::cpu::cache_room(share)
             {
                 perf.out_of_cache_from = Some(row.size);
                 perf.cache_share_bytes = Some(share);

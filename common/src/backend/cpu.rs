@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 
-pub use workbook_cpu::comm::{Signal, chunk_range, debug_info, info_level, keep, split_two};
+pub use workbook_cpu::comm::{Signal, cache_room, chunk_range, debug_info, info_level, keep, split_two};
 pub use workbook_cpu::{Comm, SMALL};
 
 /// A rank of the CPU backend: its communicator ([`Comm`], which this derefs to, so that
