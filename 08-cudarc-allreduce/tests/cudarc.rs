@@ -178,3 +178,35 @@ fn show_calls_prints_the_lessons_nccl_calls_as_nccl_reports_them() {
     let r = run(BIN, &["--simulate-gpus", "2"]).ok();
     assert!(coll_lines(&r.stdout).is_empty(), "{r}");
 }
+
+#[test]
+fn each_rank_ends_as_nccls_examples_do_finalize_then_destroy_never_abort() {
+    // cudarc's `Comm` drops with ncclCommAbort: right after this rank's stream is done, it
+    // can cut the sends NCCL's proxy thread still owes a peer. The lesson ends each rank
+    // with ncclCommFinalize, then ncclCommDestroy; the double records every entry point
+    // each process called (NCCL_DOUBLE_TRACE), one file per rank.
+    let port = free_port();
+    let trace = |r: usize| std::env::temp_dir().join(format!("nccl-workbook-08-trace-{}-{r}", std::process::id()));
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| {
+            let _ = std::fs::remove_file(trace(r));
+            let mut cmd = by_hand(2, r, port, 2, &[]);
+            cmd.env("NCCL_DOUBLE_TRACE", trace(r));
+            spawn(cmd)
+        })
+        .collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let run = finish(child, LIMIT).ok();
+        let line = format!("rank {rank}: sent {}, got [3.0, 3.0, 3.0, 3.0]", rank + 1);
+        assert!(run.stdout.lines().any(|l| l == line), "missing {line:?}:\n{run}");
+        let called = std::fs::read_to_string(trace(rank)).unwrap_or_default();
+        let _ = std::fs::remove_file(trace(rank));
+        let called: Vec<&str> = called.lines().collect();
+        let at = |name: &str| called.iter().position(|c| *c == name);
+        assert!(
+            matches!((at("ncclCommFinalize"), at("ncclCommDestroy")), (Some(f), Some(d)) if f < d),
+            "rank {rank}: finalize, then destroy: {called:?}"
+        );
+        assert_eq!(at("ncclCommAbort"), None, "rank {rank}: no abort: {called:?}");
+    }
+}
