@@ -16,6 +16,11 @@
 //! for these lines into a memory file of its own ([`capture`]: `memfd_create`, named to
 //! NCCL as `/proc/self/fd/N`): nothing on the terminal, nothing on disk, gone with the
 //! process. Rank 0 pays for one formatted line per call (about a microsecond).
+//!
+//! A line is in the file when the NCCL call that printed it has returned, so reading needs
+//! no flush: `src/debug.cc` opens the file unbuffered up to 2.26 (`setbuf(file, nullptr)`)
+//! and line-buffered from 2.27 (`setlinebuf`), and writes each line whole (`fwrite`, from
+//! 2.29 `vfprintf`, of a format ending in `\n`).
 
 use std::collections::VecDeque;
 use std::fs::File;

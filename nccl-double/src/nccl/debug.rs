@@ -26,8 +26,11 @@
 //! `%` and `/` in it turned into `-`), `%p` by the pid, `%%` by `%` (any other `%x` kept
 //! as it is) is opened once per process with `fopen(name, "w")` (created, or truncated),
 //! and every line goes there; a name that expands to nothing, or a file that cannot be
-//! opened, leaves the lines on stdout. So `/proc/self/fd/N` of a memfd works. The double's
-//! own `nccl-double WARN` lines are not NCCL's: they stay on stderr.
+//! opened, leaves the lines on stdout. So `/proc/self/fd/N` of a memfd works. NCCL makes the
+//! file unbuffered up to 2.26 (`setbuf(file, nullptr)`) and line-buffered from 2.27
+//! (`setlinebuf`; checked at every tag, 2.18.1 to 2.30.7), and every line ends in `\n`: in
+//! both, a line is in the file when its call returns, as with the double's one write per
+//! line. The double's own `nccl-double WARN` lines are not NCCL's: they stay on stderr.
 
 use std::ffi::{c_int, c_uint};
 use std::io::Write;
