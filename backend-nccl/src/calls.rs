@@ -108,6 +108,11 @@ impl Label {
             function: "",
         }
     }
+
+    /// The NCCL or CUDA function called (`ncclSend`), empty for what is not a call.
+    pub fn function(&self) -> &'static str {
+        self.function
+    }
 }
 
 impl Display for Label {

@@ -21,4 +21,4 @@ pub mod simulate;
 pub mod tuning;
 pub mod watchdog;
 
-use workbook_runtime::{deadline, element, error, launch, record, rendezvous, units};
+use workbook_runtime::{deadline, element, error, heartbeat, launch, record, rendezvous, units};

@@ -44,7 +44,18 @@ pub const NOCOLOR: c_int = -1;
 /// How long a rank whose NCCL failed asks the store whether a peer died (and caused it).
 const LOST_GRACE: Duration = Duration::from_secs(1);
 
-/// How many operations may be queued on the stream before the rank waits for them.
+/// How many NCCL operations (collectives, sends and receives, those of a group counted one
+/// by one) may be queued on the stream before the rank waits for them, so that no call
+/// ever blocks inside NCCL for room, where no deadline reaches (a non-blocking
+/// communicator launches in the caller's thread up to 2.22, a blocking one on every
+/// version). Each queued operation holds room in four places that fill at about a
+/// thousand: CUDA's launch queue (about 1024 kernels); NCCL 2.18's work FIFO (64K slots,
+/// one per channel of an operation: 2048 operations on 32 channels), 2.22 and later's
+/// (1 MiB, `waitWorkFifoAvailable` in `enqueue.cc` spins until the GPU frees some); and
+/// the proxy's pool of network operations (`MAX_OPS_PER_PEER` in `proxy.h`, 2.28.9:
+/// 2 × 64 channels × 2 × 8 per local rank, two per channel of an operation, and
+/// `ncclLocalOpAppend` spins for a free one). A quarter of the smallest of them leaves
+/// room for what NCCL queues of its own.
 const MAX_QUEUED: usize = 256;
 
 /// A rank of the NCCL backend: its GPU's context, its stream and its communicator.
@@ -80,12 +91,19 @@ pub struct Nccl {
     gpu: Gpu,
     /// Working memory for [`Nccl::copy_aside`].
     aside: RefCell<Option<CudaSlice<u8>>>,
+    /// The calls of the open group (outermost): nothing of them reaches the stream before
+    /// the group's end, so they get no event of their own, only the group one at its end.
+    grouped: RefCell<Vec<(Label, usize)>>,
     /// The working memory of copies set aside inside an open group: one per call (the
     /// calls of a group run together, at its end, so they cannot share one), freed in
     /// stream order once the group is queued ([`Nccl::group_end`]).
     held: RefCell<Vec<CudaSlice<u8>>>,
     /// Where `--show-calls` prints the calls.
     shown: Shown,
+    /// This rank's heartbeat (the world's communicator, ranks but 0): while this rank's
+    /// thread is blocked inside NCCL, it still says the rank is alive, so that the store
+    /// can tell a rank stopped from the ranks blocked waiting for it ([`Watchdog::blamer`]).
+    _heartbeat: Option<crate::heartbeat::Heartbeat>,
     /// The last collective queued (NCCL's name without `nccl`, and its bytes as NCCL
     /// counts them), to look up what NCCL chose for it ([`Nccl::choice`]).
     last_collective: Cell<Option<(&'static str, u64)>>,
@@ -103,17 +121,18 @@ const TUNING_VARS: [&str; 2] = ["NCCL_ALGO", "NCCL_PROTO"];
 const LOG_EVERY: u64 = 1024;
 
 impl Nccl {
-    /// Joins the NCCL communicator of `world` ranks as `rank`, on GPU `device` of this
-    /// process (`host` names the machine), watching every wait with `timeout`; `shown`
-    /// says whether to print each call (`--show-calls`).
+    /// Joins the NCCL communicator of the job's ranks as the rank `job` names, on GPU `device`
+    /// of this process (`host` names the machine), watching every wait with `timeout`;
+    /// `shown` says whether to print each call (`--show-calls`).
     pub fn init(
         store: &mut Store,
-        (rank, world): (usize, usize),
+        job: &crate::launch::Identity,
         device: usize,
         host: &str,
         timeout: Duration,
         shown: Shown,
     ) -> Result<Nccl> {
+        let (rank, world) = (job.rank, job.world_size);
         // 1. The GPU's context, current on this thread (NCCL uses the thread's current
         //    context: without it, every rank would land on GPU 0), and its stream.
         let ctx = CudaContext::new(device).with_context(|| format!("rank {rank}: opening CUDA device {device}"))?;
@@ -200,13 +219,18 @@ impl Nccl {
         // 4. Join, without blocking: the call returns at once, and the wait below polls
         //    until every rank has joined (or someone failed, or the deadline passed).
         let watchdog = Watchdog::new(store, rank, world, timeout)?;
-        let nccl = Nccl::on_stream(
+        // Beats from now on (not rank 0: it hosts the store, which stops with it).
+        let heartbeat = (rank > 0)
+            .then(|| crate::heartbeat::Heartbeat::start(store, job, timeout))
+            .flatten();
+        let mut nccl = Nccl::on_stream(
             rank,
             (rank, world),
             (stream, gpu, shown),
             watchdog,
             "joining the communicator (ncclCommInitRankConfig)",
         );
+        nccl._heartbeat = heartbeat;
         let mut comm = std::ptr::null_mut();
         let mut config = config(false);
         let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
@@ -254,8 +278,10 @@ impl Nccl {
             watchdog: RefCell::new(watchdog),
             gpu,
             aside: RefCell::new(None),
+            grouped: RefCell::new(Vec::new()),
             held: RefCell::new(Vec::new()),
             shown,
+            _heartbeat: None,
             last_collective: Cell::new(None),
             collectives: Cell::new(0),
             // Made just before the init or once the split is complete: the variables have
@@ -555,16 +581,42 @@ impl Nccl {
             return Ok(());
         }
         self.groups.set(self.groups.get() - 1);
+        // On the timed loops' blocking communicator, the outermost end launches the group
+        // in this thread, and connects to each peer of its first sends and receives
+        // (`groupLaunch` in `ncclGroupEndInternal`): it waits for those peers, under the
+        // timed calls' deadline.
         // SAFETY: no arguments; ends the group this thread opened.
-        let r = unsafe { sys::ncclGroupEnd() };
+        let r = self.under_deadline(|| unsafe { sys::ncclGroupEnd() });
         let call = Call::new("closing a group", "ncclGroupEnd");
         self.shown.show(&call, Some(&r), "");
         let queued = self.called(r, call.label());
-        if self.groups.get() == 0 {
-            // Freed in stream order: after the group's calls, which read them.
-            self.held.borrow_mut().clear();
+        if self.groups.get() > 0 {
+            return queued;
         }
-        queued
+        // Freed in stream order: after the group's calls, which read them.
+        self.held.borrow_mut().clear();
+        let calls = std::mem::take(&mut *self.grouped.borrow_mut());
+        queued?;
+        if calls.is_empty() {
+            return Ok(());
+        }
+        // The group is on the stream now: one event after it, for the waits.
+        let bytes = calls.iter().map(|(_, b)| b).sum();
+        self.queued(group_label(&calls), bytes, calls.len())
+    }
+
+    /// Runs `f`, an NCCL call, under the timed calls' deadline when one is set (inside a
+    /// timed loop: its blocking communicator may block inside NCCL, where no poll reaches).
+    fn under_deadline<R>(&self, f: impl FnOnce() -> R) -> R {
+        let stuck = self.stuck.borrow();
+        if let Some(d) = stuck.as_ref() {
+            d.renew(self.watchdog.borrow().timeout());
+        }
+        let r = f();
+        if let Some(d) = stuck.as_ref() {
+            d.pause();
+        }
+        r
     }
 
     /// Leaves the communicator as NCCL documents it: once every queued operation has
@@ -606,21 +658,28 @@ impl Nccl {
     /// own: NCCL shares them only when the *parent* was made with `splitShare = 1`, and a
     /// sharing child has bugs of its own (NVIDIA/nccl issue 2430). Its calls cannot be
     /// polled: each gets a deadline of its own (`--timeout`, [`crate::deadline`]) in case
-    /// NCCL blocks inside it.
+    /// NCCL blocks inside it, `ncclGroupEnd` included (a blocking group end launches in
+    /// this thread and connects to each new peer, waiting for it); past it, the store
+    /// names the rank whose heartbeat stopped ([`Watchdog::blamer`]).
     pub fn timing(&self, on: bool) -> Result<()> {
         if on && self.timed.get().is_null() {
             self.split_timed()?;
         }
         self.progress.borrow_mut().sparse(on);
         self.in_timed_loop.set(on);
-        *self.stuck.borrow_mut() = on.then(|| {
+        let blame = match on {
+            true => Some(self.watchdog.borrow().blamer()?),
+            false => None,
+        };
+        *self.stuck.borrow_mut() = blame.map(|blame| {
             let limit = crate::units::human_duration(self.watchdog.borrow().timeout());
             crate::deadline::standby(format!(
                 "error: rank {}: an NCCL call of the timed loop, on its blocking communicator, did not return in \
-                 {limit} (--timeout): NCCL blocked inside it (it connects to the peers at the first call: is one \
-                 gone?); this process ends here, without cleaning up",
+                 {limit} (--timeout), and this process ends here: NCCL blocked inside it (a blocking communicator \
+                 connects to a peer in the caller's thread, at the first call that involves it: is one gone?)",
                 self.rank
             ))
+            .blaming(blame)
         });
         Ok(())
     }
@@ -769,15 +828,8 @@ impl Nccl {
         // A `call` span on this rank's track of --trace, and an NVTX range for Nsight.
         let span = crate::record::span(call.function(), call.moved());
         let range = crate::nvtx::range(call.function());
-        let stuck = self.stuck.borrow();
-        if let Some(d) = stuck.as_ref() {
-            d.renew(self.watchdog.borrow().timeout());
-        }
-        let r = f(comm, stream);
-        if let Some(d) = stuck.as_ref() {
-            d.pause();
-        }
-        drop((stuck, range, span));
+        let r = self.under_deadline(|| f(comm, stream));
+        drop((range, span));
         let bytes = call.moved() as usize;
         if let Some(function) = collective_name(call.function()) {
             self.last_collective.set(Some((function, bytes as u64)));
@@ -790,11 +842,25 @@ impl Nccl {
         let call = call.ptr("comm", comm).ptr("stream", stream);
         self.shown.show(&call, Some(&r), "");
         self.called(r, &what)?;
-        // An event after it, so that waits can tell progress from a hang.
+        // Inside a group, nothing reaches the stream before the group's end (NCCL's
+        // `ncclEnqueueCheck` only adds the call to the group's tasks): an event now would
+        // complete at once, before the group's kernel exists. The group's end records one.
+        if self.groups.get() > 0 {
+            self.grouped.borrow_mut().push((what.clone(), bytes));
+            self.last.replace(what);
+            return Ok(());
+        }
+        self.queued(what, bytes, 1)
+    }
+
+    /// `ops` NCCL operations (`what`, moving `bytes`) were just queued on the stream: an
+    /// event after them, so that waits can tell progress from a hang, and a wait when
+    /// [`MAX_QUEUED`] operations are in flight.
+    fn queued(&self, what: Label, bytes: usize, ops: usize) -> Result<()> {
         let (event, queued) = {
             let mut p = self.progress.borrow_mut();
             let event = p
-                .queued(&what, bytes, &self.stream)
+                .queued(&what, bytes, ops, &self.stream)
                 .with_context(|| format!("rank {}: marking the stream's progress", self.rank))?;
             (event, p.len())
         };
@@ -805,8 +871,6 @@ impl Nccl {
             );
         }
         self.last.replace(what);
-        // At most MAX_QUEUED operations in flight: past about a thousand, the GPU's launch
-        // queue is full and the next launch would block inside NCCL, where no deadline reaches.
         if queued >= MAX_QUEUED {
             self.synchronize()?;
         }
@@ -1012,42 +1076,53 @@ impl Nccl {
     /// peer killed and every rank alone on its node (`docs/gpu-runs.md`, run 10). Past it, the process says `failure` (what
     /// made it abort) and that the abort did not return, in one line, and ends at once.
     fn abort(&self, failure: Option<&anyhow::Error>) {
-        while self.groups.get() > 0 {
-            self.groups.set(self.groups.get() - 1);
-            // SAFETY: no arguments; ends a group this thread opened. Its error is the
-            // failure being reported already.
-            let r = unsafe { sys::ncclGroupEnd() };
-            self.shown.show(
-                &Call::new("", "ncclGroupEnd"),
-                Some(&r),
-                "closing the open group before the abort (NCCL 2.22+ would queue the abort into it)",
-            );
-        }
         self.stuck.borrow_mut().take();
-        let timed = self.timed.replace(std::ptr::null_mut());
-        let comm = self.comm.replace(std::ptr::null_mut());
-        if !comm.is_null() {
-            let rank = self.rank;
-            let said = match failure {
-                Some(e) => format!("{}; then", crate::error::line(Some(rank), e)),
-                None => format!("error: rank {rank}: ending with its NCCL communicator open:"),
-            };
-            let _deadline = crate::deadline::arm(
+        self.grouped.borrow_mut().clear();
+        let rank = self.rank;
+        let said = match failure {
+            Some(e) => format!("{}; then", crate::error::line(Some(rank), e)),
+            None => format!("error: rank {rank}: ending with its NCCL communicator open:"),
+        };
+        // Each step that may wait for peers gets a deadline of its own, armed before it.
+        let deadline = |what: &str| {
+            crate::deadline::arm(
                 ABORT_DEADLINE,
                 format!(
-                    "{said} NCCL's abort (ncclCommAbort) did not return in {}: it can wait for \
-                     peers, and hang when one of them is stopped or gone (NCCL issues #1013, #1777); \
-                     this process ends here, without cleaning up",
+                    "{said} {what} did not return in {}: it can wait for peers, and hang when one of \
+                     them is stopped or gone (NCCL issues #1013, #1777); this process ends here, without \
+                     cleaning up",
                     crate::units::human_duration(ABORT_DEADLINE)
                 ),
-            );
-            for c in [timed, comm].into_iter().filter(|c| !c.is_null()) {
-                // SAFETY: a live communicator, not used again (the cells are null now).
-                let r = unsafe { sys::ncclCommAbort(c) };
-                let call = Call::new("", "ncclCommAbort").ptr("comm", c);
-                self.shown
-                    .show(&call, Some(&r), "after a failure: stops this rank's kernels");
+            )
+        };
+        if self.groups.get() > 0 {
+            // A blocking communicator's group end launches in this thread and may wait for
+            // a peer that never comes (see `group_end`).
+            let _deadline = deadline("closing the open group (ncclGroupEnd) before NCCL's abort");
+            while self.groups.get() > 0 {
+                self.groups.set(self.groups.get() - 1);
+                // SAFETY: no arguments; ends a group this thread opened. Its error is the
+                // failure being reported already.
+                let r = unsafe { sys::ncclGroupEnd() };
+                self.shown.show(
+                    &Call::new("", "ncclGroupEnd"),
+                    Some(&r),
+                    "closing the open group before the abort (NCCL 2.22+ would queue the abort into it)",
+                );
             }
+        }
+        let timed = self.timed.replace(std::ptr::null_mut());
+        let comm = self.comm.replace(std::ptr::null_mut());
+        if comm.is_null() {
+            return;
+        }
+        for c in [timed, comm].into_iter().filter(|c| !c.is_null()) {
+            let _deadline = deadline("NCCL's abort (ncclCommAbort)");
+            // SAFETY: a live communicator, not used again (the cells are null now).
+            let r = unsafe { sys::ncclCommAbort(c) };
+            let call = Call::new("", "ncclCommAbort").ptr("comm", c);
+            self.shown
+                .show(&call, Some(&r), "after a failure: stops this rank's kernels");
         }
     }
 
@@ -1097,6 +1172,73 @@ impl Drop for Nccl {
 /// become a setting.
 const CONFIG_SIZE: usize = std::mem::offset_of!(sys::ncclConfig_t, splitShare) + size_of::<c_int>();
 
+/// The variables that override a communicator's config in NCCL (`envConfigOverride` in
+/// `init.cc`, 2.18.1 to 2.30.7, for every init and split), and why the workbook cannot
+/// run under them: it chooses per communicator, and these would choose for all.
+const CONFIG_OVERRIDES: [(&str, &str); 2] = [
+    (
+        "NCCL_COMM_BLOCKING",
+        "NCCL would give every communicator of the workbook this blocking mode, over the config it sets: the \
+         workbook's own is non-blocking, so that every wait is polled under --timeout (a blocking init or call waits \
+         for ever for a peer that is gone), and the timed loops' is blocking, as nccl-tests times (non-blocking, NCCL \
+         2.23 and later start a thread for every call)",
+    ),
+    (
+        "NCCL_COMM_SPLIT_SHARE_RESOURCES",
+        "NCCL would make the communicators the workbook splits (the timed loops', the benchmark's per sweep, lesson \
+         09's) share their parent's resources, which it leaves separate (shared, a child's abort or error reaches its \
+         parent: NVIDIA/nccl issue 2430)",
+    ),
+];
+
+/// `NCCL_COMM_BLOCKING` and `NCCL_COMM_SPLIT_SHARE_RESOURCES` (read with `var`) set to a
+/// value NCCL would apply: one line saying so and what to do. NCCL reads them as
+/// `NCCL_PARAM` does: an empty value is unset; `NCCL_COMM_BLOCKING` applies when it is 0
+/// or 1, `NCCL_COMM_SPLIT_SHARE_RESOURCES` whatever its value. They are refused rather
+/// than unset behind the user's back: whoever set them meant them for something.
+pub fn check_config_env(var: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    for (name, why) in CONFIG_OVERRIDES {
+        let Some(value) = var(name).filter(|v| !v.trim().is_empty()) else {
+            continue;
+        };
+        let applies = match name {
+            // 0 and 1 apply; NCCL ignores any other value (and one that overflows).
+            "NCCL_COMM_BLOCKING" => matches!(strtoll(&value), Some(0 | 1)),
+            _ => true,
+        };
+        if applies {
+            return Err(format!(
+                "{name}={value} is set: {why}; run without it (env -u {name} ...)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `text` as C's `strtoll(text, NULL, 0)` reads it, as NCCL reads its integer variables:
+/// leading blanks, a sign, then hexadecimal after `0x`, octal after `0`, else decimal, up
+/// to the first character that is not a digit (none: 0); `None` where it overflows
+/// (`ERANGE`: NCCL then keeps its default).
+fn strtoll(text: &str) -> Option<i64> {
+    let t = text.trim_start();
+    let (negative, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (radix, digits) = match t.get(..2) {
+        Some("0x" | "0X") if t[2..].starts_with(|c: char| c.is_ascii_hexdigit()) => (16, &t[2..]),
+        _ if t.starts_with('0') => (8, t),
+        _ => (10, t),
+    };
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
+    if end == 0 {
+        return Some(0);
+    }
+    let magnitude = i128::from_str_radix(&digits[..end], radix).ok()?;
+    i64::try_from(if negative { -magnitude } else { magnitude }).ok()
+}
+
 /// NCCL's configuration for a communicator: `NCCL_CONFIG_INITIALIZER` of the 2.17 layout
 /// (what cudarc's bindings declare; NCCL reads the fields of that version and defaults
 /// the rest) with `blocking` set. Zeroed first, and only [`CONFIG_SIZE`] bytes given.
@@ -1126,6 +1268,27 @@ struct Poll {
 
 /// The CUDA driver's success, as `--show-calls` prints a call's result.
 const CUDA_SUCCESS: cudarc::driver::sys::cudaError_enum = cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS;
+
+/// What a wait names a group by, once it is queued: its calls by kind ("the group of 4
+/// calls (2 ncclSend, 2 ncclRecv)").
+fn group_label(calls: &[(Label, usize)]) -> Label {
+    let mut kinds: Vec<(&'static str, usize)> = Vec::new();
+    for (label, _) in calls {
+        match kinds.iter_mut().find(|(f, _)| *f == label.function()) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((label.function(), 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(f, n)| format!("{n} {f}")).collect();
+    Label::of(format!(
+        "the group of {} calls ({}) queued by {GROUP_END}",
+        calls.len(),
+        kinds.join(", ")
+    ))
+}
+
+/// How a group's label ends: what the watchdog looks for to say a group is waited for.
+pub const GROUP_END: &str = "ncclGroupEnd";
 
 /// NCCL's unique id as `--show-calls` shows it: its size and first bytes.
 fn id_bytes(bytes: &[u8]) -> String {
@@ -1182,6 +1345,27 @@ pub fn cuda_error(e: cudarc::driver::DriverError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_variables_that_override_the_config_are_refused_where_nccl_applies_them() {
+        let check = |name: &'static str, value: &'static str| {
+            check_config_env(&move |n| (n == name).then(|| value.to_string()))
+        };
+        for v in ["1", "0", " 1", "1x", "+1", "01"] {
+            let said = check("NCCL_COMM_BLOCKING", v).unwrap_err();
+            assert!(said.starts_with(&format!("NCCL_COMM_BLOCKING={v} is set: ")), "{said}");
+        }
+        // strtoll: no digits is 0, "0x1" is 1, "010" is 8.
+        for v in ["yes", "0x1", "-0"] {
+            assert!(check("NCCL_COMM_BLOCKING", v).is_err(), "{v}");
+        }
+        // NCCL ignores a blocking value other than 0 and 1, and an empty one.
+        for v in ["", "2", "-1", "010", "99999999999999999999"] {
+            assert_eq!(check("NCCL_COMM_BLOCKING", v), Ok(()), "{v}");
+        }
+        assert!(check("NCCL_COMM_SPLIT_SHARE_RESOURCES", "0").is_err());
+        assert_eq!(check("NCCL_COMM_SPLIT_SHARE_RESOURCES", ""), Ok(()));
+    }
 
     #[test]
     fn the_config_is_nccls_initializer_made_non_blocking_and_gives_its_fields_only() {

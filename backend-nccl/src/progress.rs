@@ -45,6 +45,8 @@ pub struct Progress {
 /// the event recorded after the last (none yet: more may join the run).
 struct Queued {
     what: Label,
+    /// How many operations `what` is (a group's calls, or 1).
+    first: usize,
     ops: usize,
     event: Option<CUevent>,
 }
@@ -65,16 +67,18 @@ impl Progress {
         self.sparse = on;
     }
 
-    /// Notes an operation of `bytes` just queued on `stream` as `what`, and records an
-    /// event after it when it should have one: that event, if so.
-    pub fn queued(&mut self, what: &Label, bytes: usize, stream: &CudaStream) -> Result<Option<CUevent>> {
+    /// Notes `ops` operations (one call, or a group's calls) of `bytes` just queued on
+    /// `stream` as `what`, and records an event after them when they should have one:
+    /// that event, if so.
+    pub fn queued(&mut self, what: &Label, bytes: usize, ops: usize, stream: &CudaStream) -> Result<Option<CUevent>> {
         self.unmarked += 1;
-        self.count += 1;
+        self.count += ops;
         match self.ops.back_mut() {
-            Some(run) if run.event.is_none() => run.ops += 1,
+            Some(run) if run.event.is_none() => run.ops += ops,
             _ => self.ops.push_back(Queued {
                 what: what.clone(),
-                ops: 1,
+                first: ops,
+                ops,
                 event: None,
             }),
         }
@@ -142,8 +146,8 @@ impl Progress {
     pub fn waited_for(&self, last: &Label) -> String {
         match (self.ops.front(), self.count) {
             (None, _) => last.to_string(),
-            (Some(run), 1) => run.what.to_string(),
-            (Some(run), n) => format!("{} (and the {} queued after it)", run.what, n - 1),
+            (Some(run), n) if n <= run.first => run.what.to_string(),
+            (Some(run), n) => format!("{} (and the {} queued after it)", run.what, n - run.first),
         }
     }
 

@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 /// is itself a sign that rank 0, which hosts it, is frozen.
 const STORE_REPLY: Duration = Duration::from_secs(2);
 
+/// How long rank 0, which hosts the store, stays past a deadline of a blocked call, so that
+/// the other ranks, blocked with it, can still ask the store whom to blame.
+const BLAME_GRACE: Duration = Duration::from_secs(1);
+
 /// How long a wait lasts before the watchdog starts looking at the store.
 const LOOK_AFTER: Duration = Duration::from_millis(20);
 
@@ -103,6 +107,29 @@ impl Watchdog {
         }
     }
 
+    /// Who is to blame when a call that blocks inside NCCL passes its deadline
+    /// ([`crate::deadline::Armed::blaming`]): the store's verdict, asked on a handle of
+    /// this rank's connection (the rank's own thread is inside NCCL then, not in a request
+    /// of its own): the first rank lost, else the rank whose heartbeat stopped.
+    pub fn blamer(&self) -> Result<crate::deadline::Blame> {
+        let mut store = self.store.watcher(STORE_REPLY)?;
+        let (rank, quiet) = (self.rank, crate::heartbeat::quiet(self.timeout));
+        Ok(Box::new(move || {
+            let said = match store.blame(quiet) {
+                Ok(Some((r, why))) if r != rank => Some(format!("the store says rank {r} {why}")),
+                Ok(_) => None,
+                Err(_) if rank != 0 => Some("rank 0, which hosts the store, stopped answering or is gone".into()),
+                Err(_) => None,
+            };
+            // Rank 0 hosts the store, and the others, blocked in the same call, pass their
+            // deadline at about the same moment: it stays a little to answer them.
+            if rank == 0 {
+                std::thread::sleep(BLAME_GRACE);
+            }
+            said
+        }))
+    }
+
     /// Forgets what the others' heartbeats showed so far: at the start of a wait, and
     /// each time it progressed (who is silent is judged over the time without progress).
     pub fn reset(&mut self) {
@@ -165,6 +192,17 @@ impl Watchdog {
             })
             .collect();
         let said = match silent.as_slice() {
+            // The calls of one group progress together: a send of it waits for the peer's
+            // matching receive, which the peer's group must hold.
+            [] if what.contains(crate::nccl::GROUP_END)
+                && (what.contains(" ncclSend") || what.contains(" ncclRecv")) =>
+            {
+                format!(
+                    "nothing finished in {limit} (--timeout) waiting for {what}: every rank is alive, and the calls of \
+                 a group progress together, each send with its peer's receive: does every peer's group hold the \
+                 receive (and the send) that matches this rank's, with the same count and type?"
+                )
+            }
             // A send waits for its receiver (past NCCL's eager size), a receive for its sender.
             [] if what.contains("(ncclSend)") || what.contains("(ncclRecv)") => format!(
                 "nothing finished in {limit} (--timeout) waiting for {what}: every rank is alive, and a send \

@@ -51,7 +51,7 @@ mod stream;
 mod teardown;
 
 use std::collections::BTreeSet;
-use std::ffi::{CString, c_char};
+use std::ffi::{CString, c_char, c_int};
 use std::io::Write;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -114,6 +114,7 @@ pub(crate) fn last_error() -> *const c_char {
 /// a panic into `on_panic` (a panic must never unwind into C).
 pub(crate) fn entry<R: Copy>(name: &'static str, on_panic: R, body: impl FnOnce() -> R) -> R {
     trace(name);
+    stop_if_asked(name);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(r) => r,
         Err(p) => {
@@ -125,6 +126,37 @@ pub(crate) fn entry<R: Copy>(name: &'static str, on_panic: R, body: impl FnOnce(
             warn(None, &format!("{name} panicked (a bug in the double): {what}"));
             on_panic
         }
+    }
+}
+
+/// With `NCCL_DOUBLE_STOP=<function>:<n>` (`ncclGroupEnd:2`), the process stops itself
+/// (SIGSTOP) at the start of the n-th call of that function, as a rank frozen by a
+/// debugger or a stalled node would stop: how the tests freeze a rank at an exact point
+/// (a signal from outside lands wherever the rank happens to be).
+fn stop_if_asked(name: &str) {
+    static SPEC: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var("NCCL_DOUBLE_STOP").ok()?;
+        let parsed = v
+            .split_once(':')
+            .and_then(|(f, n)| Some((f.to_string(), n.trim().parse().ok()?)));
+        if parsed.is_none() {
+            say(&format!(
+                "nccl-double WARN: NCCL_DOUBLE_STOP={v:?} is not <function>:<n>: ignored"
+            ));
+        }
+        parsed
+    });
+    let Some((function, n)) = spec else { return };
+    if function == name && CALLS.fetch_add(1, Ordering::Relaxed) + 1 == *n {
+        unsafe extern "C" {
+            fn raise(sig: c_int) -> c_int;
+        }
+        const SIGSTOP: c_int = 19;
+        // SAFETY: raise(3) with a valid signal number; SIGSTOP cannot be caught, and the
+        // process goes on from here when it gets SIGCONT.
+        unsafe { raise(SIGSTOP) };
     }
 }
 

@@ -17,7 +17,12 @@ const BARE: &str = env!("CARGO_BIN_EXE_nccl-double-bare");
 /// A bare loop of 20 all-reduces on a non-blocking communicator of `world` ranks, playing
 /// NCCL `version`: how rank 0 ended, and the helper threads the double started in it.
 fn bare(version: &str, world: usize, extra: &[&str]) -> (support::Out, u64) {
-    let tag = format!("{}-{version}-{world}-{}", std::process::id(), extra.len());
+    bare_with(version, world, extra, &[])
+}
+
+/// [`bare`], with the variables `env` set for every rank.
+fn bare_with(version: &str, world: usize, extra: &[&str], env: &[(&str, &str)]) -> (support::Out, u64) {
+    let tag = format!("{}-{version}-{world}-{}-{}", std::process::id(), extra.len(), env.len());
     let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let id = tmp.join(format!("bare-id-{tag}"));
     let stats = |r: usize| tmp.join(format!("bare-stats-{tag}-{r}"));
@@ -37,6 +42,7 @@ fn bare(version: &str, world: usize, extra: &[&str]) -> (support::Out, u64) {
                     "--nonblocking",
                 ])
                 .args(extra)
+                .envs(env.iter().copied())
                 .env("LD_LIBRARY_PATH", support::lib_dir())
                 .env("NCCL_DOUBLE", "1")
                 .env("NCCL_DOUBLE_DEVICES", world.to_string())
@@ -85,4 +91,15 @@ fn from_2_23_every_call_of_a_non_blocking_communicator_has_a_helper_thread() {
     // Before 2.23, nothing to wait for: the same loop runs.
     let (out, _) = bare("22203", 2, &["--no-poll"]);
     assert_eq!(out.code, Some(0), "{out}");
+}
+
+#[test]
+fn nccl_comm_blocking_overrides_the_config_as_nccl_reads_the_environment_over_it() {
+    // NCCL's envConfigOverride (init.cc, 2.18 to 2.30): NCCL_COMM_BLOCKING=1 makes the
+    // non-blocking config blocking: no call says ncclInProgress, no helper thread starts.
+    let (out, helpers) = bare_with("22304", 2, &[], &[("NCCL_COMM_BLOCKING", "1")]);
+    assert_eq!((out.code, helpers), (Some(0), 0), "{out}");
+    // A value NCCL ignores (not 0 or 1) leaves the config as it is: a helper per call.
+    let (out, helpers) = bare_with("22304", 2, &[], &[("NCCL_COMM_BLOCKING", "2")]);
+    assert_eq!((out.code, helpers), (Some(0), 21), "{out}");
 }

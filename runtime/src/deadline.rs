@@ -28,6 +28,12 @@ static AT: AtomicU64 = AtomicU64::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// What to say when it passes.
 static LINE: Mutex<String> = Mutex::new(String::new());
+/// Who is to blame, asked when it passes (see [`Armed::blaming`]).
+static BLAME: Mutex<Option<Blame>> = Mutex::new(None);
+
+/// Asked when a deadline passes, on the watcher's thread: who is to blame, in words
+/// ("rank 2 stopped responding (…)"), said after the line; `None` if it cannot tell.
+pub type Blame = Box<dyn FnMut() -> Option<String> + Send>;
 
 /// How often the watcher looks.
 const LOOK: Duration = Duration::from_millis(20);
@@ -57,6 +63,16 @@ impl Armed {
         }
     }
 
+    /// When this deadline passes, `blame` is asked who is to blame, and its answer is said
+    /// after the line: for a call that blocks inside NCCL, where the rank's own waits
+    /// cannot look (the answer must come within a few seconds: it delays the exit).
+    pub fn blaming(self, blame: Blame) -> Armed {
+        if GENERATION.load(Ordering::Acquire) == self.generation {
+            *BLAME.lock().unwrap_or_else(|p| p.into_inner()) = Some(blame);
+        }
+        self
+    }
+
     /// Holds the deadline off until the next [`Armed::renew`] (an atomic store).
     pub fn pause(&self) {
         if GENERATION.load(Ordering::Acquire) == self.generation {
@@ -84,6 +100,7 @@ pub fn arm(after: Duration, line: String) -> Armed {
 pub fn standby(line: String) -> Armed {
     watch();
     *LINE.lock().unwrap_or_else(|p| p.into_inner()) = line;
+    *BLAME.lock().unwrap_or_else(|p| p.into_inner()) = None;
     AT.store(0, Ordering::Release);
     let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
     Armed { generation }
@@ -100,7 +117,15 @@ fn watch() {
                 let at = AT.load(Ordering::Acquire);
                 let now = Instant::now().duration_since(epoch()).as_micros() as u64;
                 if at != 0 && now >= at {
-                    let line = LINE.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    let mut line = LINE.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    let blamed = BLAME
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_mut()
+                        .and_then(|b| b());
+                    if let Some(who) = blamed {
+                        line = format!("{line}; {who}");
+                    }
                     crate::error::exit_now(&line, crate::error::EXIT_FAILURE);
                 }
             }

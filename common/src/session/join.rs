@@ -179,7 +179,7 @@ impl Session {
                     run.show_calls.is_some_and(|s| s.shows(rank)),
                     run.format == Format::Json,
                 );
-                let nccl = backend::nccl::Nccl::init(&mut store, (rank, world), dev, &host, run.timeout, shown)?;
+                let nccl = backend::nccl::Nccl::init(&mut store, &id, dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
                     Communicator::Nccl(Box::new(nccl)),
@@ -269,6 +269,8 @@ impl Session {
     }
 }
 
+/// The variables that would override the workbook's communicator configs
+/// (`NCCL_COMM_BLOCKING`, …: [`workbook_nccl::nccl::check_config_env`]), then
 /// `NCCL_ALGO` and `NCCL_PROTO` against the NCCL that loads
 /// ([`crate::device::Probe::nccl`]): a name it does not know is the user's mistake, said
 /// once, in one line (exit 2), before NCCL starts. The user's values first, then the
@@ -280,6 +282,7 @@ pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
         return Ok(());
     };
     let usage = |message: String| SharedError { message, usage: true };
+    workbook_nccl::nccl::check_config_env(&|name| std::env::var(name).ok()).map_err(usage)?;
     workbook_nccl::tuning::check(&version, &per_sweep::user_var).map_err(usage)?;
     for (name, flag) in [("NCCL_ALGO", "-A"), ("NCCL_PROTO", "-P")] {
         let now = std::env::var(name).ok();

@@ -48,6 +48,9 @@ pub struct Shared {
     /// The helper thread of the operation in flight (non-blocking: NCCL 2.23 on, for every
     /// operation; a split, for every version), joined by the next call.
     helper: Mutex<Option<JoinHandle<()>>>,
+    /// The peers this rank has a point-to-point connection with (made at the first send or
+    /// receive between the two: [`Shared::connect`]).
+    connected: Mutex<BTreeSet<usize>>,
     /// How many splits this communicator made (each one's files are numbered).
     splits: std::sync::atomic::AtomicU64,
     /// How many units of work were queued (NCCL's `opCount`: one per ungrouped call, one
@@ -205,6 +208,51 @@ impl Shared {
         }
     }
 
+    /// The peers of `unit`'s sends and receives this rank has no connection with yet.
+    fn unconnected(&self, unit: &Unit) -> Vec<usize> {
+        let connected = self.connected.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers: Vec<usize> = unit
+            .calls()
+            .iter()
+            .filter_map(|c| match c {
+                work::Call::Send { peer, .. } | work::Call::Recv { peer, .. } => Some(*peer),
+                work::Call::Collective { .. } => None,
+            })
+            .filter(|p| *p != self.rank && !connected.contains(p))
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
+    }
+
+    /// Connects this rank with `peers` for sends and receives, as NCCL does at the first
+    /// send or receive between two ranks (`ncclTransportP2pSetup`, run by the group's
+    /// launch: each side sends its connection's details through the bootstrap network and
+    /// waits for the peer's). So it waits until each peer comes to its own first send or
+    /// receive with this rank: for ever if a peer never does (stopped, dead), unless the
+    /// communicator is aborted.
+    fn connect(&self, peers: &[usize]) -> Result<(), Halt> {
+        let me = self.rank;
+        for p in peers {
+            self.room.publish(&format!("connect-{me}-{p}"), b"")?;
+        }
+        let wanted: Vec<Wanted> = peers
+            .iter()
+            .map(|p| Wanted {
+                name: format!("connect-{p}-{me}"),
+                from: *p,
+            })
+            .collect();
+        let who: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
+        let what = format!(
+            "rank(s) {} to connect (their first send or receive with this rank)",
+            who.join(", ")
+        );
+        self.room.wait(&wanted, &what, &mut |_, _| Ok(()), &self.abort)?;
+        self.connected.lock().unwrap_or_else(|p| p.into_inner()).extend(peers);
+        Ok(())
+    }
+
     /// Waits for the helper thread of the last operation, if any (it is done, or about to be).
     fn join_helper(&self) {
         let helper = self.helper.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -283,16 +331,44 @@ impl Comm {
     /// and from NCCL 2.23 on ([`helper_per_call`]) from a helper thread started for the
     /// call, the communicator in progress until that thread has queued it. Refused if the
     /// communicator failed meanwhile (the unit is dropped).
+    ///
+    /// The first send or receive between two ranks connects them first ([`Shared::connect`]),
+    /// in the group's launch, which waits for the peer: a blocking communicator launches in
+    /// the caller's thread (`groupLaunch` in `ncclGroupEndInternal`, 2.18 to 2.30), so the
+    /// call itself waits, for ever if the peer never comes; a non-blocking one launches a
+    /// group with connections to make from a helper thread on every version (before 2.23,
+    /// the `ncclGroupCommPreconnectHead` case; from 2.23, every group).
     pub fn enqueue(&self, unit: Unit) -> NcclResult {
-        if self.blocking() || !helper_per_call() {
+        let peers = self.shared.unconnected(&unit);
+        if self.blocking() {
+            if !peers.is_empty() {
+                let _mark = crate::teardown::blocking("ncclGroupEnd");
+                match self.shared.connect(&peers) {
+                    Ok(()) => {}
+                    Err(Halt::Aborted) => {
+                        return fail(INVALID_USAGE, Some(self.rank()), "the communicator was aborted");
+                    }
+                    Err(Halt::Failed(f)) => return self.fail(f),
+                }
+            }
+            return self.launch_now(unit);
+        }
+        if !helper_per_call() && peers.is_empty() {
             return match self.launch_now(unit) {
-                SUCCESS if !self.blocking() => IN_PROGRESS,
+                SUCCESS => IN_PROGRESS,
                 other => other,
             };
         }
         self.shared.launches.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::clone(&self.shared);
         self.shared.in_background("enqueue", move || {
+            if !peers.is_empty() {
+                match shared.connect(&peers) {
+                    Ok(()) => {}
+                    Err(Halt::Aborted) => return Ok(()),
+                    Err(Halt::Failed(f)) => return Err(f),
+                }
+            }
             super::tuning::print_choices(
                 unit.calls(),
                 shared.device,
@@ -576,6 +652,8 @@ pub unsafe extern "C" fn ncclCommSplit(
                 Err(f) => return fail(f.code, who, &f.why),
             }
         };
+        // The child's config, read over by the environment (`envConfigOverride(childComm)`).
+        let (blocking, _) = super::config::env_override(blocking, false);
         let shared = Arc::clone(&c.shared);
         let out = newcomm as usize;
         let job = move || split(&shared, (color, key), blocking, out);
@@ -668,6 +746,8 @@ fn init(out: *mut *mut Comm, nranks: c_int, id: &UniqueId, rank: c_int, blocking
     if !allowed() {
         return SYSTEM_ERROR;
     }
+    // NCCL_COMM_BLOCKING overrides the config (or its absence), as NCCL reads it.
+    let (blocking, _) = super::config::env_override(blocking, false);
     let who = usize::try_from(rank).ok();
     if out.is_null() {
         return fail(INVALID_ARGUMENT, who, &format!("{name}: comm is NULL"));
@@ -766,6 +846,7 @@ fn start_in(room: Room, (r, n): (usize, usize), device: usize, blocking: bool, c
         abort: AtomicBool::new(false),
         abort_queued: AtomicBool::new(false),
         helper: Mutex::new(None),
+        connected: Mutex::new(BTreeSet::new()),
         splits: std::sync::atomic::AtomicU64::new(0),
         launches: std::sync::atomic::AtomicU64::new(0),
         tuned: std::sync::OnceLock::new(),

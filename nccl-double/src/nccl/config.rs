@@ -221,6 +221,38 @@ fn parse(v: u32, size: usize, given: &[u8], call: &str) -> Result<Config, Failur
     })
 }
 
+/// What a communicator's config becomes once NCCL has read the environment over it
+/// (`envConfigOverride` in `init.cc`, 2.18.1 to 2.30.7, run for every init and split,
+/// with a config or without): `NCCL_COMM_BLOCKING` of 0 or 1 replaces `blocking`, and
+/// `NCCL_COMM_SPLIT_SHARE_RESOURCES`, set to anything, replaces `splitShare` (a value but
+/// 0 or 1 then becomes 0). The variables are read as `NCCL_PARAM` reads them: an integer
+/// (`strtoll`), an empty value as unset.
+pub fn env_override(blocking: bool, split_share: bool) -> (bool, bool) {
+    let param = |name: &str| -> Option<i64> {
+        let v = std::env::var(name).ok()?;
+        let v = v.trim();
+        if v.is_empty() {
+            return None;
+        }
+        // strtoll: the leading integer, 0 if none.
+        let end = v
+            .char_indices()
+            .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
+            .map_or(v.len(), |(i, _)| i);
+        Some(v[..end].parse().unwrap_or(0))
+    };
+    let blocking = match param("NCCL_COMM_BLOCKING") {
+        Some(0) => false,
+        Some(1) => true,
+        _ => blocking,
+    };
+    let split_share = match param("NCCL_COMM_SPLIT_SHARE_RESOURCES") {
+        Some(v) if v != i64::from(UNDEF_INT) => v == 1,
+        _ => split_share,
+    };
+    (blocking, split_share)
+}
+
 /// 22602 as "2.26.2".
 fn dotted(v: u32) -> String {
     format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)
