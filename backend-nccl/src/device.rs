@@ -187,7 +187,8 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
         let (a, b, c) = OLDEST;
         Some(format!(
             "found {} but {} is older than NCCL {a}.{b}.{c}, the oldest this workbook supports: \
-             load a newer NCCL (e.g. `pip install nvidia-nccl-cu12`, or NCCL_LIBRARY=<its libnccl.so.2>)",
+             load a newer NCCL: `pip install nvidia-nccl-cu12` in an active virtual or conda environment \
+             (searched before the libnccl.so the loader finds), or NCCL_LIBRARY=<a newer libnccl.so.2>",
             gpus(p.gpus),
             lib.describe()
         ))
@@ -356,7 +357,8 @@ mod tests {
         assert!(crate::error::is_usage(&e), "{e}");
         let e = e.to_string();
         assert!(
-            e.contains("NCCL 2.17.1 (/lib/libnccl.so.2) is older than NCCL 2.18.0"),
+            e.contains("NCCL 2.17.1 (/lib/libnccl.so.2) is older than NCCL 2.18.0")
+                && e.contains("in an active virtual or conda environment (searched before the libnccl.so"),
             "{e}"
         );
         let (kind, why) = choose(BackendChoice::Auto, &old).unwrap();

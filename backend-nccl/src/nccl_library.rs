@@ -10,12 +10,13 @@
 //! 2. an NCCL already in the process: `LD_PRELOAD=/path/libnccl.so.2`, as clusters
 //!    pin one NCCL for a training command (a second NCCL loaded beside it would be a
 //!    different library with its own state);
-//! 3. what cudarc finds by its own names;
-//! 4. `NCCL_HOME/lib` and `NCCL_HOME/lib64`;
-//! 5. the folders of `LD_LIBRARY_PATH`;
-//! 6. the `nvidia/nccl/lib` folder of a Python wheel (`pip install nvidia-nccl-cu12`) in
+//! 3. `NCCL_HOME/lib` and `NCCL_HOME/lib64`;
+//! 4. the `nvidia/nccl/lib` folder of a Python wheel (`pip install nvidia-nccl-cu12`) in
 //!    the active virtual or conda environment;
-//! 7. `$CONDA_PREFIX/lib`, where conda's own `nccl` package puts `libnccl.so.2`;
+//! 5. `$CONDA_PREFIX/lib`, where conda's own `nccl` package puts `libnccl.so.2`;
+//! 6. what cudarc finds by its own names (a system `libnccl-dev`'s `libnccl.so`, which
+//!    must not hide the NCCL the user chose above, a newer one as often as not);
+//! 7. the folders of `LD_LIBRARY_PATH`;
 //! 8. the wheels of the user's and the system's site-packages;
 //! 9. the system's library folders.
 //!
@@ -70,14 +71,7 @@ impl Loaded {
 pub fn loaded() -> Result<Loaded> {
     let code = cudarc::nccl::result::get_nccl_version().map_err(|e| anyhow!("ncclGetVersion failed: {:?}", e.0))?;
     let (major, minor, patch) = split_version(code);
-    // SAFETY: the library is loaded (the call above went through it); we only read the
-    // address of one of its symbols and ask the loader which file holds it.
-    let path = unsafe {
-        let lib = cudarc::nccl::sys::culib();
-        lib.get::<unsafe extern "C" fn(*mut c_int) -> c_int>(b"ncclGetVersion\0")
-            .ok()
-            .and_then(|f| file_of((*f) as *const c_void))
-    };
+    let path = cudarc_file();
     Ok(Loaded {
         version: format!("{major}.{minor}.{patch}"),
         supported: (major, minor, patch) >= OLDEST,
@@ -190,6 +184,21 @@ pub fn cudarc_finds_nccl() -> bool {
     }
 }
 
+/// The file of the NCCL that cudarc loads by its own names, if it finds one.
+fn cudarc_file() -> Option<PathBuf> {
+    if !cudarc_finds_nccl() {
+        return None;
+    }
+    // SAFETY: the library is loaded (`cudarc_finds_nccl` found the symbol in it); we only
+    // read the address of one of its symbols and ask the loader which file holds it.
+    unsafe {
+        cudarc::nccl::sys::culib()
+            .get::<unsafe extern "C" fn(*mut c_int) -> c_int>(b"ncclGetVersion\0")
+            .ok()
+            .and_then(|f| file_of((*f) as *const c_void))
+    }
+}
+
 /// Checks that `NCCL_LIBRARY`'s value names a loadable NCCL; the error says what it is instead.
 fn check_named(file: &Path) -> Result<()> {
     let shown = file.display();
@@ -217,10 +226,15 @@ fn check_named(file: &Path) -> Result<()> {
 const ENV_DONE: &str = "NCCL_WORKBOOK_NCCL_DIR";
 const NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
-/// Where libnccl is, by the order above: the first candidate that is NCCL (`None`:
-/// nowhere this program knows to look).
+/// Where libnccl is in the folders of the search (cudarc's own names aside): the first
+/// candidate that is NCCL (`None`: nowhere this program knows to look).
 pub fn locate(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
-    candidates(env).into_iter().find(|f| defines_nccl(f, false) == Ok(true))
+    first_nccl(candidates(env))
+}
+
+/// The first of `files` that is NCCL.
+fn first_nccl(files: Vec<PathBuf>) -> Option<PathBuf> {
+    files.into_iter().find(|f| defines_nccl(f, false) == Ok(true))
 }
 
 /// The files named like NCCL that the search finds, in its order: `NCCL_LIBRARY`'s
@@ -229,7 +243,12 @@ pub fn candidates(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
     if let Some(file) = env("NCCL_LIBRARY").filter(|v| !v.is_empty()).map(PathBuf::from) {
         return if file.is_file() { vec![file] } else { Vec::new() };
     }
-    folders(env)
+    in_folders(&folders(env))
+}
+
+/// `libnccl.so.2` then `libnccl.so` in each folder of `steps`, those that exist.
+fn in_folders(steps: &[Step]) -> Vec<PathBuf> {
+    steps
         .iter()
         .flat_map(|step| step.dirs.iter())
         .flat_map(|d| NAMES.iter().map(move |n| d.join(n)))
@@ -244,10 +263,12 @@ pub struct Step {
     pub named: String,
     /// The folders, in order.
     pub dirs: Vec<PathBuf>,
+    /// Searched before what cudarc finds by its own names (steps 3 to 5 of the list above).
+    pub before_cudarc: bool,
 }
 
-/// The folders looked in, in order, step by step (4 to 9 of the list above): what
-/// [`locate`] searches and what the "no libnccl" message lists.
+/// The folders looked in, in order, step by step (3 to 5 and 7 to 9 of the list above):
+/// what [`locate`] searches and what the "no libnccl" message lists.
 pub fn folders(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Step> {
     let set = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     let list = |dirs: &[PathBuf]| {
@@ -256,33 +277,18 @@ pub fn folders(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Step> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let step = |named: String, dirs: Vec<PathBuf>, before_cudarc: bool| Step {
+        named,
+        dirs,
+        before_cudarc,
+    };
     let mut steps = Vec::new();
     steps.push(match set("NCCL_HOME") {
         Some(home) => {
             let dirs = vec![home.join("lib"), home.join("lib64")];
-            Step {
-                named: format!("NCCL_HOME ({})", list(&dirs)),
-                dirs,
-            }
+            step(format!("NCCL_HOME ({})", list(&dirs)), dirs, true)
         }
-        None => Step {
-            named: "NCCL_HOME (unset)".into(),
-            dirs: Vec::new(),
-        },
-    });
-    let ld: Vec<PathBuf> = env("LD_LIBRARY_PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .filter(|d| !d.as_os_str().is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    steps.push(Step {
-        named: format!(
-            "LD_LIBRARY_PATH ({})",
-            if ld.is_empty() { "empty".into() } else { list(&ld) }
-        ),
-        dirs: ld,
+        None => step("NCCL_HOME (unset)".into(), Vec::new(), true),
     });
     // Wheels: `<root>/python3.*/{site,dist}-packages/nvidia/nccl/lib`, named by their roots.
     let wheels = |roots: Vec<PathBuf>, none: &str| {
@@ -302,27 +308,34 @@ pub fn folders(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Step> {
         .map(|root| root.join("lib"))
         .collect();
     let (dirs, shown) = wheels(env_roots, "no VIRTUAL_ENV or CONDA_PREFIX");
-    steps.push(Step {
-        named: format!("the active environment's wheels ({shown})"),
-        dirs,
-    });
+    steps.push(step(format!("the active environment's wheels ({shown})"), dirs, true));
     steps.push(match set("CONDA_PREFIX") {
-        Some(prefix) => Step {
-            named: format!("conda's own lib folder ({})", prefix.join("lib").display()),
-            dirs: vec![prefix.join("lib")],
-        },
-        None => Step {
-            named: "conda's own lib folder (CONDA_PREFIX unset)".into(),
-            dirs: Vec::new(),
-        },
+        Some(prefix) => step(
+            format!("conda's own lib folder ({})", prefix.join("lib").display()),
+            vec![prefix.join("lib")],
+            true,
+        ),
+        None => step("conda's own lib folder (CONDA_PREFIX unset)".into(), Vec::new(), true),
     });
+    let ld: Vec<PathBuf> = env("LD_LIBRARY_PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .filter(|d| !d.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    steps.push(step(
+        format!(
+            "LD_LIBRARY_PATH ({})",
+            if ld.is_empty() { "empty".into() } else { list(&ld) }
+        ),
+        ld,
+        false,
+    ));
     let mut other_roots: Vec<PathBuf> = set("HOME").map(|h| h.join(".local/lib")).into_iter().collect();
     other_roots.extend(["/usr/local/lib", "/usr/lib"].map(PathBuf::from));
     let (dirs, shown) = wheels(other_roots, "");
-    steps.push(Step {
-        named: format!("the user's and system's wheels ({shown})"),
-        dirs,
-    });
+    steps.push(step(format!("the user's and system's wheels ({shown})"), dirs, false));
     let system: Vec<PathBuf> = [
         "/usr/lib/x86_64-linux-gnu",
         "/usr/lib/aarch64-linux-gnu",
@@ -333,10 +346,7 @@ pub fn folders(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Step> {
     ]
     .map(PathBuf::from)
     .into();
-    steps.push(Step {
-        named: format!("the system's folders ({})", list(&system)),
-        dirs: system,
-    });
+    steps.push(step(format!("the system's folders ({})", list(&system)), system, false));
     steps
 }
 
@@ -346,11 +356,13 @@ pub fn looked_in(env: &dyn Fn(&str) -> Option<OsString>) -> String {
         .filter(|v| !v.is_empty())
         .map(|v| format!("NCCL_LIBRARY ({})", Path::new(&v).display()))
         .unwrap_or_else(|| "NCCL_LIBRARY (unset)".into());
-    let steps: Vec<String> = folders(env).into_iter().map(|s| s.named).collect();
+    let (ahead, behind): (Vec<Step>, Vec<Step>) = folders(env).into_iter().partition(|s| s.before_cudarc);
+    let names = |steps: Vec<Step>| steps.into_iter().map(|s| s.named).collect::<Vec<_>>().join(", ");
     format!(
-        "looked for libnccl.so.2 and libnccl.so in: {named}, the libraries already loaded (LD_PRELOAD), cudarc's own \
-         names on the loader's path, {}",
-        steps.join(", ")
+        "looked for libnccl.so.2 and libnccl.so in: {named}, the libraries already loaded (LD_PRELOAD), {}, cudarc's \
+         own names on the loader's path, {}",
+        names(ahead),
+        names(behind)
     )
 }
 
@@ -395,12 +407,21 @@ pub fn make_loadable() -> Result<()> {
         }
         (Some(n), _) => n,
         (None, Some(p)) => p,
-        // cudarc already finds one, and none was asked for: nothing to do.
-        (None, None) if cudarc_finds_nccl() => return Ok(()),
-        (None, None) => match locate(&env) {
-            Some(f) => f,
-            None => return Ok(()),
-        },
+        (None, None) => {
+            let (ahead, behind): (Vec<Step>, Vec<Step>) = folders(&env).into_iter().partition(|s| s.before_cudarc);
+            match first_nccl(in_folders(&ahead)) {
+                // The NCCL chosen by NCCL_HOME or the active environment, unless cudarc
+                // loads that very file by its own names.
+                Some(f) if cudarc_file().is_some_and(|c| same_file(&c, &f)) => return Ok(()),
+                Some(f) => f,
+                // cudarc finds one, and none was chosen: nothing to do.
+                None if cudarc_finds_nccl() => return Ok(()),
+                None => match first_nccl(in_folders(&behind)) {
+                    Some(f) => f,
+                    None => return Ok(()),
+                },
+            }
+        }
     };
     let Ok(file) = file.canonicalize() else { return Ok(()) };
     let dir = std::env::temp_dir().join(format!("nccl-workbook-{}", std::process::id()));
@@ -481,27 +502,45 @@ mod tests {
         let all = [
             ("NCCL_LIBRARY", named.join("libnccl.so.2.18.3")),
             ("NCCL_HOME", home.clone()),
-            ("LD_LIBRARY_PATH", ld.clone()),
             ("VIRTUAL_ENV", venv.clone()),
             ("CONDA_PREFIX", conda.clone()),
+            ("LD_LIBRARY_PATH", ld.clone()),
         ];
         // (Empty files: named like NCCL, which is all `candidates` looks at; `locate`
         // then keeps the first that defines ncclGetVersion.)
         for (skip, expect) in [
             (0, named.join("libnccl.so.2.18.3")),
             (1, home.join("lib/libnccl.so.2")),
-            (2, ld.join("libnccl.so.2")),
-            (3, wheel.join("libnccl.so.2")),
-            // The active environment's wheels, then conda's own lib folder.
-            (4, conda_wheel.join("libnccl.so.2")),
+            (2, wheel.join("libnccl.so.2")),
+            (3, conda_wheel.join("libnccl.so.2")),
+            (4, ld.join("libnccl.so.2")),
         ] {
             assert_eq!(candidates(&vars(all[skip..].to_vec())).first(), Some(&expect));
         }
-        let conda_only = candidates(&vars(all[4..].to_vec()));
+        // The active environment's wheels, then conda's own lib folder, before what
+        // cudarc finds (the loader's path among it), then LD_LIBRARY_PATH.
+        let env_first = candidates(&vars(all[2..].to_vec()));
         assert_eq!(
-            conda_only.get(1),
-            Some(&conda.join("lib/libnccl.so.2")),
-            "{conda_only:?}"
+            env_first[..4],
+            [
+                wheel.join("libnccl.so.2"),
+                conda_wheel.join("libnccl.so.2"),
+                conda.join("lib/libnccl.so.2"),
+                ld.join("libnccl.so.2")
+            ],
+            "{env_first:?}"
+        );
+        let (ahead, _): (Vec<Step>, Vec<Step>) = folders(&vars(all[1..].to_vec()))
+            .into_iter()
+            .partition(|s| s.before_cudarc);
+        assert_eq!(
+            in_folders(&ahead),
+            [
+                home.join("lib/libnccl.so.2"),
+                wheel.join("libnccl.so.2"),
+                conda_wheel.join("libnccl.so.2"),
+                conda.join("lib/libnccl.so.2")
+            ]
         );
         // None of them is NCCL.
         assert_eq!(locate(&vars(all[1..].to_vec())), None);

@@ -90,6 +90,59 @@ pub fn uuid_text(u: &[u8; 16]) -> String {
     )
 }
 
+/// The UUID (`GPU-...`) of this host's GPU with PCI bus id `bus`: what NCCL 2.30.7
+/// compares (`cuDeviceGetUuid`) where older versions compare bus ids. Empty if none has it.
+pub fn uuid_of_bus(bus: &str) -> String {
+    (0..physical_count())
+        .find(|&p| bus_id(p) == bus)
+        .map(|p| uuid_text(&uuid(p)))
+        .unwrap_or_default()
+}
+
+/// `NCCL_MULTI_RANK_GPU_ENABLE` as NCCL 2.30 reads it (`NCCL_PARAM(MultiRankGpuEnable,
+/// "MULTI_RANK_GPU_ENABLE", 0)`, once per process): ranks may share a GPU when it is not 0.
+pub fn multi_rank_gpu_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        std::env::var("NCCL_MULTI_RANK_GPU_ENABLE")
+            .ok()
+            .and_then(|v| nccl_param(&v))
+            .is_some_and(|v| v != 0)
+    })
+}
+
+/// A parameter's value as NCCL's `ncclLoadParam` reads it (`src/misc/param.cc`, 2.18 to
+/// 2.30): `None` (the default) when empty or out of range, else `strtoll(value, NULL, 0)`:
+/// leading spaces, a sign, then hex after `0x`, octal after `0`, else decimal, up to the
+/// first other character (`"1x"` is 1, `"yes"` is 0).
+pub fn nccl_param(value: &str) -> Option<i64> {
+    if value.is_empty() {
+        return None;
+    }
+    let t = value.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (negative, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let hex = t.len() > 2 && (t.starts_with("0x") || t.starts_with("0X")) && t.as_bytes()[2].is_ascii_hexdigit();
+    let (radix, digits) = if hex {
+        (16, &t[2..])
+    } else if t.starts_with('0') {
+        (8, t)
+    } else {
+        (10, t)
+    };
+    let mut v: i128 = 0;
+    for d in digits.chars().map_while(|c| c.to_digit(radix)) {
+        v = v * i128::from(radix) + i128::from(d);
+        if v > 1 << 63 {
+            return None;
+        }
+    }
+    i64::try_from(if negative { -v } else { v }).ok()
+}
+
 /// The physical devices this process sees, in order: entry `i` is visible ordinal `i`.
 pub fn visible() -> &'static [usize] {
     static VISIBLE: OnceLock<Vec<usize>> = OnceLock::new();
@@ -177,6 +230,26 @@ mod tests {
         assert_eq!(v(Some("GPU-dead")), [] as [usize; 0]);
         assert_eq!(v(Some("0,GPU-aaaa1")), [0]);
         assert_eq!(v(Some("MIG-aaaa1111")), [] as [usize; 0]);
+    }
+
+    #[test]
+    fn parameters_are_read_as_strtoll_with_base_0() {
+        for (text, value) in [
+            ("1", Some(1)),
+            ("0", Some(0)),
+            (" +7", Some(7)),
+            ("-1", Some(-1)),
+            ("0x10", Some(16)),
+            ("010", Some(8)),
+            ("1x", Some(1)),
+            ("0x", Some(0)),
+            ("yes", Some(0)),
+            ("", None),
+            ("9223372036854775808", None),
+            ("-9223372036854775808", Some(i64::MIN)),
+        ] {
+            assert_eq!(nccl_param(text), value, "{text:?}");
+        }
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct Card {
     /// The PCI bus id of its GPU (NCCL compares bus ids, not device ordinals).
     pub bus_id: String,
     pub real_host: String,
+    /// Its GPU's UUID (`GPU-...`): what NCCL 2.30.7 compares instead of the bus id.
+    pub uuid: String,
     /// The host as NCCL's `getHostHash` tells hosts apart: `NCCL_HOSTID` if set (so
     /// that ranks may play nodes of one GPU each on one GPU, as with real NCCL), else the
     /// node it plays (see [`crate::devices::host`]).
@@ -96,6 +98,7 @@ impl Card {
             nranks,
             version: crate::nccl::version(),
             pid: std::process::id(),
+            uuid: crate::devices::uuid_of_bus(&bus_id),
             bus_id,
             real_host: crate::devices::real_host(),
             host: std::env::var("NCCL_HOSTID").unwrap_or_else(|_| crate::devices::host().to_string()),
@@ -105,8 +108,8 @@ impl Card {
     /// One line of fields, then the host (which may hold spaces).
     pub fn to_bytes(&self) -> Vec<u8> {
         format!(
-            "{} {} {} {} {}\n{}",
-            self.nranks, self.version, self.pid, self.bus_id, self.real_host, self.host
+            "{} {} {} {} {} {}\n{}",
+            self.nranks, self.version, self.pid, self.bus_id, self.real_host, self.uuid, self.host
         )
         .into_bytes()
     }
@@ -122,6 +125,7 @@ impl Card {
             pid: f.next()?.parse().ok()?,
             bus_id: f.next()?.to_string(),
             real_host: f.next().unwrap_or("").to_string(),
+            uuid: f.next().unwrap_or("").to_string(),
             host: host.to_string(),
         })
     }
@@ -361,6 +365,7 @@ mod tests {
             pid: 77,
             bus_id: "0000:3B:00.0".into(),
             real_host: "box".into(),
+            uuid: "GPU-0a1b".into(),
             host: "node a".into(),
         };
         assert_eq!(Card::parse(&c.to_bytes()), Some(c));

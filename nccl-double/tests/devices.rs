@@ -1,8 +1,9 @@
 //! Devices as the real driver shows them: every GPU has a PCI bus id (the same on every
 //! host) and a UUID (unique to its host); `CUDA_VISIBLE_DEVICES` picks and orders them
 //! as the CUDA C Programming Guide says; and NCCL's Duplicate GPU rule compares what
-//! NCCL compares (host and bus id), so ranks that each see their own GPU as device 0 are
-//! fine, and two that see one GPU are refused.
+//! NCCL compares (host and bus id; from 2.30.5 host and UUID), so ranks that each see
+//! their own GPU as device 0 are fine, and two that see one GPU are refused, unless NCCL
+//! 2.30's `NCCL_MULTI_RANK_GPU_ENABLE` lets them share it.
 
 mod support;
 
@@ -183,4 +184,69 @@ fn the_same_gpu_on_two_emulated_hosts_is_two_gpus() {
         .rank_env(1, "NCCL_DOUBLE_HOST", "node-b")
         .run();
     all_ok(&outs);
+}
+
+/// The messages of NCCL's `init.cc` for two ranks on one GPU, by version.
+const DUPLICATE: &str = "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0000:2B:00.0";
+const MULTIPLE_2_30_3: &str = "Multiple ranks detected using the same GPU on this node. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.";
+const MULTIPLE_2_30_7: &str =
+    "Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.";
+
+/// Two ranks on GPU 1, on the double playing `version`, with `env` on both.
+fn two_on_gpu_1(version: &str, env: &[(&str, &str)]) -> Vec<support::Out> {
+    let mut job = Job::new("allreduce", 2)
+        .args(&["--count", "2"])
+        .env("CUDA_VISIBLE_DEVICES", "1")
+        .env("NCCL_DOUBLE_VERSION", version);
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    job.run()
+}
+
+#[test]
+fn nccl_2_30_lets_ranks_share_a_gpu_with_nccl_multi_rank_gpu_enable_and_older_versions_never() {
+    let enabled = [("NCCL_MULTI_RANK_GPU_ENABLE", "1")];
+    // 2.18 to 2.29 have no such variable: the duplicate is refused all the same.
+    for version in ["21803", "22907"] {
+        let outs = two_on_gpu_1(version, &enabled);
+        failed_with(&outs, 0, "ncclInvalidUsage", DUPLICATE);
+    }
+    for (version, says) in [("23003", MULTIPLE_2_30_3), ("23007", MULTIPLE_2_30_7)] {
+        // Unset, empty or 0 (as strtoll reads it): refused with this version's words.
+        for env in [
+            &[][..],
+            &[("NCCL_MULTI_RANK_GPU_ENABLE", "")],
+            &[("NCCL_MULTI_RANK_GPU_ENABLE", "0")],
+        ] {
+            let outs = two_on_gpu_1(version, env);
+            for r in 0..2 {
+                failed_with(&outs, r, "ncclInvalidUsage", says);
+                failed_with(&outs, r, "ncclInvalidUsage", "(ranks 0 and 1 on ");
+            }
+        }
+        let outs = two_on_gpu_1(version, &enabled);
+        all_ok(&outs);
+        for o in &outs {
+            assert_eq!(o.results(), [vec![3.0, 5.0]], "{version}: {}", all(&outs));
+        }
+    }
+}
+
+#[test]
+fn nccl_2_30_7_compares_gpu_uuids_where_older_versions_compare_bus_ids() {
+    // One NCCL_HOSTID on two emulated machines: one host to NCCL, and each rank on its
+    // machine's GPU 1, two GPUs of one bus id.
+    let run = |version: &str| {
+        Job::new("allreduce", 2)
+            .env("CUDA_VISIBLE_DEVICES", "1")
+            .env("NCCL_HOSTID", "one-host")
+            .env("NCCL_DOUBLE_VERSION", version)
+            .rank_env(0, "NCCL_DOUBLE_HOST", "node-a")
+            .rank_env(1, "NCCL_DOUBLE_HOST", "node-b")
+            .run()
+    };
+    failed_with(&run("22907"), 0, "ncclInvalidUsage", DUPLICATE);
+    failed_with(&run("23004"), 1, "ncclInvalidUsage", MULTIPLE_2_30_3);
+    all_ok(&run("23007"));
 }

@@ -1,11 +1,13 @@
 //! One rank per GPU: every rank's GPU is compared through the store before NCCL is asked
-//! for anything, as NCCL compares them ("Duplicate GPU detected"), and two ranks on one
-//! GPU are refused in one line that names both ranks and the GPU, and the placement when
-//! it is the cause. "One GPU" is NCCL's rule: the same GPU on the same host as NCCL tells
-//! hosts apart (`NCCL_HOSTID`, else the machine), so ranks that each set their own
-//! `NCCL_HOSTID` may share a GPU as NCCL's nodes of one GPU each (`bench/gpu-nodes.sh`
-//! rehearses a cluster so on one GPU). Shared by the workbook's NCCL backend and by lesson 08, which calls
-//! NCCL itself, so that both refuse the same jobs alike.
+//! for anything, as NCCL compares them, and two ranks on one GPU are refused in one line
+//! that names both ranks and the GPU, quotes the loaded NCCL's message, and names the
+//! placement when it is the cause. "One GPU" is NCCL's rule: the same GPU on the same host
+//! as NCCL tells hosts apart (`NCCL_HOSTID`, else the machine), so ranks that each set their
+//! own `NCCL_HOSTID` may share a GPU as NCCL's nodes of one GPU each (`bench/gpu-nodes.sh`
+//! rehearses a cluster so on one GPU). Refused only where the loaded NCCL refuses
+//! (`src/init.cc`, see [`Rule`]): 2.30 lets ranks share a GPU with
+//! `NCCL_MULTI_RANK_GPU_ENABLE=1`. Shared by the workbook's NCCL backend and by lesson 08,
+//! which calls NCCL itself, so that both refuse the same jobs alike.
 
 use super::LOCAL_RANK_RULE;
 use crate::error::SharedError;
@@ -34,6 +36,73 @@ pub struct Gpu {
     pub device: usize,
     /// How many GPUs the rank's process sees (its `device_count`).
     pub devices: usize,
+    /// The NCCL version the rank loaded, as its code (21803 is 2.18.3; 0 if unknown).
+    pub nccl_version: u32,
+    /// Whether the rank's NCCL 2.30 lets ranks share a GPU (`NCCL_MULTI_RANK_GPU_ENABLE`).
+    pub multi_rank_gpu: bool,
+}
+
+impl Gpu {
+    /// Whether the rank's NCCL host is `NCCL_HOSTID` rather than the machine.
+    fn hostid_set(&self) -> bool {
+        self.nccl_host.starts_with("NCCL_HOSTID=")
+    }
+}
+
+/// How a version of NCCL finds two ranks on one GPU (`src/init.cc`), and what it says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// 2.18 to 2.29: the same PCI bus id on one host is refused, each rank comparing its
+    /// own with every rank's: "Duplicate GPU detected : rank R and rank I both on CUDA
+    /// device B".
+    Duplicate,
+    /// 2.30.3 and 2.30.4 (`ncclCheckMultiRank`, `src/graph/topo.cc`): the same bus id on
+    /// one host, refused by the host's first rank unless its `NCCL_MULTI_RANK_GPU_ENABLE`
+    /// is not 0.
+    BusId,
+    /// 2.30.7 (taken from 2.30.5): the same UUID (`cuDeviceGetUuid`: a GPU's partitions are
+    /// GPUs of their own) on one host, refused by every rank whose
+    /// `NCCL_MULTI_RANK_GPU_ENABLE` is 0, all pairs compared.
+    Uuid,
+}
+
+impl Rule {
+    /// The rule of NCCL `version` (a code: 23007 is 2.30.7).
+    pub fn of(version: u32) -> Rule {
+        match version {
+            ..23000 => Rule::Duplicate,
+            23000..23005 => Rule::BusId,
+            _ => Rule::Uuid,
+        }
+    }
+
+    /// NCCL's words when it refuses (its `WARN`; 2.18 to 2.29's begins with these).
+    pub fn says(self) -> &'static str {
+        match self {
+            Rule::Duplicate => "Duplicate GPU detected",
+            Rule::BusId => {
+                "Multiple ranks detected using the same GPU on this node. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable \
+                 this configuration."
+            }
+            Rule::Uuid => {
+                "Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this \
+                 configuration."
+            }
+        }
+    }
+
+    /// Whether NCCL sees `a` and `b` on one GPU. NCCL hashes the host (`NCCL_HOSTID`, else
+    /// the machine) and compares bus ids, or from 2.30.5 UUIDs. Without `NCCL_HOSTID` the
+    /// host is one machine, whose bus ids name its GPUs: the UUIDs must match too, which
+    /// changes nothing there (but MIG instances, left to NCCL) and keeps apart the
+    /// simulator's emulated nodes, whose GPUs have the bus ids of identical nodes.
+    fn same_gpu(self, a: &Gpu, b: &Gpu) -> bool {
+        a.nccl_host == b.nccl_host
+            && match self {
+                Rule::Uuid => a.uuid == b.uuid,
+                _ => a.bus_id == b.bus_id && (a.hostid_set() || a.uuid == b.uuid),
+            }
+    }
 }
 
 /// The identity of the context's GPU: UUID, PCI bus id, name, and its number here.
@@ -59,6 +128,8 @@ pub fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
     let bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
     let name = ctx.name().unwrap_or_else(|e| format!("(unknown: {e:?})"));
     let devices = CudaContext::device_count().map_err(|e| anyhow!("cuDeviceGetCount: {e:?}"))?;
+    let env = |name: &str| std::env::var_os(name);
+    let read = |file: &std::path::Path| std::fs::read(file).ok();
     Ok(Gpu {
         host: host.to_string(),
         nccl_host: nccl_host(),
@@ -67,7 +138,75 @@ pub fn identify(ctx: &CudaContext, host: &str) -> Result<Gpu> {
         name,
         device: ctx.ordinal(),
         devices: devices.max(0) as usize,
+        nccl_version: nccl_version(),
+        multi_rank_gpu: nccl_setting("NCCL_MULTI_RANK_GPU_ENABLE", &env, &read)
+            .and_then(|v| strtoll(&v))
+            .is_some_and(|v| v != 0),
     })
+}
+
+/// The version code of the NCCL this process loads (0 if none is loadable).
+fn nccl_version() -> u32 {
+    if !crate::nccl_library::cudarc_finds_nccl() {
+        return 0;
+    }
+    cudarc::nccl::result::get_nccl_version().map_or(0, |v| v.max(0) as u32)
+}
+
+/// A variable as NCCL reads it (`ncclGetEnv`, `src/misc/param.cc`, 2.18 to 2.30): the
+/// environment's, else the first line `NAME=value` of `NCCL_CONF_FILE` (else
+/// `~/.nccl.conf`), then of `/etc/nccl.conf`, which NCCL sets without overwriting.
+fn nccl_setting(
+    name: &str,
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    read: &dyn Fn(&std::path::Path) -> Option<Vec<u8>>,
+) -> Option<String> {
+    if let Some(v) = env(name) {
+        return Some(v.to_string_lossy().into_owned());
+    }
+    let user = match env("NCCL_CONF_FILE").filter(|f| !f.is_empty()) {
+        Some(file) => Some(std::path::PathBuf::from(file)),
+        None => env("HOME").map(|h| std::path::Path::new(&h).join(".nccl.conf")),
+    };
+    let files = user.into_iter().chain([std::path::PathBuf::from("/etc/nccl.conf")]);
+    files.filter_map(|f| read(&f)).find_map(|text| {
+        String::from_utf8_lossy(&text).lines().find_map(|line| {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            let (key, value) = line.split_once('=')?;
+            (!line.starts_with('#') && key == name).then(|| value.to_string())
+        })
+    })
+}
+
+/// A parameter's value as NCCL's `ncclLoadParam` reads it: `None` (the default) when empty
+/// or out of range, else `strtoll(value, NULL, 0)`: leading spaces, a sign, then hex after
+/// `0x`, octal after `0`, else decimal, up to the first other character ("yes" is 0).
+fn strtoll(value: &str) -> Option<i64> {
+    if value.is_empty() {
+        return None;
+    }
+    let t = value.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (negative, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let hex = t.len() > 2 && (t.starts_with("0x") || t.starts_with("0X")) && t.as_bytes()[2].is_ascii_hexdigit();
+    let (radix, digits) = if hex {
+        (16, &t[2..])
+    } else if t.starts_with('0') {
+        (8, t)
+    } else {
+        (10, t)
+    };
+    let mut v: i128 = 0;
+    for d in digits.chars().map_while(|c| c.to_digit(radix)) {
+        v = v * i128::from(radix) + i128::from(d);
+        if v > 1 << 63 {
+            return None;
+        }
+    }
+    i64::try_from(if negative { -v } else { v }).ok()
 }
 
 /// This process's host as NCCL's `getHostHash` reads it (`src/misc/utils.cc`, 2.18 to
@@ -84,12 +223,19 @@ fn nccl_host() -> String {
     read("/proc/sys/kernel/hostname") + &read("/proc/sys/kernel/random/boot_id")
 }
 
-/// The first two ranks on one physical GPU (the same UUID) of one host as NCCL sees
-/// hosts, if any.
+/// The first two ranks that the loaded NCCL (rank 0's) sees on one GPU of one host and
+/// refuses, if any ([`Rule`]).
 pub fn duplicate(gpus: &[Gpu]) -> Option<(usize, usize)> {
+    let rule = Rule::of(gpus.first()?.nccl_version);
+    let first_of_host = |a: usize| gpus.iter().find(|g| g.nccl_host == gpus[a].nccl_host);
+    let refused = |a: usize| match rule {
+        Rule::Duplicate => true,
+        Rule::BusId => first_of_host(a).is_some_and(|g| !g.multi_rank_gpu),
+        Rule::Uuid => gpus.iter().any(|g| !g.multi_rank_gpu),
+    };
     (0..gpus.len()).find_map(|a| {
         (a + 1..gpus.len())
-            .find(|&b| gpus[a].uuid == gpus[b].uuid && gpus[a].nccl_host == gpus[b].nccl_host)
+            .find(|&b| rule.same_gpu(&gpus[a], &gpus[b]) && refused(a))
             .map(|b| (a, b))
     })
 }
@@ -111,11 +257,20 @@ pub fn one_rank_per_gpu(store: &mut Store, (rank, world): (usize, usize), gpu: &
 /// Why ranks `a` and `b` may not share their GPU, and what to do instead.
 fn refusal(gpus: &[Gpu], a: usize, b: usize) -> String {
     let g = &gpus[a];
+    let rule = Rule::of(gpus[0].nccl_version);
     let both = format!(
         "ranks {a} and {b} are both on GPU {} ({}, PCI bus {}) of host {}: NCCL refuses two ranks on one GPU \
-         (\"Duplicate GPU detected\")",
-        g.uuid, g.name, g.bus_id, g.host
+         (\"{}\")",
+        g.uuid,
+        g.name,
+        g.bus_id,
+        g.host,
+        rule.says()
     );
+    let share = match rule {
+        Rule::Duplicate => ", or NCCL 2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1",
+        _ => ", let them share it (NCCL_MULTI_RANK_GPU_ENABLE=1 on every rank)",
+    };
     match cyclic(gpus, a, b) {
         Some((la, lb)) => format!(
             "{both}; the placement is cyclic-like (ranks {a} and {b} are local ranks {la} and {lb} of host {}, so \
@@ -125,8 +280,8 @@ fn refusal(gpus: &[Gpu], a: usize, b: usize) -> String {
         ),
         None => format!(
             "{both}; start at most one rank per GPU (--nproc-per-node, or --ntasks-per-node, no more than the \
-             node's GPUs), give each task its own (srun --gpus-per-task=1), or use --backend cpu (to play nodes \
-             of one GPU each on one GPU, give each node its own NCCL_HOSTID: bench/gpu-nodes.sh)"
+             node's GPUs), give each task its own (srun --gpus-per-task=1){share}, or use --backend cpu (to play \
+             nodes of one GPU each on one GPU, give each node its own NCCL_HOSTID: bench/gpu-nodes.sh)"
         ),
     }
 }
@@ -156,6 +311,8 @@ mod tests {
             name: "A100".into(),
             device,
             devices: 2,
+            nccl_version: 21803,
+            multi_rank_gpu: false,
         }
     }
 
@@ -203,5 +360,135 @@ mod tests {
         a.nccl_host = "NCCL_HOSTID=node-0".into();
         b.nccl_host = "NCCL_HOSTID=node-1".into();
         assert_eq!(duplicate(&[a, b]), None);
+    }
+
+    /// Two ranks on GPU 0 of a machine each (bus id 0000:1B:00.0, UUIDs `GPU-a`, `GPU-b`)
+    /// with one `NCCL_HOSTID`, and NCCL `version`.
+    fn one_hostid(version: u32) -> [Gpu; 2] {
+        [("n1", "GPU-a"), ("n2", "GPU-b")].map(|(host, uuid)| Gpu {
+            nccl_host: "NCCL_HOSTID=x".into(),
+            nccl_version: version,
+            ..gpu(host, uuid, 0)
+        })
+    }
+
+    #[test]
+    fn each_version_compares_what_its_init_cc_compares() {
+        assert_eq!(
+            [21803, 22907, 23000, 23004, 23005, 23007].map(Rule::of),
+            [
+                Rule::Duplicate,
+                Rule::Duplicate,
+                Rule::BusId,
+                Rule::BusId,
+                Rule::Uuid,
+                Rule::Uuid
+            ]
+        );
+        // One NCCL host, one bus id, two GPUs: up to 2.30.4 one GPU, from 2.30.5 two.
+        assert_eq!(duplicate(&one_hostid(22907)), Some((0, 1)));
+        assert_eq!(duplicate(&one_hostid(23004)), Some((0, 1)));
+        assert_eq!(duplicate(&one_hostid(23007)), None);
+        // Without NCCL_HOSTID, one machine: its bus ids are its GPUs (the simulator's
+        // emulated nodes have the bus ids of identical nodes, and UUIDs of their own).
+        let nodes = [gpu("a", "GPU-a", 0), gpu("b", "GPU-b", 0)];
+        for v in [21803, 23004, 23007] {
+            assert_eq!(
+                duplicate(&nodes.clone().map(|g| Gpu { nccl_version: v, ..g })),
+                None,
+                "{v}"
+            );
+        }
+        let e = refusal(&one_hostid(22907), 0, 1);
+        assert!(
+            e.contains("NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\")"),
+            "{e}"
+        );
+        assert!(
+            e.contains("or NCCL 2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1"),
+            "{e}"
+        );
+        let e = refusal(&one_hostid(23004), 0, 1);
+        assert!(
+            e.contains(
+                "(\"Multiple ranks detected using the same GPU on this node. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to \
+                 enable this configuration.\")"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nccl_2_30_lets_ranks_share_a_gpu_where_its_variable_says_so() {
+        let shared = |version: u32, enabled: [bool; 3]| {
+            let mut gpus = [gpu("n1", "GPU-a", 0), gpu("n1", "GPU-b", 1), gpu("n1", "GPU-a", 0)];
+            for (g, on) in gpus.iter_mut().zip(enabled) {
+                (g.nccl_version, g.multi_rank_gpu) = (version, on);
+            }
+            duplicate(&gpus)
+        };
+        // 2.18 to 2.29 have no such variable.
+        assert_eq!(shared(22907, [true; 3]), Some((0, 2)));
+        for v in [23003, 23007] {
+            assert_eq!(shared(v, [true; 3]), None, "{v}");
+            assert_eq!(shared(v, [false; 3]), Some((0, 2)), "{v}");
+        }
+        // 2.30.3: the host's first rank decides; 2.30.7: every rank refuses for itself.
+        assert_eq!(shared(23003, [true, false, false]), None);
+        assert_eq!(shared(23003, [false, true, true]), Some((0, 2)));
+        assert_eq!(shared(23007, [true, false, true]), Some((0, 2)));
+        let mut gpus = [gpu("n1", "GPU-a", 0), gpu("n1", "GPU-a", 0)];
+        gpus.iter_mut().for_each(|g| g.nccl_version = 23007);
+        let e = refusal(&gpus, 0, 1);
+        assert!(
+            e.contains(
+                "(\"Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this \
+                 configuration.\")"
+            ) && e.contains("let them share it (NCCL_MULTI_RANK_GPU_ENABLE=1 on every rank)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_variable_is_read_as_nccl_reads_it_from_the_environment_or_its_files() {
+        let name = "NCCL_MULTI_RANK_GPU_ENABLE";
+        let setting = |env: &[(&str, &str)], files: &[(&str, &str)]| {
+            let env = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| v.into());
+            let read = |f: &std::path::Path| {
+                files
+                    .iter()
+                    .find(|(k, _)| std::path::Path::new(k) == f)
+                    .map(|(_, v)| v.as_bytes().to_vec())
+            };
+            nccl_setting(name, &env, &read)
+        };
+        let etc = (
+            "/etc/nccl.conf",
+            "# NCCL_MULTI_RANK_GPU_ENABLE=2\nNCCL_MULTI_RANK_GPU_ENABLE=1\r\n",
+        );
+        assert_eq!(setting(&[], &[]), None);
+        assert_eq!(setting(&[], &[etc]).as_deref(), Some("1"));
+        assert_eq!(setting(&[(name, "0")], &[etc]).as_deref(), Some("0"));
+        let home = (
+            "/h/.nccl.conf",
+            "NCCL_MULTI_RANK_GPU_ENABLE=3\nNCCL_MULTI_RANK_GPU_ENABLE=4",
+        );
+        assert_eq!(setting(&[("HOME", "/h")], &[etc, home]).as_deref(), Some("3"));
+        let named = ("/c", "NCCL_MULTI_RANK_GPU_ENABLE=5");
+        let both = [("HOME", "/h"), ("NCCL_CONF_FILE", "/c")];
+        assert_eq!(setting(&both, &[etc, home, named]).as_deref(), Some("5"));
+        for (text, value) in [
+            ("1", Some(1)),
+            (" +7", Some(7)),
+            ("-1", Some(-1)),
+            ("0x10", Some(16)),
+            ("010", Some(8)),
+            ("1x", Some(1)),
+            ("yes", Some(0)),
+            ("", None),
+            ("9223372036854775808", None),
+        ] {
+            assert_eq!(strtoll(text), value, "{text:?}");
+        }
     }
 }

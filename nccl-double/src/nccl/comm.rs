@@ -944,15 +944,43 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
         &shared.abort,
     )?;
     let cards: Vec<Card> = cards.iter().filter_map(|b| Card::parse(b)).collect();
-    let duplicate = |a: usize, b: usize| {
-        Failure::new(
-            INVALID_USAGE,
+    // Two ranks on one GPU of one host (`init.cc`): 2.18 to 2.29 compare PCI bus ids and
+    // refuse; 2.30.3 and 2.30.4 too (`ncclCheckMultiRank`), 2.30.7 (from 2.30.5 here)
+    // UUIDs (a GPU's partitions are GPUs of their own), both unless
+    // NCCL_MULTI_RANK_GPU_ENABLE is set, each with its own message.
+    let version = super::version();
+    let allowed = version >= 23000 && devices::multi_rank_gpu_enabled();
+    let by_uuid = version >= 23005;
+    let same_gpu = |a: &Card, b: &Card| {
+        a.host == b.host
+            && if by_uuid {
+                a.uuid == b.uuid
+            } else {
+                a.bus_id == b.bus_id
+            }
+    };
+    let shared_gpu = |a: usize, b: usize| {
+        let c = &cards[a];
+        let text = if version < 23000 {
             format!(
                 "Duplicate GPU detected : rank {a} and rank {b} both on CUDA device {} (host \"{}\"; NCCL refuses \
                  two ranks of one host on one GPU)",
-                cards[a].bus_id, cards[a].host
-            ),
-        )
+                c.bus_id, c.host
+            )
+        } else if !by_uuid {
+            format!(
+                "Multiple ranks detected using the same GPU on this node. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable \
+                 this configuration. (ranks {a} and {b} on CUDA device {} of host \"{}\")",
+                c.bus_id, c.host
+            )
+        } else {
+            format!(
+                "Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this \
+                 configuration. (ranks {a} and {b} on GPU {} of host \"{}\")",
+                c.uuid, c.host
+            )
+        };
+        Failure::new(INVALID_USAGE, text)
     };
     for (i, c) in cards.iter().enumerate() {
         if c.version != mine.version {
@@ -966,16 +994,23 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
             )
             .into());
         }
-        if i != me && c.host == mine.host && c.bus_id == mine.bus_id {
-            return Err(duplicate(me, i).into());
+        // In the same loop: up to 2.29 this rank against rank i, in 2.30.7 every pair (j, i).
+        if version < 23000 && i != me && same_gpu(c, mine) {
+            return Err(shared_gpu(me, i).into());
+        }
+        if by_uuid
+            && !allowed
+            && let Some(j) = (0..i).find(|&j| same_gpu(&cards[j], c))
+        {
+            return Err(shared_gpu(j, i).into());
         }
     }
     // A rank on no shared GPU fails alike (real NCCL would leave it waiting for the
     // others, which failed): naming the first pair.
     for a in 0..cards.len() {
         for b in a + 1..cards.len() {
-            if cards[a].host == cards[b].host && cards[a].bus_id == cards[b].bus_id {
-                return Err(duplicate(a, b).into());
+            if !allowed && same_gpu(&cards[a], &cards[b]) {
+                return Err(shared_gpu(a, b).into());
             }
         }
     }
