@@ -256,6 +256,12 @@ pub fn nccl_command(bin: &str, args: &[&str], gpus: usize) -> Command {
         .env("NCCL_DOUBLE", "1")
         .env("NCCL_DOUBLE_DEVICES", gpus.to_string())
         .env_remove("NCCL_DOUBLE_HOST");
+    // What the library search takes before the loader's path (an NCCL chosen by hand, the
+    // active environment's wheel): a test run inside a venv with a real NCCL must still
+    // load the double.
+    for chosen in ["NCCL_LIBRARY", "NCCL_HOME", "VIRTUAL_ENV", "CONDA_PREFIX"] {
+        cmd.env_remove(chosen);
+    }
     cmd
 }
 
