@@ -5,13 +5,15 @@
 //! ([`calls`]), polled ([`progress`]) and watched ([`watchdog`]) until it completes.
 //! Names for Nsight Systems come from [`nvtx`]; `NCCL_ALGO` and `NCCL_PROTO` are checked
 //! against the NCCL that loads by [`tuning`] (and changed between the benchmark's sweeps
-//! by [`per_sweep`]), and what NCCL chose is read back from its own lines by
-//! [`nccl_log`]. The collectives' NCCL calls live with their collective in `common`.
+//! by [`per_sweep`]); NCCL's other variables are read as NCCL reads them by [`nccl_env`];
+//! what NCCL chose is read back from its own lines by [`nccl_log`]. The collectives'
+//! NCCL calls live with their collective in `common`.
 
 pub mod calls;
 pub mod device;
 pub mod leftovers;
 pub mod nccl;
+pub mod nccl_env;
 pub mod nccl_library;
 pub mod nccl_log;
 pub mod nvtx;

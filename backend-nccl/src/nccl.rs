@@ -1191,7 +1191,8 @@ const CONFIG_OVERRIDES: [(&str, &str); 2] = [
     ),
 ];
 
-/// `NCCL_COMM_BLOCKING` and `NCCL_COMM_SPLIT_SHARE_RESOURCES` (read with `var`) set to a
+/// `NCCL_COMM_BLOCKING` and `NCCL_COMM_SPLIT_SHARE_RESOURCES` (read with `var`, as
+/// [`crate::nccl_env::param`] reads them: the environment, then NCCL's files) set to a
 /// value NCCL would apply: one line saying so and what to do. NCCL reads them as
 /// `NCCL_PARAM` does: an empty value is unset; `NCCL_COMM_BLOCKING` applies when it is 0
 /// or 1, `NCCL_COMM_SPLIT_SHARE_RESOURCES` whatever its value. They are refused rather
@@ -1203,40 +1204,17 @@ pub fn check_config_env(var: &dyn Fn(&str) -> Option<String>) -> Result<(), Stri
         };
         let applies = match name {
             // 0 and 1 apply; NCCL ignores any other value (and one that overflows).
-            "NCCL_COMM_BLOCKING" => matches!(strtoll(&value), Some(0 | 1)),
+            "NCCL_COMM_BLOCKING" => matches!(crate::nccl_env::strtoll(&value), Some(0 | 1)),
             _ => true,
         };
         if applies {
             return Err(format!(
-                "{name}={value} is set: {why}; run without it (env -u {name} ...)"
+                "{name}={value} is set: {why}; run without it (env -u {name} ..., or out of NCCL_CONF_FILE, \
+                 ~/.nccl.conf or /etc/nccl.conf, where NCCL also reads it)"
             ));
         }
     }
     Ok(())
-}
-
-/// `text` as C's `strtoll(text, NULL, 0)` reads it, as NCCL reads its integer variables:
-/// leading blanks, a sign, then hexadecimal after `0x`, octal after `0`, else decimal, up
-/// to the first character that is not a digit (none: 0); `None` where it overflows
-/// (`ERANGE`: NCCL then keeps its default).
-fn strtoll(text: &str) -> Option<i64> {
-    let t = text.trim_start();
-    let (negative, t) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    let (radix, digits) = match t.get(..2) {
-        Some("0x" | "0X") if t[2..].starts_with(|c: char| c.is_ascii_hexdigit()) => (16, &t[2..]),
-        _ if t.starts_with('0') => (8, t),
-        _ => (10, t),
-    };
-    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
-    if end == 0 {
-        return Some(0);
-    }
-    let magnitude = i128::from_str_radix(&digits[..end], radix).ok()?;
-    i64::try_from(if negative { -magnitude } else { magnitude }).ok()
 }
 
 /// NCCL's configuration for a communicator: `NCCL_CONFIG_INITIALIZER` of the 2.17 layout

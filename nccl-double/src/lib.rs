@@ -129,6 +129,19 @@ pub(crate) fn entry<R: Copy>(name: &'static str, on_panic: R, body: impl FnOnce(
     }
 }
 
+/// The value of `var`, `<function>:<n>` (`ncclRecv:2`: the second call of `ncclRecv`), as
+/// a function's name and a call's number; `None` if unset, or not of that form (said once).
+pub(crate) fn nth_call(var: &str) -> Option<(String, u64)> {
+    let v = std::env::var(var).ok()?;
+    let parsed = v
+        .split_once(':')
+        .and_then(|(f, n)| Some((f.to_string(), n.trim().parse().ok()?)));
+    if parsed.is_none() {
+        warn(None, &format!("{var}={v:?} is not <function>:<n>: ignored"));
+    }
+    parsed
+}
+
 /// With `NCCL_DOUBLE_STOP=<function>:<n>` (`ncclGroupEnd:2`), the process stops itself
 /// (SIGSTOP) at the start of the n-th call of that function, as a rank frozen by a
 /// debugger or a stalled node would stop: how the tests freeze a rank at an exact point
@@ -136,18 +149,7 @@ pub(crate) fn entry<R: Copy>(name: &'static str, on_panic: R, body: impl FnOnce(
 fn stop_if_asked(name: &str) {
     static SPEC: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let spec = SPEC.get_or_init(|| {
-        let v = std::env::var("NCCL_DOUBLE_STOP").ok()?;
-        let parsed = v
-            .split_once(':')
-            .and_then(|(f, n)| Some((f.to_string(), n.trim().parse().ok()?)));
-        if parsed.is_none() {
-            say(&format!(
-                "nccl-double WARN: NCCL_DOUBLE_STOP={v:?} is not <function>:<n>: ignored"
-            ));
-        }
-        parsed
-    });
+    let spec = SPEC.get_or_init(|| nth_call("NCCL_DOUBLE_STOP"));
     let Some((function, n)) = spec else { return };
     if function == name && CALLS.fetch_add(1, Ordering::Relaxed) + 1 == *n {
         unsafe extern "C" {

@@ -282,7 +282,7 @@ pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
         return Ok(());
     };
     let usage = |message: String| SharedError { message, usage: true };
-    workbook_nccl::nccl::check_config_env(&|name| std::env::var(name).ok()).map_err(usage)?;
+    workbook_nccl::nccl::check_config_env(&workbook_nccl::nccl_env::param).map_err(usage)?;
     workbook_nccl::tuning::check(&version, &per_sweep::user_var).map_err(usage)?;
     for (name, flag) in [("NCCL_ALGO", "-A"), ("NCCL_PROTO", "-P")] {
         let now = std::env::var(name).ok();

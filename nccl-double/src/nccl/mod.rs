@@ -115,16 +115,7 @@ fn fail(code: NcclResult, rank: Option<usize>, why: &str) -> NcclResult {
 pub fn injected(function: &str) -> Option<crate::exchange::Failure> {
     static SPEC: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let spec = SPEC.get_or_init(|| {
-        let v = std::env::var("NCCL_DOUBLE_FAIL").ok()?;
-        let parsed = v
-            .split_once(':')
-            .and_then(|(f, n)| Some((f.to_string(), n.trim().parse().ok()?)));
-        if parsed.is_none() {
-            warn(None, &format!("NCCL_DOUBLE_FAIL={v:?} is not <function>:<n>: ignored"));
-        }
-        parsed
-    });
+    let spec = SPEC.get_or_init(|| crate::nth_call("NCCL_DOUBLE_FAIL"));
     let (name, n) = spec.as_ref()?;
     if name != function {
         return None;
