@@ -1014,6 +1014,7 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
             }
         }
     }
+    super::transport_lines::print(shared.device, me, &cards); // NCCL connects its rings, then tunes
     // Then NCCL tunes its model: NCCL_ALGO and NCCL_PROTO are read there.
     if let Some(e) = super::tuning::check_init(shared.device, shared.rank, shared.nranks)? {
         let _ = shared.tuned.set(e);

@@ -58,7 +58,7 @@ pub fn tuning() -> bool {
 }
 
 /// [`subsys_from`] for this process's variables.
-fn subsys(name: &str) -> bool {
+pub(super) fn subsys(name: &str) -> bool {
     subsys_from(
         std::env::var("NCCL_DEBUG").ok().as_deref(),
         std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),

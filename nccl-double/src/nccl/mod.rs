@@ -61,6 +61,7 @@ mod config;
 mod debug;
 mod group;
 mod model;
+mod transport_lines;
 mod tuning;
 mod work;
 
