@@ -38,16 +38,26 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
     the middle of a large all-reduce: every other rank must end within its --timeout
     (20 s) and a few seconds, naming that rank, and nothing may be left running; and
     ranks each given their own GPU (CUDA_VISIBLE_DEVICES=i), as Slurm's per-task
-    binding does, must run.
-Exit status: 0 only if every step passed (a step skipped for want of cargo or GPUs is
-not a failure, and the report says why); 1 if one failed; 2 on bad usage or no GPU.
+    binding does, must run;
+  - NCCL's transport between this node's GPUs (its "Channel ... via" lines in the steps
+    above): P2P (NVLink or PCIe) passes; SHM or NET between GPUs of one node is a WARN
+    (what a peer GPU hidden by Slurm's per-task binding leaves: see the README).
+Exit status: 0 only if every step passed (a step skipped for want of cargo or GPUs, or
+a WARN, is not a failure, and the report says why); 1 if one failed; 2 on bad usage or
+no GPU.
 
 MIG: a CUDA process sees one MIG device only (CUDA enumerates the first MIG instance
 CUDA_VISIBLE_DEVICES lists). Where CUDA_VISIBLE_DEVICES names MIG devices (MIG-...), or
 is unset and nvidia-smi -L lists some, the report says so, and every multi-rank step
 starts one rank per MIG device, each with its own CUDA_VISIBLE_DEVICES=<MIG-uuid>,
 instead of --nproc-per-node; the exercises' checker, whose ranks share one
-CUDA_VISIBLE_DEVICES, is skipped.
+CUDA_VISIBLE_DEVICES, is skipped. One MIG device per GPU: the MIG devices of one GPU
+share its PCI bus id, and NCCL refuses two ranks of one host on one bus id ("Duplicate
+GPU detected"); so on one GPU the steps that need 2 ranks are skipped, and say why.
+
+EXCLUSIVE_PROCESS compute mode: the steps that put several processes on one GPU (on one
+GPU: the 4 nodes of one GPU each, the kill and stop cases) are skipped, and say why,
+unless an MPS server runs (nvidia-cuda-mps-control, or CUDA_MPS_PIPE_DIRECTORY/control).
 
 A compute node with no network: cargo build needs crates.io, unless the crates are
 already in ~/.cargo (a build or `cargo fetch` on the login node puts them there, and nodes
@@ -73,9 +83,11 @@ Options:
                    GPUs, and the two busbw columns (algbw on one GPU) set side by side
                    (else NCCL_TESTS, or all_reduce_perf on PATH; without any, the step
                    is skipped). A judged size below 95% of nccl-tests' is retaken (both
-                   programs three times in turn, -n 100, medians) before it fails. Build it
-                   on the login node: git clone https://github.com/NVIDIA/nccl-tests;
-                   make -C nccl-tests CUDA_HOME=... NCCL_HOME=...
+                   programs three times in turn, -n 100, medians) before it fails. It runs
+                   on the libnccl file the workbook's ranks mapped (LD_PRELOAD), and both
+                   must print the same NCCL version. Build it on the login node: git clone
+                   https://github.com/NVIDIA/nccl-tests; make -C nccl-tests CUDA_HOME=...
+                   NCCL_HOME=...
   -h, --help       this help
 
 Environment:
@@ -86,8 +98,11 @@ Environment:
                            (target/release/libnccl_double.so, as CI uses it), with
                            GPU_CHECK_DOUBLE_DEVICES (default 4) emulated GPUs: for
                            testing this script, never an acceptance
-  GPU_CHECK_DOUBLE_MIG=1   with the double: its GPUs given to the ranks as MIG devices
-                           are (one rank each, its own CUDA_VISIBLE_DEVICES), to test that
+  GPU_CHECK_DOUBLE_MIG=N   with the double: N MIG devices on each of its GPUs, given to
+                           the ranks as MIG devices are (one per GPU, one rank each, its
+                           own CUDA_VISIBLE_DEVICES), to test that
+  GPU_CHECK_DOUBLE_COMPUTE_MODE=MODE  with the double: the compute mode nvidia-smi would
+                           say (Exclusive_Process), which the double does not enforce
 EOF
 }
 
@@ -134,7 +149,10 @@ visible=()
 # MIG: a process sees one MIG device only, so every multi-rank step gives each rank its own
 # CUDA_VISIBLE_DEVICES (the devices in visible[]). compute_modes: nvidia-smi's
 # "index, uuid, mode" lines (EXCLUSIVE_PROCESS: one process per GPU, the driver enforces it).
-mig=false compute_modes=""
+mig=false compute_modes="" mig_left_out=0
+# Set where several processes cannot share a GPU here (EXCLUSIVE_PROCESS, no MPS), or can
+# only through MPS (the note).
+shared_gpu_why="" shared_gpu_note=""
 # (Slurm may set NoDevFiles where a job has no GPU: that names none.)
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "$CUDA_VISIBLE_DEVICES" != NoDevFiles ]; then
   IFS=, read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"
@@ -145,12 +163,28 @@ if [ "$on_double" = 1 ]; then
   gpu_list="$gpus emulated GPUs of the NCCL test double (GPU_CHECK_ON_DOUBLE=1): NOT a GPU node"
   driver="none: the NCCL test double stands in for the CUDA driver and NCCL"
   visible=()
-  if [ "${GPU_CHECK_DOUBLE_MIG:-0}" = 1 ]; then
-    # To test the MIG plan: the emulated GPUs are given to the ranks as MIG devices are.
+  per_gpu=${GPU_CHECK_DOUBLE_MIG:-0}
+  [[ $per_gpu =~ ^[0-7]$ ]] || { echo "error: GPU_CHECK_DOUBLE_MIG=$per_gpu is not a number of MIG devices per GPU (0 to 7)" >&2; exit 2; }
+  if [ "$per_gpu" != 0 ]; then
+    # To test the MIG plan: nvidia-smi -L's lines of GPUs with MIG devices, played (the
+    # double knows no MIG id: gpu_id gives a rank its GPU's index instead).
+    for ((i = 0; i < gpus; i++)); do
+      gpu_list+=$'\n'"GPU $i: simulated GPU $i (UUID: GPU-double-$i)"
+      for ((j = 0; j < per_gpu; j++)); do
+        gpu_list+=$'\n'"  MIG 1g.10gb     Device  $j: (UUID: MIG-double-$i-$j)"
+        visible+=("MIG-double-$i-$j")
+      done
+    done
     mig=true
-    for ((i = 0; i < gpus; i++)); do visible+=("$i"); done
-    gpu_note="GPU_CHECK_DOUBLE_MIG=1: given to the ranks as MIG devices are"
+    gpu_note="GPU_CHECK_DOUBLE_MIG=$per_gpu: $per_gpu MIG device(s) on each GPU, played"
   fi
+  mode=${GPU_CHECK_DOUBLE_COMPUTE_MODE:-}
+  case $mode in
+    "") ;;
+    Default | Exclusive_Process | Prohibited)
+      for ((i = 0; i < gpus; i++)); do compute_modes+="${compute_modes:+$'\n'}$i, GPU-double-$i, $mode"; done ;;
+    *) echo "error: GPU_CHECK_DOUBLE_COMPUTE_MODE=$mode is not Default, Exclusive_Process or Prohibited" >&2; exit 2 ;;
+  esac
 else
   have_smi=false
   command -v nvidia-smi >/dev/null 2>&1 && have_smi=true
@@ -202,6 +236,37 @@ else
     exit 2
   fi
 fi
+# The GPU (its UUID) of MIG device $1, from nvidia-smi -L (which lists a GPU's MIG devices
+# under it); "" if unknown.
+mig_parent() {
+  awk -v id="$1" '/^GPU /{g=$0; sub(/.*UUID: /, "", g); sub(/\).*/, "", g)}
+    index($0, id) && /^[[:space:]]+MIG /{print g; exit}' <<<"$gpu_list"
+}
+# One MIG device per GPU: the MIG devices of one GPU share its PCI bus id, and NCCL refuses
+# two ranks of one host on one bus id ("Duplicate GPU detected", init.cc, 2.18 to 2.30).
+if $mig; then
+  kept=() parents=" "
+  for id in "${visible[@]}"; do
+    parent=$id
+    [[ $id == MIG-* ]] && parent=$(mig_parent "$id")
+    if [ -n "$parent" ] && [[ $parents == *" $parent "* ]]; then
+      mig_left_out=$((mig_left_out + 1))
+      continue
+    fi
+    parents+="$parent "
+    kept+=("$id")
+  done
+  visible=("${kept[@]}")
+  gpus=${#visible[@]}
+  if [ "$mig_left_out" != 0 ]; then
+    gpu_note+="; one MIG device per GPU: $gpus used, $mig_left_out left out (the MIG devices of one GPU share its PCI bus id, which NCCL refuses as a duplicate GPU)"
+  fi
+fi
+# Why the steps that need 2 ranks on 2 GPUs cannot run on this one GPU.
+one_gpu_why="one GPU: it needs 2 GPUs"
+if $mig && [ "$gpus" = 1 ]; then
+  one_gpu_why="MIG on one GPU: 2 ranks need 2 GPUs (the MIG devices of one GPU share its PCI bus id, and NCCL refuses two ranks on one bus id: \"Duplicate GPU detected\")"
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 run_id="$$-$stamp"
@@ -227,7 +292,7 @@ bins=""
 names=() results=() reasons=() times=()
 details=$tmp/details.md
 : >"$details"
-failed=0
+failed=0 warned=0
 
 # record NAME RESULT REASON SECONDS COMMAND LOG...: one step, in the table and the details.
 record() {
@@ -235,6 +300,7 @@ record() {
   shift 5
   names+=("$name") results+=("$result") reasons+=("$reason") times+=("$secs")
   [ "$result" = FAIL ] && failed=$((failed + 1))
+  [ "$result" = WARN ] && warned=$((warned + 1))
   say "$result  $name${reason:+: $reason}"
   {
     echo "### $name: $result"
@@ -377,8 +443,26 @@ if [ "$on_double" = 1 ] && [ -n "$bins" ]; then
   export NCCL_DOUBLE_DIR=$double_rooms
 fi
 
-# The i-th GPU as CUDA_VISIBLE_DEVICES names it (within an allocation: its own names).
-gpu_id() { if [ ${#visible[@]} -gt 0 ]; then echo "${visible[$1]}"; else echo "$1"; fi; }
+# The i-th GPU as CUDA_VISIBLE_DEVICES names it (within an allocation: its own names). The
+# double knows no MIG id: its played MIG device MIG-double-<gpu>-<k> is the GPU's index.
+gpu_id() {
+  local id=$1
+  [ ${#visible[@]} -gt 0 ] && id=${visible[$1]}
+  if [ "$on_double" = 1 ] && [[ $id =~ ^MIG-double-([0-9]+)- ]]; then id=${BASH_REMATCH[1]}; fi
+  echo "$id"
+}
+# Whether an MPS server runs here, sharing each GPU among its clients (which EXCLUSIVE_PROCESS
+# then lets in): its control daemon, or its pipe. Says which.
+mps_running() {
+  local pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}/control
+  if command -v pgrep >/dev/null 2>&1 && pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1; then
+    echo "the MPS control daemon runs"
+  elif [ -p "$pipe" ]; then
+    echo "MPS's pipe $pipe is there"
+  else
+    return 1
+  fi
+}
 # The compute mode of the GPU CUDA_VISIBLE_DEVICES=$1 names, from nvidia-smi
 # (Default, Exclusive_Process, Prohibited), or "" if unknown. Usually every GPU of a node
 # has the same; else the GPU is found by UUID (a MIG device's: its GPU's), then by index.
@@ -388,8 +472,7 @@ mode_of() {
   modes=$(awk -F', *' '{print $3}' <<<"$compute_modes" | sort -u)
   if [ "$(grep -c . <<<"$modes")" = 1 ]; then echo "$modes"; return; fi
   if [[ $id == MIG-* ]]; then
-    parent=$(awk -v id="$id" '/^GPU /{g=$0; sub(/.*UUID: /, "", g); sub(/\).*/, "", g)}
-      index($0, id) && /^[[:space:]]+MIG /{print g; exit}' <<<"$gpu_list")
+    parent=$(mig_parent "$id")
     id=$parent
   fi
   if [[ $id == GPU-* ]]; then
@@ -709,8 +792,8 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   compare_table="" retake_table=""
   bw_name=busbw bw_out=8 bw_in=12
   [ "$gpus" = 1 ] && bw_name=algbw bw_out=7 bw_in=11
-  if [ "$on_double" = 1 ]; then
-    record "$name" SKIP "the NCCL test double is not a GPU: nothing to compare" 0 ""
+  if [ "$on_double" = 1 ] && [ -z "$nccl_tests" ]; then
+    record "$name" SKIP "the NCCL test double is not a GPU: nothing to compare (with --nccl-tests, its plumbing is tested)" 0 ""
   elif $mig; then
     record "$name" SKIP "MIG devices: all_reduce_perf -g drives several GPUs from one process, which sees one MIG device" 0 ""
   elif [ -z "$art" ]; then
@@ -719,11 +802,34 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
     record "$name" SKIP "the perf sweep did not pass: nothing to compare" 0 ""
   else
     tlog=$tmp/nccl-tests.log
-    run_step "$name" 1800 "$tlog" "$art" -b 8 -e "$perf_max" -f 2 -g "$gpus" -n 20 -w 5
+    # The same NCCL as the workbook's ranks: the libnccl file they mapped, preloaded (the
+    # libnccl.so.2 all_reduce_perf asks for is then that one, whatever its search path
+    # finds), and NCCL's version line (NCCL_DEBUG=VERSION) to show it.
+    theirs=(env NCCL_DEBUG=VERSION)
+    same_lib="the ranks' libnccl file was not seen: no LD_PRELOAD"
+    read -r -a mapped_files <<<"$nccl_mapped"
+    if [ ${#mapped_files[@]} = 1 ]; then
+      theirs+=("LD_PRELOAD=${mapped_files[0]}${LD_PRELOAD:+:$LD_PRELOAD}")
+      same_lib="LD_PRELOAD=${mapped_files[0]}"
+    elif [ ${#mapped_files[@]} -gt 1 ]; then
+      same_lib="the ranks mapped ${#mapped_files[@]} libnccl files: no LD_PRELOAD"
+    fi
+    run_step "$name" 1800 "$tlog" "${theirs[@]}" "$art" -b 8 -e "$perf_max" -f 2 -g "$gpus" -n 20 -w 5
+    # X.Y.Z of NCCL's "NCCL version 2.29.7+cuda12.9", else of nccl-tests' nccl-library=22907.
+    dotted() { sed -nE 's/.*NCCL version ([0-9]+\.[0-9]+\.[0-9]+).*/\1/p; s/.*nccl-library=([0-9]+)([0-9]{2})([0-9]{2}).*/\1.\2.\3/p' |
+      head -n 1 | sed -E 's/\.0([0-9])/.\1/g'; }
+    ours_v=$(dotted <<<"${nccl_version_info:-NCCL version $nccl_version}")
+    theirs_v=$(dotted <"$tlog")
     if $timed_out; then
       record "$name" FAIL "all_reduce_perf did not end within 1800 s" "$secs" "$cmd" "$tlog"
     elif [ "$rc" != 0 ]; then
       record "$name" FAIL "all_reduce_perf: exit $rc" "$secs" "$cmd" "$tlog"
+    elif [ -z "$theirs_v" ]; then
+      record "$name" FAIL "all_reduce_perf printed no NCCL version (NCCL_DEBUG=VERSION) and no nccl-library=: \
+nothing says it ran the workbook's NCCL (${ours_v:-unknown}; $same_lib)" "$secs" "$cmd" "$tlog"
+    elif [ "$theirs_v" != "$ours_v" ]; then
+      record "$name" FAIL "not the same NCCL: all_reduce_perf ran NCCL $theirs_v, the workbook's ranks ${ours_v:-an unknown one} \
+($same_lib): two libraries, not two programs, would be compared" "$secs" "$cmd" "$tlog"
     else
       # size, then busbw out of place (column 8) and in place (column 12), of both tables;
       # with one rank busbw is 0 by definition (n-1 of n), so algbw (columns 7 and 11).
@@ -752,7 +858,7 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
         retake_log=$tmp/retake.log
         : >"$retake_log"
         for round in 1 2 3; do
-          timeout -k 10 600 "$art" -b "$lo" -e "$hi" -f 2 -g "$gpus" -n 100 -w 20 >"$tmp/retake-theirs-$round.log" 2>&1 </dev/null
+          timeout -k 10 600 "${theirs[@]}" "$art" -b "$lo" -e "$hi" -f 2 -g "$gpus" -n 100 -w 20 >"$tmp/retake-theirs-$round.log" 2>&1 </dev/null
           timeout -k 10 600 "$bins/07-nccl-perf" --backend nccl --nproc-per-node "$gpus" -b "$lo" -e "$hi" -f 2 -n 100 -w 20 \
             --timeout 60 >"$tmp/retake-ours-$round.log" 2>&1 </dev/null
           cat "$tmp/retake-theirs-$round.log" "$tmp/retake-ours-$round.log" >>"$retake_log"
@@ -768,10 +874,10 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
         elif [ -n "$still" ]; then
           record "$name" FAIL "$bw_name below 95% of nccl-tests' at $below B (judged: $sizes), and again at $still B in a retake (3 rounds each, -n 100, medians): a cost, not noise" "$secs" "$cmd" "$tlog" "$retake_log"
         else
-          record "$name" PASS "$bw_name within 5% of nccl-tests' (or above) at $sizes, after a retake of $below B (below 95% in the first take: 3 rounds each, -n 100, medians; both tables in the report)" "$secs" "$cmd" "$tlog" "$retake_log"
+          record "$name" PASS "$bw_name within 5% of nccl-tests' (or above) at $sizes, after a retake of $below B (below 95% in the first take: 3 rounds each, -n 100, medians; both tables in the report); both on NCCL $ours_v ($same_lib)" "$secs" "$cmd" "$tlog" "$retake_log"
         fi
       else
-        record "$name" PASS "$bw_name within 5% of nccl-tests' (or above) at $sizes" "$secs" "$cmd" "$tlog"
+        record "$name" PASS "$bw_name within 5% of nccl-tests' (or above) at $sizes; both on NCCL $ours_v ($same_lib)" "$secs" "$cmd" "$tlog"
       fi
     fi
   fi
@@ -826,7 +932,7 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   name="two ranks on one GPU refused"
   gpu0=$(gpu_id 0)
   mode=""
-  if [ "$on_double" = 1 ]; then
+  if [ "$on_double" = 1 ] && [ -z "$compute_modes" ]; then
     mode_said="the NCCL test double has no compute mode"
   elif [ -z "$compute_modes" ]; then
     mode_said="its compute mode unknown: no answer from nvidia-smi --query-gpu=compute_mode"
@@ -836,6 +942,19 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
     [[ $gpu0 == MIG-* ]] && what="the GPU of MIG device $gpu0"
     mode_said="$what is in compute mode $mode"
     [ -n "$mode" ] || mode_said="$what: compute mode unknown (not in nvidia-smi's list)"
+    [ "$on_double" = 1 ] && mode_said+=" (played: GPU_CHECK_DOUBLE_COMPUTE_MODE, which the double does not enforce)"
+  fi
+  # The steps that put several processes on one GPU (on one GPU: the 4 nodes of one GPU
+  # each, the kill and stop cases): EXCLUSIVE_PROCESS lets one process open a GPU, unless
+  # an MPS server shares it (to the driver, its clients are one process).
+  if [ "$mode" = Exclusive_Process ]; then
+    if mps=$(mps_running); then
+      shared_gpu_note="$what is in compute mode $mode, shared through MPS: $mps"
+    else
+      shared_gpu_why="$what is in compute mode $mode (one process per GPU) and no MPS server runs (no nvidia-cuda-mps-control, no \
+${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}/control): the driver would refuse every process on it but the first; \
+run this with MPS (nvidia-cuda-mps-control -d) or on a GPU in compute mode Default"
+    fi
   fi
   t0=$SECONDS
   start_ranks 00-nccl-hello-world 2 same
@@ -895,9 +1014,13 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   if [ "$gpus" -ge 2 ]; then
     # -----------------------------------------------------------------------------------
     # 8. Ranks each given their own GPU (Slurm's per-task binding), started by hand.
+    # NCCL's INIT lines in files of their own (the transports, for 8a), out of the ranks' output.
     name="ranks each on their own GPU (CUDA_VISIBLE_DEVICES=i)"
+    mkdir -p "$tmp/transport-each"
+    rank_env=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "NCCL_DEBUG_FILE=$tmp/transport-each/nccl.%p.log")
     t0=$SECONDS
     start_ranks 02-nccl-allreduce "$gpus" each
+    rank_env=()
     wait_ranks 120
     secs=$((SECONDS - t0))
     logf=$(hand_logs)
@@ -912,8 +1035,50 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
     else
       record "$name" FAIL "${why%; }" "$secs" "$hand_cmd" "$logf"
     fi
+
+    # -----------------------------------------------------------------------------------
+    # 8a. How NCCL connected this node's GPUs, by its own lines in the steps above (the perf
+    #     sweep, the NCCL_DEBUG=INFO all-reduce, step 8): "Channel 00/0 : 0[0] -> 1[1] via
+    #     P2P/IPC" is NVLink or PCIe, GPU to GPU; SHM (through host memory) or NET between
+    #     GPUs of one node is what NCCL falls back to when a process cannot reach its peer's
+    #     GPU (Slurm's --gpus-per-task with ConstrainDevices=yes: NVIDIA/nccl#1066), or when
+    #     NCCL_P2P_DISABLE=1: busbw collapses. A WARN, not a failure: the workbook is right.
+    name="NCCL's transport between this node's GPUs"
+    if $mig; then
+      record "$name" SKIP "MIG devices: CUDA gives MIG devices no peer access, so NCCL connects them through host memory (SHM) by design" 0 ""
+    else
+      seen="" fell="" example=""
+      for src in perf debug each; do
+        case $src in
+          perf) label="the perf sweep" files=("$tmp/perf.log") ;;
+          debug) label="the NCCL_DEBUG=INFO all-reduce" files=("$debug_dir"/rank*.log) ;;
+          each) label="ranks each on their own GPU" files=("$tmp/transport-each"/*) ;;
+        esac
+        lines=$(cat "${files[@]}" 2>/dev/null | grep -E 'NCCL INFO Channel [0-9]+(/[0-9]+)? : [0-9]+\[[0-9a-f]+\] -> [0-9]+\[[0-9a-f]+\]( \[(send|receive)\])? via ')
+        [ -n "$lines" ] || continue
+        # Each transport (its first two words: P2P/IPC, SHM/direct, NET/IB...), counted.
+        counted=$(sed -E 's/.* via ([^/ ]+(\/[^/ ]+)?).*/\1/' <<<"$lines" | sort | uniq -c |
+          awk '{printf "%s%s x %s", sep, $1, $2; sep = ", "}')
+        seen+="${seen:+; }$label: $counted"
+        if other=$(grep -m 1 -E ' via (SHM|NET)' <<<"$lines"); then
+          fell+="${fell:+, }$label"
+          [ -n "$example" ] || example=${other#*NCCL INFO }
+        fi
+      done
+      p2p_off=""
+      [ -n "${NCCL_P2P_DISABLE:-}" ] && p2p_off=" (NCCL_P2P_DISABLE=$NCCL_P2P_DISABLE is set here)"
+      if [ -z "$seen" ]; then
+        record "$name" SKIP "NCCL printed no transport line ('Channel ... via ...', NCCL_DEBUG=INFO) in the perf sweep, the all-reduce or step 8" 0 ""
+      elif [ -n "$fell" ]; then
+        via=${example##* via }
+        record "$name" WARN "via ${via%%/*} between GPUs of one node: see README (\"One GPU per task\"): not P2P (NVLink or PCIe), so busbw is far below the link's$p2p_off. In $fell: \`$example\`. All: $seen" 0 ""
+      else
+        record "$name" PASS "P2P (NVLink or PCIe) between every two GPUs NCCL connected: $seen" 0 ""
+      fi
+    fi
   else
-    record "ranks each on their own GPU" SKIP "one GPU: it needs 2 GPUs" 0 ""
+    record "ranks each on their own GPU" SKIP "$one_gpu_why" 0 ""
+    record "NCCL's transport between this node's GPUs" SKIP "$one_gpu_why" 0 ""
   fi
 
   # -------------------------------------------------------------------------------------
@@ -923,10 +1088,12 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
   fail_world=$gpus fail_spread=$spread big=1G
   if [ "$gpus" = 1 ] && ! $mig; then fail_world=4 fail_spread=nodes big=64M; fi
   [ "$on_double" = 1 ] && big=16M # the double copies through files: slow
-  if [ "$fail_world" -ge 2 ]; then
+  if [ "$fail_spread" = nodes ] && [ -n "$shared_gpu_why" ]; then
+    record "a rank killed or stopped (4 nodes of one GPU each)" SKIP "$shared_gpu_why" 0 ""
+  elif [ "$fail_world" -ge 2 ]; then
     victim=$((fail_world - 1))
     as=""
-    [ "$fail_spread" = nodes ] && as=" (4 nodes of one GPU each)"
+    [ "$fail_spread" = nodes ] && as=" (4 nodes of one GPU each${shared_gpu_note:+, through MPS})"
     for sig in KILL STOP; do
       name="kill -$sig rank $victim during an all-reduce$as"
       t0=$SECONDS
@@ -988,13 +1155,15 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
       fi
     done
   else
-    record "a rank killed or stopped" SKIP "MIG on one GPU: it needs 2 ranks" 0 ""
+    record "a rank killed or stopped" SKIP "$one_gpu_why" 0 ""
   fi
 
   # -------------------------------------------------------------------------------------
   # 10. One GPU: 4 nodes of one GPU each played on it (NCCL_HOSTID per node), so that NCCL
   #     runs across nodes here: its network transport, rings, trees and tuning table.
-  if [ "$gpus" = 1 ] && ! $mig; then
+  if [ "$gpus" = 1 ] && ! $mig && [ -n "$shared_gpu_why" ]; then
+    record "4 nodes of one GPU each" SKIP "$shared_gpu_why" 0 ""
+  elif [ "$gpus" = 1 ] && ! $mig; then
     log=$tmp/gpu-nodes.log
     nodes_report=$tmp/gpu-nodes.md
     nodes_args=(--nodes 4 --bin-dir "$bins" --out "$nodes_report")
@@ -1005,7 +1174,7 @@ no network here, as often on compute nodes. What to do: $offline_advice" "$secs"
     elif [ "$rc" != 0 ]; then
       record "4 nodes of one GPU each" FAIL "exit $rc: $(grep -m 1 -E 'FAIL|gpu-nodes.sh:' "$log")" "$secs" "$cmd" "$log"
     else
-      record "4 nodes of one GPU each" PASS "$(grep -c ': PASS$' "$log") steps passed; its report is the last section" "$secs" "$cmd" "$log"
+      record "4 nodes of one GPU each" PASS "$(grep -c ': PASS$' "$log") steps passed${shared_gpu_note:+ ($shared_gpu_note)}; its report is the last section" "$secs" "$cmd" "$log"
     fi
     left=$(reap_leftovers) || record "4 nodes: leftovers" FAIL "left running (killed now): ${left%; }" 0 ""
   fi
@@ -1026,6 +1195,8 @@ total=${#names[@]}
   fi
   echo
   if [ "$failed" = 0 ]; then echo "**Result: PASS** ($total steps)"; else echo "**Result: FAIL**: $failed of $total steps failed"; fi
+  [ "$warned" = 0 ] || { echo; echo "**$warned WARN** (not a failure; see the table): $(for i in "${!results[@]}"; do
+    [ "${results[$i]}" = WARN ] && printf '%s. ' "${names[$i]}"; done)"; }
   echo
   echo "- command: \`$command_line\` (in $repo)"
   if command -v git >/dev/null 2>&1 && git -C "$repo" rev-parse --short HEAD >/dev/null 2>&1; then
@@ -1045,15 +1216,19 @@ total=${#names[@]}
     echo "  CUDA_VISIBLE_DEVICES lists), so every multi-rank step starts one rank per device, each with"
     echo "  its own CUDA_VISIBLE_DEVICES, not --nproc-per-node (whose ranks would all see the first MIG"
     echo "  device), and the exercises' checker (its ranks share one CUDA_VISIBLE_DEVICES) is skipped."
+    echo "  One MIG device per GPU: the MIG devices of one GPU share its PCI bus id, and NCCL refuses"
+    echo "  two ranks of one host on one bus id (\"Duplicate GPU detected\")$([ "$mig_left_out" != 0 ] &&
+      echo ": $mig_left_out MIG device(s) left out")."
     echo "  The ranks' devices: $devs"
   fi
   echo "- driver: ${driver:-unknown (no nvidia-smi, no /proc/driver/nvidia/version)}"
-  if [ "$on_double" = 1 ]; then
+  if [ "$on_double" = 1 ] && [ -z "$compute_modes" ]; then
     echo "- compute mode: none (the NCCL test double has no compute modes)"
   elif [ -z "$compute_modes" ]; then
     echo "- compute mode: unknown (no answer from nvidia-smi --query-gpu=compute_mode)"
   elif [ "$(awk -F', *' '{print $3}' <<<"$compute_modes" | sort -u | grep -c .)" = 1 ]; then
-    echo "- compute mode: $(awk -F', *' 'NR == 1 {print $3}' <<<"$compute_modes") (every GPU nvidia-smi lists)"
+    echo "- compute mode: $(awk -F', *' 'NR == 1 {print $3}' <<<"$compute_modes") (every GPU$([ "$on_double" = 1 ] &&
+      echo ": played, GPU_CHECK_DOUBLE_COMPUTE_MODE" || echo " nvidia-smi lists"))${shared_gpu_note:+; $shared_gpu_note}"
   else
     echo "- compute modes: $(awk -F', *' '{printf "%sGPU %s: %s", (NR > 1 ? "; " : ""), $1, $3}' <<<"$compute_modes")"
   fi
@@ -1082,6 +1257,7 @@ total=${#names[@]}
     echo "The same GPUs, sizes (-b 8 -e $perf_max -f 2) and iterations (-n 20 -w 5); nccl-tests as"
     echo "\`$art -g $gpus\` (one process, every GPU), the workbook one process per GPU. Ratio: ours over"
     echo "nccl-tests'.$([ "$bw_name" = algbw ] && echo " One GPU: busbw is 0 by definition (a factor (n-1)/n), so algbw, the bytes over the time.")"
+    echo "Both on NCCL $ours_v ($same_lib)."
     echo
     echo "| size (B) | nccl-tests out of place | ours | ratio | nccl-tests in place | ours | ratio |"
     echo "|---:|---:|---:|---:|---:|---:|---:|"
@@ -1149,7 +1325,7 @@ total=${#names[@]}
 } >"$out"
 say "report: $out"
 if [ "$failed" = 0 ]; then
-  say "all $total steps passed"
+  say "all $total steps passed$([ "$warned" = 0 ] || echo ", $warned with a WARN: see the report")"
   exit 0
 fi
 if [ -n "$build_offline" ]; then

@@ -50,6 +50,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $nodes in '' | *[!0-9]* | 0 | 1) echo "gpu-nodes.sh: --nodes wants a number from 2, not '$nodes'" >&2; exit 2 ;; esac
+# Its nodes are processes on one GPU: in compute mode EXCLUSIVE_PROCESS the driver lets
+# one process open it, unless an MPS server shares it (to the driver, one process).
+if ! $double && command -v nvidia-smi >/dev/null 2>&1; then
+  first=${CUDA_VISIBLE_DEVICES:-0}
+  first=${first%%,*}
+  mode=$(timeout 60 nvidia-smi --query-gpu=compute_mode --format=csv,noheader -i "$first" 2>/dev/null | head -n 1)
+  if [ "$mode" = Exclusive_Process ] && ! pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1 &&
+    [ ! -p "${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}/control" ]; then
+    echo "gpu-nodes.sh: GPU $first is in compute mode Exclusive_Process and no MPS server runs: its $nodes nodes cannot share it (start MPS: nvidia-cuda-mps-control -d)" >&2
+    exit 2
+  fi
+fi
 if [ -n "$bins" ]; then export NCCL_WORKBOOK_BIN_DIR=$bins; fi
 find_workbook_bins 00-nccl-hello-world 02-nccl-allreduce 07-nccl-perf 09-nccl-split || exit 2
 bins=$WORKBOOK_BIN_DIR

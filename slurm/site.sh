@@ -21,6 +21,14 @@
 # export SBATCH_GRES=gpu:4
 # Each task sees only its own GPU, as its device 0 (instead of all 4, device = rank % 4):
 # export SBATCH_GPU_BIND=per_task:1
+# Keep NVLink: let every task reach the node's GPUs (the scripts' --gres=gpu:4, or
+# --gpus-per-node=4, with device = rank % 4). Per-task GPUs (--gpus-per-task=1) under the
+# site's ConstrainDevices=yes leave each task's cgroup its own GPU only, and NCCL falls back
+# from NVLink to host memory between GPUs of one node (NCCL_DEBUG=INFO says `via SHM`;
+# NVIDIA/nccl#1066): busbw collapses. Where a site insists on per-task GPUs, Slurm 23.11
+# and later let the tasks reach each other's (srun reads this in the job; older Slurm
+# refuses the value):
+# export SLURM_GRES_FLAGS=allow-task-sharing
 
 # Where the binaries are, when the scripts cannot find them themselves: cargo's target is
 # set in .cargo/config.toml (build.target-dir) and compute nodes have no cargo, or you use
