@@ -92,8 +92,9 @@ Options:
 
 Environment:
   CUDA_VISIBLE_DEVICES     if set (as Slurm sets it), only those GPUs are used
-  NCCL_LIBRARY, NCCL_HOME  which NCCL the programs load (else LD_LIBRARY_PATH, the pip
-                           wheel of the active environment, the system's)
+  NCCL_LIBRARY, NCCL_HOME  which NCCL the programs load (else the pip wheel of the
+                           active environment, libnccl.so on the loader's path,
+                           LD_LIBRARY_PATH, the system's)
   GPU_CHECK_ON_DOUBLE=1    a dry run with no GPU, on the workbook's NCCL test double
                            (target/release/libnccl_double.so, as CI uses it), with
                            GPU_CHECK_DOUBLE_DEVICES (default 4) emulated GPUs: for
