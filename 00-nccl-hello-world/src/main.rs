@@ -23,6 +23,8 @@ fn main() -> std::process::ExitCode {
 
     // `common::main` either starts the ranks (when nothing says which rank this process
     // is) or, inside a rank, joins the rendezvous and hands us the session.
+    // NCCL:    ncclGetUniqueId on rank 0, shared, then ncclCommInitRank(&comm, nranks, id, rank)
+    // PyTorch: dist.init_process_group("nccl")
     common::main(&args.run, |session| {
         // Every rank has registered its rank, local rank, host, pid and device with the
         // store; rank 0 gathers them and prints one row per rank, in rank order.

@@ -41,6 +41,8 @@ fn main() -> std::process::ExitCode {
         session.show("Before broadcast", &buf)?;
 
         // The lesson: one call, made by every rank. The root sends, the others receive.
+        // NCCL:    ncclBroadcast(sendbuff, recvbuff, count, ncclFloat, root, comm, stream)
+        // PyTorch: dist.broadcast(t, src=root)
         session.broadcast(&mut buf, root)?;
 
         session.show("After broadcast", &buf)?;

@@ -39,6 +39,8 @@ fn main() -> std::process::ExitCode {
         session.show("Before all-reduce", &buf)?;
 
         // The lesson: one call, and every rank's buffer becomes the sum (or --op) of all of them.
+        // NCCL:    ncclAllReduce(sendbuff, recvbuff, count, ncclFloat, ncclSum, comm, stream)
+        // PyTorch: dist.all_reduce(t, op=ReduceOp.SUM)
         session.all_reduce(&mut buf, op)?;
 
         session.show("After all-reduce", &buf)?;

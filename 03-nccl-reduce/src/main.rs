@@ -43,6 +43,8 @@ fn main() -> std::process::ExitCode {
         session.show("Before reduce", &buf)?;
 
         // The lesson: one call, made by every rank. Only the root's buffer changes.
+        // NCCL:    ncclReduce(sendbuff, recvbuff, count, ncclFloat, ncclSum, root, comm, stream)
+        // PyTorch: dist.reduce(t, dst=root)
         session.reduce(&mut buf, root, op)?;
 
         session.show("After reduce", &buf)?;

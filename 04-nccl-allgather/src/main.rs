@@ -37,6 +37,9 @@ fn main() -> std::process::ExitCode {
         let expected: Vec<f32> = (0..n * count).map(|i| (i / count + 1) as f32).collect();
         let from = |b: usize| format!("from rank {b}");
 
+        // The lesson, below: one call, made by every rank; block b of every rank's result is rank b's.
+        // NCCL:    ncclAllGather(sendbuff, recvbuff, sendcount, ncclFloat, comm, stream)
+        // PyTorch: dist.all_gather_into_tensor(out, t)
         let mut recv = if args.in_place {
             // One buffer: this rank's own block filled, the others zeros.
             let mut buf = session.blocks(&args.data, |b| if b == rank { mine } else { 0.0 })?;

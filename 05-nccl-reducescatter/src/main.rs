@@ -45,6 +45,8 @@ fn main() -> std::process::ExitCode {
         session.show_blocks("Before reduce-scatter", &send, to)?;
 
         // The lesson: one call, made by every rank; rank b receives the reduction of block b.
+        // NCCL:    ncclReduceScatter(sendbuff, recvbuff, recvcount, ncclFloat, ncclSum, comm, stream)
+        // PyTorch: dist.reduce_scatter_tensor(out, t)
         if args.in_place {
             session.reduce_scatter(&mut send, op)?;
         } else {

@@ -41,6 +41,8 @@ fn main() -> std::process::ExitCode {
         session.show_blocks("Before all-to-all (send buffers)", &send, |b| format!("to rank {b}"))?;
 
         // The lesson: one call, made by every rank: block j goes to rank j.
+        // NCCL:    ncclGroupStart(), ncclSend and ncclRecv per peer, ncclGroupEnd() (ncclAlltoAll from 2.28)
+        // PyTorch: dist.all_to_all_single(out, t)
         if args.in_place {
             session.all_to_all(&mut send)?;
         } else {

@@ -39,6 +39,8 @@ fn main() -> std::process::ExitCode {
 
         // Two splits, each called by every rank: the color says which group, the key the
         // rank's place in it.
+        // NCCL:    ncclCommSplit(comm, color, key, &newcomm, config)
+        // PyTorch: dist.new_group(ranks), or a DeviceMesh's dimensions
         let mut rows = session.split(row as i32, column as i32)?;
         let mut columns = session.split(column as i32, row as i32)?;
         let rows_n = n / tp;
