@@ -94,6 +94,27 @@ fn a_row_is_a_node_by_default_on_two_emulated_nodes() {
 }
 
 #[test]
+fn every_colors_steps_are_shown_alike_whatever_its_world_ranks() {
+    // Color 1's ranks are world ranks 2 and 3: its parts name them so, and its steps are
+    // matched through them, as color 0's (world ranks 0 and 1) are.
+    let args = ["--nproc-per-node", "4", "--tp", "2", "--steps", "--count", "4"];
+    let r = finish(spawn(command(BIN, &args)), LIMIT);
+    assert_eq!(r.code, Some(0), "{r}");
+    let out = r.stdout.replace(' ', "");
+    assert_eq!(out.matches("reduce-scatterstep1of1").count(), 2, "{r}");
+    assert_eq!(out.matches("all-gatherstep1of1").count(), 2, "{r}");
+    assert!(!out.contains("step1of2"), "{r}");
+    for (me, peer, sent, got) in [(0, 1, 0, 1), (1, 0, 1, 0), (2, 3, 0, 1), (3, 2, 1, 0)] {
+        let said = format!("sentchunk{sent}→rank{peer},gotchunk{got}fromrank{peer}(+)");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("CPU{me}|")) && l.ends_with(&said)),
+            "CPU {me}: {said}\n{r}"
+        );
+    }
+}
+
+#[test]
 fn a_row_length_that_does_not_divide_the_world_is_one_line_and_exit_2() {
     let r = finish(spawn(command(BIN, &["--nproc-per-node", "4", "--tp", "3"])), LIMIT);
     assert_eq!(r.code, Some(2), "{r}");

@@ -53,9 +53,13 @@ fn segments(events: &[Event]) -> Vec<Segment<'_>> {
     out
 }
 
-/// The step of every part of every rank's operations: `steps[r][op][part]`.
-fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
+/// The step of every part of every rank's operations: `steps[r][op][part]`. `ranks[r]`
+/// is the world rank of row r: parts name their peers by world rank (a split
+/// communicator's too), and a receive is matched with its send through them.
+fn number(ops: &[Vec<&Event>], ranks: &[usize]) -> Vec<Vec<Vec<usize>>> {
     let world = ops.len();
+    // The row of a peer named by its world rank (none: a peer outside these rows).
+    let row = |peer: usize| ranks.iter().position(|&w| w == peer).unwrap_or(usize::MAX);
     let mut steps: Vec<Vec<Vec<usize>>> = ops
         .iter()
         .map(|o| o.iter().map(|e| vec![0; e.parts.len()]).collect())
@@ -86,11 +90,11 @@ fn number(ops: &[Vec<&Event>]) -> Vec<Vec<Vec<usize>>> {
                             *step += 1;
                             *received = false;
                         }
-                        sent.entry((r, part.peer)).or_default().push(*step);
+                        sent.entry((r, row(part.peer))).or_default().push(*step);
                     }
                     Dir::Recv => {
-                        let k = got.entry((part.peer, r)).or_default();
-                        let Some(&theirs) = sent.get(&(part.peer, r)).and_then(|s| s.get(*k)) else {
+                        let k = got.entry((row(part.peer), r)).or_default();
+                        let Some(&theirs) = sent.get(&(row(part.peer), r)).and_then(|s| s.get(*k)) else {
                             break; // its send is not numbered yet
                         };
                         *k += 1;
@@ -175,10 +179,10 @@ struct Numbered {
 }
 
 /// Numbers and names the steps of one collective (`ops[r]`: rank r's operations in it):
-/// the one naming that `--steps` prints and `--trace` writes.
-fn numbered(ops: &[Vec<&Event>]) -> Numbered {
+/// the one naming that `--steps` prints and `--trace` writes; `ranks[r]`: row r's world rank.
+fn numbered(ops: &[Vec<&Event>], ranks: &[usize]) -> Numbered {
     let world = ops.len();
-    let steps = number(ops);
+    let steps = number(ops, ranks);
     let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
     // Each step's phase: that of the operations receiving in it (or sending, if none does).
     let phase_of = |step: usize| -> Option<String> {
@@ -228,7 +232,8 @@ pub fn step_names(all: &[&[Event]]) -> Vec<Vec<Vec<Step>>> {
     let count = segs.iter().map(Vec::len).min().unwrap_or(0);
     for k in 0..count {
         let ops: Vec<Vec<&Event>> = segs.iter().map(|s| s[k].ops.clone()).collect();
-        let n = numbered(&ops);
+        // Every rank of the world, in order: row r is world rank r.
+        let n = numbered(&ops, &(0..all.len()).collect::<Vec<_>>());
         for (r, seg) in segs.iter().enumerate() {
             for (i, at) in seg[k].at.iter().enumerate() {
                 out[r][*at] = n.steps[r][i].iter().map(|s| n.names[s - 1].clone()).collect();
@@ -406,22 +411,23 @@ fn row(values: &[f64], before: Option<&[f64]>, chunks: &Chunks, width: usize) ->
 }
 
 /// The steps of every segment, from every rank's events (`all[r]`), as lines for rank
-/// 0 to print; `labels[r]` names rank r's row ("CPU 0"). Empty when nothing moved.
-pub fn render(all: &[Vec<Event>], labels: &[String]) -> Vec<String> {
+/// 0 to print; `ranks[r]` is row r's world rank (a split communicator's rows are some of
+/// the world's), `labels[r]` names its row ("CPU 0"). Empty when nothing moved.
+pub fn render(all: &[Vec<Event>], ranks: &[usize], labels: &[String]) -> Vec<String> {
     let segs: Vec<Vec<Segment>> = all.iter().map(|e| segments(e)).collect();
     let count = segs.iter().map(Vec::len).min().unwrap_or(0);
     let mut out = vec![];
     let mut shown = BTreeSet::new();
     for k in 0..count {
-        let ranks: Vec<&Segment> = segs.iter().map(|s| &s[k]).collect();
+        let rows: Vec<&Segment> = segs.iter().map(|s| &s[k]).collect();
         // A collective run again (a warm-up, a benchmark's runs) is shown once.
-        if ranks.iter().all(|s| s.ops.is_empty()) || !shown.insert(ranks[0].name) {
+        if rows.iter().all(|s| s.ops.is_empty()) || !shown.insert(rows[0].name) {
             continue;
         }
         // Messages watched against no buffer (a group's sends and receives): the messages.
-        match ranks.iter().all(|s| s.start.is_some_and(<[f64]>::is_empty)) {
-            true => out.extend(render_messages(&ranks, labels)),
-            false => out.extend(render_segment(&ranks, labels)),
+        match rows.iter().all(|s| s.start.is_some_and(<[f64]>::is_empty)) {
+            true => out.extend(render_messages(&rows, labels)),
+            false => out.extend(render_segment(&rows, ranks, labels)),
         }
     }
     out
@@ -458,10 +464,10 @@ fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
     out
 }
 
-fn render_segment(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
+fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) -> Vec<String> {
     let world = ranks.len();
     let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
-    let Numbered { steps, names } = numbered(&ops);
+    let Numbered { steps, names } = numbered(&ops, world_ranks);
     let combine = Combine::of(ranks[0].op);
     let last = names.len();
     let len = ranks
@@ -642,7 +648,10 @@ mod tests {
         let recv = |from| op("", vec![part(Dir::Recv, from, (0, 2), How::Copy)], vec![1.0, 1.0]);
         let (s0, r1, s1, r2) = (send(1), recv(0), send(2), recv(1));
         let ops = vec![vec![&s0], vec![&r1, &s1], vec![&r2]];
-        assert_eq!(number(&ops), vec![vec![vec![1]], vec![vec![1], vec![2]], vec![vec![2]]]);
+        assert_eq!(
+            number(&ops, &[0, 1, 2]),
+            vec![vec![vec![1]], vec![vec![1], vec![2]], vec![vec![2]]]
+        );
     }
 
     #[test]
@@ -680,7 +689,7 @@ mod tests {
             all.push(vec![watch, a, b]);
         }
         colored::control::set_override(false);
-        let lines = render(&all, &["CPU 0".into(), "CPU 1".into()]);
+        let lines = render(&all, &[0, 1], &["CPU 0".into(), "CPU 1".into()]);
         let text = lines.join("\n");
         assert!(text.contains("reduce-scatter step 1 of 1"), "{text}");
         assert!(text.contains("all-gather step 1 of 1"), "{text}");

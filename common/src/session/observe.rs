@@ -53,7 +53,7 @@ impl Session {
         for (color, members) in groups {
             let theirs: Vec<Vec<crate::record::Event>> = members.iter().map(|&r| std::mem::take(&mut all[r])).collect();
             let labels: Vec<String> = members.iter().map(|r| format!("CPU {r}")).collect();
-            let steps = crate::steps::render(&theirs, &labels);
+            let steps = crate::steps::render(&theirs, &members, &labels);
             if let (Some(c), false) = (color, steps.is_empty()) {
                 lines.push(format!(
                     "On the communicator of color {c} (world ranks in its order: {members:?}):"
