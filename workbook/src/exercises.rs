@@ -13,8 +13,9 @@ pub struct Exercise {
     /// A nudge, shown by `workbook hint N` and `check --hint`: which step, which peer,
     /// what to look at; not the answer.
     pub hint: &'static str,
-    /// The solution in words, shown only when asked for again: `workbook hint N --more`.
-    pub more: Option<&'static str>,
+    /// The solution in words, shown only when asked for again: `workbook hint N --more`;
+    /// for a chapter without code, its questions' answers in short.
+    pub more: &'static str,
 }
 
 /// An exercise's code: the starting crate under exercises/, its solution under solutions/.
@@ -123,7 +124,14 @@ pub fn all() -> Vec<Exercise> {
             hint: "Run `cargo run --release --bin 00-nccl-hello-world -- --nproc-per-node 5` and read the \
                    device column: device = rank % device_count, where device_count is the number of GPUs \
                    of the node (on the CPU backend, the number of ranks of the node).",
-            more: None,
+            more: "Each rank takes the GPU of its local rank (`LOCAL_RANK` from torchrun, `SLURM_LOCALID` from \
+                   Slurm), which counts the ranks of its node from 0; rank % device_count gives the same \
+                   only when every node holds device_count consecutive ranks. With 5 ranks on 4 GPUs, \
+                   ranks 0 and 4 would share GPU 0: the workbook refuses before calling NCCL, as NCCL \
+                   refuses a duplicate GPU (its rings and trees join devices, and two kernels on one GPU \
+                   would wait for each other). The other ranks get rank 0's unique id through the store \
+                   every rank joins at start (the rendezvous): NCCL cannot do that part, since the id is \
+                   what tells it which ranks belong together.",
         },
         Exercise {
             number: 2,
@@ -131,7 +139,10 @@ pub fn all() -> Vec<Exercise> {
             code: None,
             hint: "Run 01-nccl-broadcast with --root 2 --value 7 --nproc-per-node 4 and compare the root's \
                    row before and after: a broadcast only writes into the other ranks' buffers.",
-            more: None,
+            more: "The root only sends, so its buffer is unchanged; what a non-root held before is \
+                   overwritten, so it does not matter. busbw = algbw for a broadcast because every rank \
+                   but the root receives the whole buffer once: each link of a ring carries it once, and \
+                   nccl-tests' factor is 1.",
         },
         Exercise {
             number: 3,
@@ -144,12 +155,10 @@ pub fn all() -> Vec<Exercise> {
                    the average. Which number divides it, and which Session call tells you that number? \
                    Then: the buffer lives where the backend computes; which Session calls bring it to host \
                    memory as a Vec, and make a buffer again from a Vec?",
-            more: Some(
-                "After all_reduce every element is the sum over the n ranks; the average is that \
+            more: "After all_reduce every element is the sum over the n ranks; the average is that \
                    sum divided by n = session.world_size(). Read the buffer with session.to_host(buf)?, \
                    map every element x to x / n as f32, and put the result back with \
                    *buf = session.from_host(values)?.",
-            ),
         },
         Exercise {
             number: 4,
@@ -164,14 +173,12 @@ pub fn all() -> Vec<Exercise> {
                    has nobody before it, and which has nobody after it (its `next` is the root, which \
                    receives nothing)? Pipeline: the chain's steps, for one piece at a time. Try --root 2 \
                    by hand: every rank's place in the chain moves.",
-            more: Some(
-                "Every send needs a matching recv on the peer, with as many elements. Star: the root \
+            more: "Every send needs a matching recv on the peer, with as many elements. Star: the root \
                    loops over the other ranks, each of which calls recv(buf, root) once. Chain: `pos` is \
                    a rank's place after the root; every rank with pos > 0 receives from `prev`, and every \
                    rank with pos < n - 1 then sends to `next`. Pipeline: the same two ifs, inside the loop \
                    over pieces, with recv_part/send_part on piece(k). Check the ranks that are not root 0: \
                    --root 2 moves the start of the chain.",
-            ),
         },
         Exercise {
             number: 5,
@@ -186,15 +193,13 @@ pub fn all() -> Vec<Exercise> {
                    steps, which chunk holds the full sum on rank r? The all-gather then passes the \
                    finished chunks round the same ring. If only the largest case fails, after the \
                    timeout, look at the order of each rank's send and receive (send_recv).",
-            more: Some(
-                "Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
+            more: "Reduce-scatter, step t (from 0): send chunk c(rank + n - t) and add in chunk \
                    c(rank + n - t - 1) from the left, with send_recv_add; after n - 1 steps rank r holds \
                    the full sum of chunk r + 1. All-gather, step t: send the finished chunk \
                    c(rank + 1 + n - t) and receive chunk c(rank + n - t) with send_recv. Draw 3 ranks \
                    and 3 chunks on paper first. If only the largest case fails, after the timeout, your \
                    ranks all send before they receive: each waits for a neighbour that is itself \
                    sending; send_recv does both at once.",
-            ),
         },
         Exercise {
             number: 6,
@@ -203,7 +208,15 @@ pub fn all() -> Vec<Exercise> {
             hint: "algbw = size / time (bytes per second, in GB/s of 1e9 B); busbw = algbw × 2(n-1)/n for \
                    all-reduce, × 1 for broadcast. The turn from latency-bound to bandwidth-bound is where \
                    the time starts to grow in proportion to the size.",
-            more: None,
+            more: "α is the time of the smallest rows, flat while the size grows (latency-bound), and β the \
+                   algbw of the largest, where the time grows with the size (bandwidth-bound); the turn is \
+                   near the size α·β, where both terms are equal (`--fit` finds them). algbw = size in \
+                   bytes / (time in µs × 1000) GB/s; busbw = algbw × 2(n-1)/n for an all-reduce, × 1 for a \
+                   broadcast. A 4-byte all-reduce costs one message time with the direct exchange and \
+                   2(n - 1) in a row with the ring. The single copy copies each byte once, from the \
+                   peer's memory, where the slots copy it twice per hop: on 3 ranks and 2 cores that is 2 \
+                   copies against 4, while on 2 ranks the slots' two copies already run at once, one per \
+                   core.",
         },
         Exercise {
             number: 7,
@@ -216,12 +229,10 @@ pub fn all() -> Vec<Exercise> {
                    every tensor, in order; one broadcast; the buffer cut back into the tensors, in the \
                    same order). Which Session calls move a buffer to host memory and back, and where does \
                    each tensor start in the packed one?",
-            more: Some(
-                "Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
+            more: "Each: a loop with one s.broadcast(tensor, root)? per tensor. Packed: collect every \
                    tensor's s.to_host(tensor)? into one Vec, in order; s.from_host(that)?; one \
                    s.broadcast; then s.to_host(&packed)? and give each tensor its slice back, in the same \
                    order, with *tensor = s.from_host(slice.to_vec())? (a tensor's length is tensor.len()).",
-            ),
         },
         Exercise {
             number: 8,
@@ -230,21 +241,19 @@ pub fn all() -> Vec<Exercise> {
                 dir: "08_sharded_update",
                 cases: sharded_cases,
             }),
-            hint: "Three steps, one collective or one loop each. 8a: which collective leaves each rank \
-                   with the average of its own block of the gradients only (and how large is that \
-                   block)? 8b: which parameters does rank r own, and where do they start? 8c: which \
+            hint: "Three steps, one collective or one loop each. Step 1: which collective leaves each \
+                   rank with the average of its own block of the gradients only (and how large is that \
+                   block)? Step 2: which parameters does rank r own, and where do they start? Step 3: which \
                    collective puts every rank's block back into every rank's params? If only your own \
                    shard is right, a step is missing; if every rank holds the same wrong values, look at \
                    a shard's offset.",
-            more: Some(
-                "Rank r owns the parameters rank × shard .. (rank + 1) × shard. 8a: let mut g = \
+            more: "Rank r owns the parameters rank × shard .. (rank + 1) × shard. Step 1: let mut g = \
                    s.from_host(vec![0.0; shard])?; then s.reduce_scatter_into(grads, &mut g, ReduceOp::Avg)? \
-                   gives g the average of block `rank` of every rank's gradients. 8b: take that block of \
+                   gives g the average of block `rank` of every rank's gradients. Step 2: take that block of \
                    s.to_host(params)?, subtract lr × g element by element, and make a buffer of it with \
-                   s.from_host. 8c: s.all_gather_into(&that, params)? puts rank i's shard at block i of \
+                   s.from_host. Step 3: s.all_gather_into(&that, params)? puts rank i's shard at block i of \
                    every rank's params. If only your own shard is right, the all-gather is missing; if \
                    every rank holds the same wrong values, a shard's offset is wrong.",
-            ),
         },
         Exercise {
             number: 9,
@@ -253,7 +262,12 @@ pub fn all() -> Vec<Exercise> {
             hint: "Submit slurm/02-nccl-allreduce.sbatch with NCCL_DEBUG=INFO exported, on one node, then \
                    on two (--nodes=2); in the .out file, the lines with 'via' name the transport NCCL \
                    chose for each pair of ranks.",
-            more: None,
+            more: "Inside a node NCCL takes P2P (NVLink or PCIe) between GPUs that reach each other, else \
+                   SHM through host memory; between nodes NET (NET/IB, or NET/Socket over TCP). A ring \
+                   runs at its slowest link's pace, so across two nodes busbw falls to what the network \
+                   gives per GPU. A job that hangs at start with NCCL trying docker0 or lo needs \
+                   NCCL_SOCKET_IFNAME set to the interface the nodes share (and NCCL_IB_HCA for \
+                   InfiniBand).",
         },
         Exercise {
             number: 10,
@@ -267,13 +281,11 @@ pub fn all() -> Vec<Exercise> {
                    which order, and which rank has no one to send to? Going down, a rank must have the \
                    finished piece before it passes it on. Check world 1 and 2 by hand: a rank may have \
                    no parent, no children, or one child.",
-            more: Some(
-                "Up, for each piece k: for each child, s.recv_add_part(buf, piece(k), child)?; then, if \
+            more: "Up, for each piece k: for each child, s.recv_add_part(buf, piece(k), child)?; then, if \
                    there is a parent, s.send_part(buf, piece(k), parent)?. Down, for each piece k: if \
                    there is a parent, s.recv_part(buf, piece(k), parent)?; then for each child \
                    s.send_part(buf, piece(k), child)?. The root has no parent and a leaf no children: \
                    `if let Some(parent) = parent` and a loop over `&children` cover both.",
-            ),
         },
         Exercise {
             number: 11,
@@ -281,7 +293,13 @@ pub fn all() -> Vec<Exercise> {
             code: None,
             hint: "Run 07-nccl-perf on 2 ranks from 8 B to 4 MiB with -P ll,ll128,simple -A ring and compare \
                    each size's time and busbw across the three sweeps: the last column says which protocol ran.",
-            more: None,
+            more: "On the CPU backend LL wins no size and falls far below half of Simple's bandwidth, LL128 \
+                   to about half: an x86 store needs no fence before its flag, so Simple's flag costs what \
+                   LL's does, and LL only adds work per byte (packing, twice the cache lines, a copy). On a \
+                   GPU, LL wins small messages because it skips the system-wide fence Simple needs before \
+                   its flag; its price is half the link's bandwidth (LL128's, 8/128 of it). \
+                   NCCL_PROTO=Simple takes LL and LL128 out of NCCL's choice: it works around LL128 on \
+                   hardware that does not keep 128-byte stores whole, and costs latency on small calls.",
         },
         Exercise {
             number: 12,
@@ -295,12 +313,13 @@ pub fn all() -> Vec<Exercise> {
                    follow one rank's shard: after the reduce-scatter inside its node it holds the node's \
                    sum of 1/3 of the buffer; which communicator sums that shard over the nodes, and \
                    which gives every shard back to every rank?",
-            more: Some(
-                "node = s.split(node as i32, local as i32) and across = s.split(local as i32, node as \
-                   i32). Then s.on(&mut h.node, |s| s.reduce_scatter_into(buf, shard, ReduceOp::Sum))?; \
-                   s.on(&mut h.across, |s| s.all_reduce(shard, ReduceOp::Sum))?; and s.on(&mut h.node, \
-                   |s| s.all_gather_into(shard, buf)).",
-            ),
+            more: "Step 1: the node's communicator takes the node as its color and the local rank as its \
+                   key, and `across` the other way round: node = s.split(node as i32, local as i32)? and \
+                   across = s.split(local as i32, node as i32)?. Step 2: reduce-scatter `buf` into `shard` \
+                   inside the node, s.on(&mut h.node, |s| s.reduce_scatter_into(buf, shard, \
+                   ReduceOp::Sum))?; step 3: all-reduce that shard across the nodes, s.on(&mut h.across, \
+                   |s| s.all_reduce(shard, ReduceOp::Sum))?; step 4: all-gather every rank's shard back \
+                   into `buf` inside the node, s.on(&mut h.node, |s| s.all_gather_into(shard, buf)).",
         },
         Exercise {
             number: 13,
@@ -313,13 +332,13 @@ pub fn all() -> Vec<Exercise> {
                    between progresses together. Which blocks go where: block j of `send` to rank j, block i \
                    of `recv` from rank i, every rank but yourself. If the compiler says a block of `recv` is \
                    borrowed twice, look at how you walk over it: the group keeps every buffer until its end.",
-            more: Some(
-                "let rank = s.rank(); let mut g = s.group()?; then for (peer, block) in \
+            more: "Open one group, issue in it a send of block j of `send` to every other rank j and a \
+                   receive of block i of `recv` from every other rank i, then end it. In code: let rank = \
+                   s.rank(); let mut g = s.group()?; then for (peer, block) in \
                    send.iter().enumerate() with peer != rank, g.send(block, peer)?; for (peer, block) in \
                    recv.iter_mut().enumerate() with peer != rank, g.recv(block, peer)?; and last g.end(). \
                    Without the group (--no-group) the large case deadlocks: every rank's first send waits \
                    for a peer that is itself sending.",
-            ),
         },
     ]
 }

@@ -121,40 +121,35 @@ fn main() -> ExitCode {
     let all = exercises::all();
     match cli.command {
         Cmd::List => {
+            // The widest title sets the column, so that every row's code lines up.
+            let width = all.iter().map(|ex| ex.title.chars().count()).max().unwrap_or(0);
             for ex in &all {
                 let what = match &ex.code {
                     Some(code) => format!("your code: exercises/{}/src/main.rs", code.dir),
                     None => "runs and questions, no code to check".into(),
                 };
-                println!("{:>2}. {:<40} {what}", ex.number, ex.title);
+                println!("{:>2}. {:<width$}  {what}", ex.number, ex.title);
             }
             ExitCode::SUCCESS
         }
         Cmd::Hint { number, more } => match find(&all, number) {
             Ok(ex) => {
-                match (more, ex.more) {
-                    (false, _) => {
-                        println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
-                        if ex.more.is_some() {
-                            println!(
-                                "\nStill stuck? `cargo workbook hint {} --more` says the solution in words.",
-                                ex.number
-                            );
-                        }
-                    }
-                    (true, Some(words)) => println!(
+                if more {
+                    println!(
                         "The solution of exercise {} ({}), in words:\n{}",
                         ex.number,
                         ex.title,
-                        wrap(words, 90)
-                    ),
-                    (true, None) => println!(
-                        "Exercise {} ({}) has no more than its hint: its answers are in EXERCISES.md, folded under \
-                         each question.\n{}",
-                        ex.number,
-                        ex.title,
-                        wrap(ex.hint, 90)
-                    ),
+                        wrap(ex.more, 90)
+                    );
+                    if ex.code.is_none() {
+                        println!("\nThe answers in full are in EXERCISES.md, folded under each question.");
+                    }
+                } else {
+                    println!("Hint for exercise {} ({}):\n{}", ex.number, ex.title, wrap(ex.hint, 90));
+                    println!(
+                        "\nStill stuck? `cargo workbook hint {} --more` says the solution in words.",
+                        ex.number
+                    );
                 }
                 ExitCode::SUCCESS
             }

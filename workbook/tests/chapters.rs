@@ -472,7 +472,7 @@ fn chapter_8_the_sharded_step_matches_the_plain_one_and_the_bus_factors() {
         ("reduce_scatter", "0.750"),
         ("all_gather", "0.750"),
     ] {
-        let args = ["--op", op, "-b", "1K", "-e", "1K", "--nproc-per-node", "4"];
+        let args = ["--coll", op, "-b", "1K", "-e", "1K", "--nproc-per-node", "4"];
         let r = run(perf.to_str().unwrap(), &args).ok();
         let header = format!("# {op} (");
         assert!(
@@ -565,7 +565,9 @@ fn chapter_9_with_a_node_name_each_the_rehearsal_crosses_tcp_between_nodes() {
 }
 
 /// Every question of EXERCISES.md has its answer folded under it, and the introduction
-/// links the glossary, which defines the terms it promises.
+/// links the glossary, which defines the terms it promises: one entry of at most two lines
+/// per term, each with its own anchor, in alphabetical order; and every link within the
+/// file lands on an anchor of it.
 #[test]
 fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../EXERCISES.md");
@@ -586,39 +588,95 @@ fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
         "the introduction links the glossary"
     );
     let glossary = text.split("\n## Glossary\n").nth(1).expect("a glossary");
+    let glossary = glossary.split("\n## ").next().unwrap();
+    // Each entry: `- <a id="glossary-TERM"></a>**Term**...`, then at most one more line.
+    let mut entries: Vec<Vec<&str>> = Vec::new();
+    for line in glossary.lines().filter(|l| !l.trim().is_empty()) {
+        if line.starts_with("- ") {
+            entries.push(vec![line]);
+        } else {
+            assert!(line.starts_with("  "), "a glossary line outside an entry: {line:?}");
+            entries.last_mut().expect("an entry").push(line);
+        }
+    }
+    let mut ids = Vec::new();
+    for entry in &entries {
+        let id = entry[0]
+            .strip_prefix("- <a id=\"")
+            .and_then(|rest| rest.split_once("\"></a>**"))
+            .map(|(id, _)| id)
+            .unwrap_or_else(|| panic!("an entry without its anchor: {:?}", entry[0]));
+        assert!(entry.len() <= 2, "the entry {id} has {} lines", entry.len());
+        ids.push(id);
+    }
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(ids, sorted, "the glossary's entries, in alphabetical order, once each");
     for term in [
-        "**Rank**",
-        "**Local rank**",
-        "**World**",
-        "**Root**",
-        "**Rendezvous** and **store**",
-        "**Reduce-scatter**",
-        "**All-gather**",
-        "**algbw** and **busbw**",
-        "**α and β**",
-        "**SHM**",
-        "**P2P** and **NET**",
-        "**Eager** and **rendezvous protocols**",
-        "**Deadlock**",
-        "**Communicator**",
-        "**Stream**",
-        "**Algorithm**",
-        "**Tuner**",
-        "**Oversubscribed**",
-        "**Tree**",
-        "**Protocol**",
-        "**Channel**",
-        "**Transport**",
-        "**Single copy**",
-        "**Spinning** and **sleeping** waits",
-        "**Futex**",
-        "**Non-temporal store**",
-        "**CMA**",
-        "**BTL**",
-        "**Split**, **color** and **key**",
-        "**Hierarchical all-reduce**",
+        "algbw",
+        "algorithm",
+        "all-gather",
+        "all-to-all",
+        "alpha-beta",
+        "busbw",
+        "channel",
+        "chunk",
+        "communicator",
+        "deadlock",
+        "eager",
+        "futex",
+        "group",
+        "hierarchical-all-reduce",
+        "kernel",
+        "local-rank",
+        "net",
+        "nvlink",
+        "p2p",
+        "pipeline",
+        "protocol",
+        "rank",
+        "reduce-scatter",
+        "rendezvous",
+        "rendezvous-protocol",
+        "ring",
+        "root",
+        "shm",
+        "single-copy",
+        "spinning",
+        "split",
+        "store",
+        "stream",
+        "transport",
+        "tree",
+        "tuner",
+        "world",
     ] {
-        assert!(glossary.contains(&format!("- {term}")), "the glossary has no {term}");
+        let id = format!("glossary-{term}");
+        assert!(ids.contains(&id.as_str()), "the glossary has no {term}");
+        assert!(
+            intro.contains(&format!("(#{id})")),
+            "the introduction does not link {term}"
+        );
+    }
+    // Every `](#anchor)` of the file: an `<a id>` of it, or a heading's (GitHub's slug).
+    let mut anchors: Vec<String> = text
+        .split("<a id=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_string())
+        .collect();
+    for heading in text.lines().filter(|l| l.starts_with('#')) {
+        let title = heading.trim_start_matches('#').trim().to_lowercase();
+        let slug: String = title
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        anchors.push(slug);
+    }
+    for link in text.split("](#").skip(1) {
+        let anchor = link.split(')').next().unwrap();
+        assert!(anchors.iter().any(|a| a == anchor), "the link #{anchor} lands nowhere");
     }
 }
 
@@ -629,7 +687,7 @@ fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
 fn chapter_6_the_benchmark_columns_and_the_turn_from_latency_to_bandwidth() {
     let perf = built("07-nccl-perf");
     let args = [
-        "--op",
+        "--coll",
         "all-reduce",
         "-b",
         "4",

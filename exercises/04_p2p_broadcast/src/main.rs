@@ -43,8 +43,11 @@ enum Algo {
 /// 4a. Star: the root sends its whole buffer to every other rank, one after the other.
 #[allow(unused_variables)] // remove this line when you are done
 fn star(s: &mut Session, buf: &mut Buffer<f32>, root: usize) -> Result<()> {
-    // TODO: on the root, send `buf` to every other rank, one `s.send(buf, peer)?` each;
-    //       on every other rank, receive it from the root with `s.recv(buf, root)?`.
+    // The calls (ranks are usize; every send needs a matching recv on its peer):
+    //     s.send(buf: &Buffer<f32>, peer)?;      sends all of `buf` to rank `peer`
+    //     s.recv(buf: &mut Buffer<f32>, peer)?;  replaces all of `buf` with what `peer` sends
+    // s.rank() and s.world_size() say who this rank is and how many ranks there are.
+    // TODO: which ranks send, to whom, and which receive, from whom?
     Ok(())
 }
 
@@ -55,8 +58,9 @@ fn chain(s: &mut Session, buf: &mut Buffer<f32>, root: usize) -> Result<()> {
     let (rank, n) = (s.rank(), s.world_size());
     let pos = (rank + n - root) % n; // this rank's place in the chain: the root is 0
     let (prev, next) = ((rank + n - 1) % n, (rank + 1) % n);
-    // TODO: every rank but the root receives `buf` from `prev` (`s.recv`); then every
-    //       rank but the last one of the chain (`pos == n - 1`) sends it to `next` (`s.send`).
+    // The calls: the star's s.send(buf, peer)? and s.recv(buf, peer)?.
+    // TODO: which ranks of the chain receive, and which send on? Look at `pos`: which
+    //       rank has nobody before it, and which nobody after it?
     Ok(())
 }
 
@@ -70,8 +74,10 @@ fn pipeline(s: &mut Session, buf: &mut Buffer<f32>, root: usize, pieces: usize) 
     let len = buf.len();
     let piece = |k: usize| len * k / pieces..len * (k + 1) / pieces;
     for k in 0..pieces {
-        // TODO: what the chain does, for piece `k` only: `s.recv_part(buf, piece(k), prev)?`
-        //       and `s.send_part(buf, piece(k), next)?`, each where the chain has them.
+        // The calls that move part of a buffer (range: Range<usize>, here `piece(k)`):
+        //     s.send_part(buf: &Buffer<f32>, range, peer)?;      sends elements `range`
+        //     s.recv_part(buf: &mut Buffer<f32>, range, peer)?;  replaces elements `range`
+        // TODO: what the chain does, for piece `k` only.
     }
     Ok(())
 }

@@ -44,13 +44,18 @@ fn plain_step(s: &mut Session, params: &mut Buffer<f32>, grads: &Buffer<f32>, lr
 fn sharded_step(s: &mut Session, params: &mut Buffer<f32>, grads: &Buffer<f32>, lr: f32) -> Result<()> {
     let (rank, n) = (s.rank(), s.world_size());
     let shard = params.len() / n;
-    // 8a. TODO: reduce-scatter the gradients into a new buffer `g` of `shard` elements
-    //     (`s.from_host(vec![0.0; shard])?`): `s.reduce_scatter_into(grads, &mut g,
-    //     ReduceOp::Avg)?` leaves in it the average over the ranks of block `rank` of `grads`.
-    // 8b. TODO: update this rank's shard: p -= lr × g for each of its elements, in a Vec of
-    //     `shard` elements (`s.to_host(buf)?` gives a buffer's elements as a Vec<f32>).
-    // 8c. TODO: all-gather the updated shards into `params`: make a buffer of yours
-    //     (`s.from_host(vec)?`), then `s.all_gather_into(&it, params)?` puts rank i's at block i.
+    // The calls (`plain_step` above uses the first two):
+    //     s.from_host(data: Vec<f32>)? -> Buffer<f32>    a new buffer holding `data`
+    //     s.to_host(buf: &Buffer<f32>)? -> Vec<f32>      a buffer's elements, on the host
+    //     s.reduce_scatter_into(send: &Buffer<f32>, recv: &mut Buffer<f32>, op: ReduceOp)?
+    //         rank i's `recv` gets block i (recv.len() elements) of the `op` (ReduceOp::Sum,
+    //         ReduceOp::Avg, ...) of every rank's `send` (n × recv.len() elements)
+    //     s.all_gather_into(send: &Buffer<f32>, recv: &mut Buffer<f32>)?
+    //         every rank's `recv` (n × send.len() elements) gets rank i's `send` at block i
+    // Step 1. TODO: the average over the ranks of this rank's block of the gradients, in a
+    //     buffer of its own.
+    // Step 2. TODO: p -= lr × g for each parameter of this rank's shard, and only those.
+    // Step 3. TODO: every rank's updated shard into every rank's `params`.
     Ok(())
 }
 

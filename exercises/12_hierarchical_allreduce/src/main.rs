@@ -55,10 +55,12 @@ struct Hierarchy {
 fn hierarchy(s: &mut Session, per_node: usize) -> Result<Hierarchy> {
     let rank = s.rank();
     let (node, local) = (rank / per_node, rank % per_node);
-    // 12a. Split the world twice, every rank calling both (s.split(color, key): the
-    // ranks of one color form a communicator, ordered by key):
+    // Step 1. Split the world twice, every rank calling both, in the same order:
     //   `node`:   the ranks of this rank's node, in rank order;
-    //   `across`: the ranks of this rank's local rank, one per node, in node order.
+    //   `across`: the ranks with this rank's local rank, one per node, in node order.
+    // The call: s.split(color: i32, key: i32)? -> Split: the ranks that give one color
+    // form a communicator, numbered by their key (then their rank). `node` and `local`
+    // are usize: `as i32` makes one an i32.
     // TODO: which color and key for each? (As given, every rank joins one communicator.)
     let node_comm = s.split(0, 0)?;
     let across = s.split(0, 0)?;
@@ -78,11 +80,18 @@ fn hierarchical_all_reduce(
     shard: &mut Buffer<f32>,
 ) -> Result<()> {
     // Three collectives, each on one communicator of the hierarchy. A call on a split
-    // communicator goes inside s.on, where ranks are numbered in it:
-    //     s.on(&mut h.node, |s| s.reduce_scatter_into(buf, shard, ReduceOp::Sum))?;
-    // 12b. Inside the node: this rank's shard of the node's sum (reduce-scatter).
-    // 12c. Across the nodes: that shard summed over every node (all-reduce).
-    // 12d. Inside the node again: every shard to every rank (all-gather).
+    // communicator goes inside s.on, where ranks and blocks are numbered in it:
+    //     s.on(split: &mut Split, |s| s.<a collective>(...))?;
+    // The collectives (op: ReduceOp::Sum; n: the ranks of the communicator they run on):
+    //     s.reduce_scatter_into(send: &Buffer<f32>, recv: &mut Buffer<f32>, op)?
+    //         rank i's `recv` gets block i of the op of every rank's `send` (n × recv.len())
+    //     s.all_reduce(buf: &mut Buffer<f32>, op)?
+    //         every rank's `buf` gets the op of all of them
+    //     s.all_gather_into(send: &Buffer<f32>, recv: &mut Buffer<f32>)?
+    //         every rank's `recv` (n × send.len() elements) gets rank i's `send` at block i
+    // Step 2. Inside the node: this rank's shard of the node's sum.
+    // Step 3. Across the nodes: that shard summed over every node.
+    // Step 4. Inside the node again: every shard to every rank.
     // TODO: the three calls.
     Ok(())
 }

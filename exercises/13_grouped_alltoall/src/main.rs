@@ -33,11 +33,14 @@ struct Args {
 /// `send` to rank j, block i of `recv` from rank i. Your own block is copied already.
 #[allow(unused_variables)] // remove this line when you are done
 fn all_to_all_grouped(s: &mut Session, send: &[Buffer<f32>], recv: &mut [Buffer<f32>]) -> Result<()> {
-    // TODO: open one group (`s.group()?`, which gives a `Group`); in it, send block j of
-    //       `send` to every other rank j, and receive block i of `recv` from every other
-    //       rank i (`g.send`, `g.recv`); then end it (`g.end()`). A group holds every
-    //       buffer you give it until its end, so lend each block of `recv` once:
-    //       `recv.iter_mut().enumerate()` gives each with its rank.
+    // The calls (ranks are usize):
+    //     s.group()? -> Group                       opens a group (ncclGroupStart)
+    //     g.send(buf: &Buffer<f32>, peer)?          a send of all of `buf`, in the group
+    //     g.recv(buf: &mut Buffer<f32>, peer)?      a receive into all of `buf`, in the group
+    //     g.end()?                                  ends it (ncclGroupEnd): runs them together
+    // A group keeps every buffer it is given until its end: `&mut recv[i]` in a loop lends
+    // it the whole of `recv` each time, `recv.iter_mut()` one block at a time.
+    // TODO: the all-to-all, in one group.
     Ok(())
 }
 

@@ -43,10 +43,10 @@ fn plain_step(s: &mut Session, params: &mut Buffer<f32>, grads: &Buffer<f32>, lr
 fn sharded_step(s: &mut Session, params: &mut Buffer<f32>, grads: &Buffer<f32>, lr: f32) -> Result<()> {
     let (rank, n) = (s.rank(), s.world_size());
     let shard = params.len() / n;
-    // 8a. Reduce-scatter: `g` gets the average over the ranks of block `rank` of the gradients.
+    // Step 1. Reduce-scatter: `g` gets the average over the ranks of block `rank` of the gradients.
     let mut g = s.from_host(vec![0.0; shard])?;
     s.reduce_scatter_into(grads, &mut g, ReduceOp::Avg)?;
-    // 8b. Update this rank's shard of the parameters, and only it.
+    // Step 2. Update this rank's shard of the parameters, and only it.
     let g = s.to_host(&g)?;
     let mine = rank * shard..(rank + 1) * shard;
     let updated: Vec<f32> = s.to_host(params)?[mine]
@@ -55,7 +55,7 @@ fn sharded_step(s: &mut Session, params: &mut Buffer<f32>, grads: &Buffer<f32>, 
         .map(|(p, g)| p - lr * g)
         .collect();
     let updated = s.from_host(updated)?;
-    // 8c. All-gather: rank i's updated shard lands at block i of every rank's parameters.
+    // Step 3. All-gather: rank i's updated shard lands at block i of every rank's parameters.
     s.all_gather_into(&updated, params)
 }
 

@@ -54,7 +54,7 @@ struct Hierarchy {
 fn hierarchy(s: &mut Session, per_node: usize) -> Result<Hierarchy> {
     let rank = s.rank();
     let (node, local) = (rank / per_node, rank % per_node);
-    // 12a. One communicator per node (color: the node), one per local rank (color: the
+    // Step 1. One communicator per node (color: the node), one per local rank (color: the
     // local rank), each ordered by the other number.
     let node_comm = s.split(node as i32, local as i32)?;
     let across = s.split(local as i32, node as i32)?;
@@ -72,11 +72,11 @@ fn hierarchical_all_reduce(
     buf: &mut Buffer<f32>,
     shard: &mut Buffer<f32>,
 ) -> Result<()> {
-    // 12b. Inside the node: this rank's shard of the node's sum.
+    // Step 2. Inside the node: this rank's shard of the node's sum.
     s.on(&mut h.node, |s| s.reduce_scatter_into(buf, shard, ReduceOp::Sum))?;
-    // 12c. Across the nodes: that shard summed over every node.
+    // Step 3. Across the nodes: that shard summed over every node.
     s.on(&mut h.across, |s| s.all_reduce(shard, ReduceOp::Sum))?;
-    // 12d. Inside the node again: every shard to every rank.
+    // Step 4. Inside the node again: every shard to every rank.
     s.on(&mut h.node, |s| s.all_gather_into(shard, buf))
 }
 
