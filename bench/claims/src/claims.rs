@@ -1,4 +1,4 @@
-//! The claims: what README.md and EXERCISES.md state, the commands that measure it, and
+//! The claims: what README.md, docs/ and EXERCISES.md state, the commands that measure it, and
 //! the direction each comparison must have. When the text changes, its claim changes in
 //! the same commit (a quote no longer in the text makes the claim stale).
 
@@ -215,7 +215,7 @@ pub fn all() -> Vec<Claim> {
     all
 }
 
-/// README's "Which algorithm runs": at the sizes around each threshold, what the tuner
+/// docs/cpu-backend.md's "Which algorithm runs": at the sizes around each threshold, what the tuner
 /// picks is no slower than what it passes over (within 10%: the two are close there),
 /// in place and out of place together, as `bench/crossover.sh` set the thresholds: one
 /// placement alone may go the other way (a 2-rank all-reduce of 1 MiB by single copy is
@@ -263,8 +263,8 @@ fn tuner() -> Vec<Claim> {
         .collect();
     vec![Claim {
         id: "tuner",
-        place: "README.md, Which algorithm runs",
-        file: "README.md",
+        place: "docs/cpu-backend.md, Which algorithm runs",
+        file: "docs/cpu-backend.md",
         quote: "one host, from 64 KiB, or from 16 KiB on 2 ranks with a core each (`single_copy_from`",
         says: "on each side of a threshold, the tuner's choice is no slower than the other (within 10%), in place and out of place together",
         measures,
@@ -275,12 +275,13 @@ fn tuner() -> Vec<Claim> {
     }]
 }
 
-/// README's lesson outputs: each command still runs, and its `Time:` figure.
+/// The lessons' outputs (docs/lessons.md; lesson 02's is the README's sample run): each
+/// command still runs, and its `Time:` figure.
 fn lessons() -> Vec<Claim> {
     let one = |id, bin, args: &str, quote| Claim {
         id,
-        place: "README.md, the examples",
-        file: "README.md",
+        place: "docs/lessons.md, the lessons' outputs",
+        file: "docs/lessons.md",
         quote,
         says: "the sample output's Time: line",
         measures: vec![time(bin, cmd(bin, args))],
@@ -294,12 +295,16 @@ fn lessons() -> Vec<Claim> {
             "",
             "Time: 0.2 us per broadcast of 16 B via chain",
         ),
-        one(
-            "readme.02",
-            "02-nccl-allreduce",
-            "--nproc-per-node 3 --init rank",
-            "Time: 5.9 us per all-reduce of 16 B via direct",
-        ),
+        Claim {
+            place: "README.md, A sample run",
+            file: "README.md",
+            ..one(
+                "readme.02",
+                "02-nccl-allreduce",
+                "--nproc-per-node 3 --init rank",
+                "Time: 5.9 us per all-reduce of 16 B via direct",
+            )
+        },
         one(
             "readme.03",
             "03-nccl-reduce",
@@ -848,7 +853,7 @@ fn chapter9() -> Vec<Claim> {
     }]
 }
 
-/// README's "How fast is it": the picture's runs.
+/// docs/perf.md's "Plots": the picture's runs.
 fn perf_section() -> Vec<Claim> {
     let c = |n: usize| {
         cmd(
@@ -858,8 +863,8 @@ fn perf_section() -> Vec<Claim> {
     };
     vec![Claim {
         id: "readme.perf",
-        place: "README.md, How fast is it",
-        file: "README.md",
+        place: "docs/perf.md, Plots",
+        file: "docs/perf.md",
         quote: "Two ranks on two cores finish a small all-reduce in 0.15-0.35 µs",
         says: "2 ranks under a µs at 4 B, 4 ranks a few µs; busbw peaks in the caches",
         measures: vec![
