@@ -269,11 +269,11 @@ run_ours() { # op n repeat
         out="$work/ours-$op-$n-$bytes-$rep.json"
         status=0
         before=$(round_trip)
-        timeout "$timeout_s" "$perf_bin" --backend cpu --nproc-per-node "$n" --op "$op" \
+        timeout "$timeout_s" "$perf_bin" --backend cpu --nproc-per-node "$n" --coll "$op" \
             -b "$bytes" -e "$bytes" -w "$warmup" -n "$iters" --format json \
             >"$out" 2>"$work/stderr" || status=$?
         if ((status != 0)) && ! wrong_only "$status" "$out"; then
-            failed "07-nccl-perf --op $op -b $bytes --nproc-per-node $n (exit status $status)" "$work/stderr"
+            failed "07-nccl-perf --coll $op -b $bytes --nproc-per-node $n (exit status $status)" "$work/stderr"
         fi
         after=$(round_trip)
         echo "ours $op $n $bytes $iters $warmup $out $before,$after" >>"$manifest"
@@ -307,7 +307,7 @@ log "CPU time of a 2-rank job whose rank 1 starts its all-reduce 10 s late"
 idle_start=$SECONDS
 TIMEFORMAT='%U %S %R'
 { time NCCL_WORKBOOK_FAULT=late:1:10000 timeout "$timeout_s" "$perf_bin" --backend cpu \
-    --nproc-per-node 2 --op all_reduce -b 4 -e 4 -w 0 -n 1 --format json >/dev/null 2>"$work/stderr"; } \
+    --nproc-per-node 2 --coll all_reduce -b 4 -e 4 -w 0 -n 1 --format json >/dev/null 2>"$work/stderr"; } \
     2>"$work/idle-time" || failed "07-nccl-perf with rank 1 held 10 s" "$work/stderr"
 unset TIMEFORMAT
 log "  ($((SECONDS - idle_start)) s)"

@@ -136,7 +136,7 @@ trap 'rm -rf "$work"' EXIT
 sweep() {
     local n=$1 op=$2 algo=$3 iters=$4 warmup=$5 out
     out="$work/run.json"
-    if ! NCCL_ALGO=$algo timeout "$limit" "$perf_bin" --backend cpu --nproc-per-node "$n" --op "$op" \
+    if ! NCCL_ALGO=$algo timeout "$limit" "$perf_bin" --backend cpu --nproc-per-node "$n" --coll "$op" \
         -b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" --format json \
         >"$out" 2>"$work/err"; then
         echo "bench/crossover.sh: $op on $n ranks, NCCL_ALGO=$algo failed:" >&2

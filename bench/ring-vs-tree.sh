@@ -97,7 +97,7 @@ trap 'rm -rf "$work"' EXIT
 sweep() {
     local link=$1 algo=$2
     on_nodes "$work" "$nodes" "--link $link NCCL_ALGO=$algo" env NCCL_ALGO="$algo" "$perf_bin" --backend cpu \
-        --nproc-per-node "$per_node" --link "$link" --op all_reduce \
+        --nproc-per-node "$per_node" --link "$link" --coll all_reduce \
         -b "$min" -e "$max" -f "$factor" -n "$iters" -w 3 --format json
     jq -r '.rows[] | "\(.size) \(.out_of_place.time_us) \(.out_of_place.algo)"' "$work/out.0"
 }

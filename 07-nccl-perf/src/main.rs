@@ -14,7 +14,7 @@
 //! ones are bandwidth-bound (time grows with size, busbw levels off at the link's speed).
 //!
 //! Run it: `cargo run --release --bin 07-nccl-perf -- -b 4 -e 100M -f 4`
-//! (`--op all_gather` or `--op all`, `-o avg`, `-d half`, `--nproc-per-node 4`,
+//! (`--coll all_gather` or `--coll all`, `-o avg`, `-d half`, `--nproc-per-node 4`,
 //! `--format json`; see `--help`).
 //!
 //! On sub-communicators, as nccl-tests: `NCCL_TESTS_SPLIT="MOD 2"` (or `AND`, `OR`, `DIV`;

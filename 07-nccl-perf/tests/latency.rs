@@ -37,7 +37,7 @@ fn check_rows(j: &Value, iters: u64, counted: bool, r: &Run) {
 fn every_row_carries_its_single_calls_in_json_over_both_transports() {
     for (via, counted) in [("shm", true), ("tcp", false)] {
         let r = perf(&[
-            "--op",
+            "--coll",
             "all_reduce",
             "-b",
             "4",
@@ -58,7 +58,7 @@ fn every_row_carries_its_single_calls_in_json_over_both_transports() {
     }
     // A rooted collective on 3 ranks, and the sweep of every collective.
     let r = perf(&[
-        "--op",
+        "--coll",
         "all",
         "-b",
         "64",
@@ -81,7 +81,7 @@ fn every_row_carries_its_single_calls_in_json_over_both_transports() {
 #[test]
 fn the_text_table_gives_the_single_calls_under_each_row() {
     let r = perf(&[
-        "--op",
+        "--coll",
         "broadcast",
         "-b",
         "64",
@@ -146,7 +146,7 @@ fn the_text_table_gives_the_single_calls_under_each_row() {
     }
     // Over TCP the sleeps are not counted, and the table says so.
     let r = perf(&[
-        "--op",
+        "--coll",
         "all_reduce",
         "-b",
         "64",

@@ -145,7 +145,7 @@ fn older_nccls_numbered_lines_name_the_choice_of_an_all_gather_too() {
             &[
                 "--nproc-per-node",
                 "2",
-                "--op",
+                "--coll",
                 "all_gather",
                 "-b",
                 "64",

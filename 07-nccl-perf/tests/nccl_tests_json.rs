@@ -189,7 +189,7 @@ fn every_sweep_is_named_in_one_file() {
             "1",
             "-w",
             "0",
-            "--op",
+            "--coll",
             "broadcast",
             "-d",
             "all",

@@ -99,7 +99,7 @@ fn check_sweep(j: &Value, op: &str, world: usize, asked: &[u64], r: &Run) {
     assert!(j["memcpy_gbps"].as_f64().unwrap() > 0.0, "{r}");
 }
 
-/// Checks a run of every collective, operator and type (`--op all -o all -d all`).
+/// Checks a run of every collective, operator and type (`--coll all -o all -d all`).
 fn check_every_sweep(r: &Run, world: usize, asked: &[u64]) {
     let j = r.json();
     assert_eq!(j["world_size"], world, "{r}");
@@ -139,7 +139,7 @@ fn every_collective_operator_and_type_is_exact_on_every_world_from_1_to_5() {
     let asked = [4, 116, 3364, 97556];
     for world in 1..=5 {
         let r = perf(
-            &format!("--nproc-per-node {world} --op all -o all -d all -b 4 -e 100K -f 29 -w 0 -n 1 --format json"),
+            &format!("--nproc-per-node {world} --coll all -o all -d all -b 4 -e 100K -f 29 -w 0 -n 1 --format json"),
             &[],
         )
         .ok();
@@ -156,7 +156,7 @@ fn every_collective_operator_and_type_is_exact_on_the_nccl_double() {
         let cmd = nccl_command(
             BIN,
             &words(&format!(
-                "--backend nccl --nproc-per-node {world} --op all -o all -d all -b 4 -e 4K -f 29 -w 0 -n 1 --format json"
+                "--backend nccl --nproc-per-node {world} --coll all -o all -d all -b 4 -e 4K -f 29 -w 0 -n 1 --format json"
             )),
             world,
         );
@@ -176,7 +176,7 @@ fn ranks_started_with_different_commands_are_refused_naming_both() {
         .enumerate()
         .map(|(rank, op)| {
             let args =
-                format!("--world-size 2 --rank {rank} --master-port {port} --op {op} -b 1K -e 1K -n 1 --timeout 20");
+                format!("--world-size 2 --rank {rank} --master-port {port} --coll {op} -b 1K -e 1K -n 1 --timeout 20");
             spawn(command(BIN, &words(&args)))
         })
         .collect();
@@ -184,8 +184,8 @@ fn ranks_started_with_different_commands_are_refused_naming_both() {
     for r in &runs {
         assert_eq!(r.code, Some(2), "{r}");
         assert!(
-            r.stderr.contains("rank 0 runs `07-nccl-perf --op all_gather -b 1K -e 1K -n 1` but rank 1 runs \
-                               `07-nccl-perf --op reduce_scatter -b 1K -e 1K -n 1`: every rank of a job runs the same command"),
+            r.stderr.contains("rank 0 runs `07-nccl-perf --coll all_gather -b 1K -e 1K -n 1` but rank 1 runs \
+                               `07-nccl-perf --coll reduce_scatter -b 1K -e 1K -n 1`: every rank of a job runs the same command"),
             "{r}"
         );
     }
@@ -197,7 +197,7 @@ fn sweeps_are_right_on_shared_memory_and_tcp() {
     // ring's slots: 4 B to 4 MiB + 4 B, three ranks, every collective.
     for transport in ["shm", "tcp"] {
         let r = perf(
-            &format!("--nproc-per-node 3 --op all -b 4 -e 8M -f 37 -w 0 -n 1 --transport {transport} --format json"),
+            &format!("--nproc-per-node 3 --coll all -b 4 -e 8M -f 37 -w 0 -n 1 --transport {transport} --format json"),
             &[],
         )
         .ok();
@@ -240,7 +240,7 @@ fn every_world_from_2_to_5_is_right_on_shared_memory() {
                 "alltoall",
             ] {
                 let r = perf(
-                    &format!("--nproc-per-node {world} --op {op} -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
+                    &format!("--nproc-per-node {world} --coll {op} -b 4 -e 8M -f 37 -w 0 -n 1 --format json"),
                     p2p,
                 )
                 .ok();
@@ -261,7 +261,7 @@ fn either_side_of_the_small_message_switch_and_with_the_ring_forced_every_elemen
         for (transport, algo) in [("shm", "^Tree"), ("tcp", "^Tree"), ("shm", "Ring")] {
             let r = perf(
                 &format!(
-                    "--nproc-per-node {world} --op all -o all -b 16376 -e 16392 -i 4 -w 0 -n 1 \
+                    "--nproc-per-node {world} --coll all -o all -b 16376 -e 16392 -i 4 -w 0 -n 1 \
                      --transport {transport} --format json"
                 ),
                 &[("NCCL_ALGO", algo)],
@@ -329,7 +329,7 @@ fn a_corrupted_element_is_counted_and_fails_the_run() {
 
 #[test]
 fn the_table_has_nccl_tests_columns() {
-    let r = perf("--op broadcast --root 1 -b 64 -e 256 -f 2 -n 3", &[]).ok();
+    let r = perf("--coll broadcast --root 1 -b 64 -e 256 -f 2 -n 3", &[]).ok();
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert!(
         lines
@@ -401,10 +401,16 @@ fn bad_sweeps_are_refused_in_one_line() {
             "-d fp8",
             "unknown type 'fp8': one of float, double, int32, half, bfloat16, or all",
         ),
-        ("--op gather", "unknown collective 'gather'"),
-        ("--op broadcast --root 5", "--root 5 is not a rank"),
-        ("--op all_gather --root 1", "all_gather has no root"),
-        ("--op alltoall -o max", "alltoall reduces nothing"),
+        ("--coll gather", "unknown collective 'gather'"),
+        // --op named the collective before it named the operator, as nccl-tests' does.
+        (
+            "--op all_reduce",
+            "'all_reduce' is a collective: --op is the reduction operator, as in nccl-tests; name the collective \
+             with --coll all_reduce",
+        ),
+        ("--coll broadcast --root 5", "--root 5 is not a rank"),
+        ("--coll all_gather --root 1", "all_gather has no root"),
+        ("--coll alltoall -o max", "alltoall reduces nothing"),
     ] {
         let r = perf(args, &[]);
         assert_eq!(r.code, Some(2), "{args:?}:\n{r}");
@@ -444,7 +450,7 @@ fn buffers_larger_than_the_caches_are_right_too() {
     ] {
         for p2p in ["0", "1"] {
             let r = perf(
-                &format!("--nproc-per-node {world} --op {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
+                &format!("--nproc-per-node {world} --coll {op} -b 17825796 -e 17825796 -w 0 -n 1 --format json"),
                 &[("NCCL_WORKBOOK_LLC", "16777216"), ("NCCL_P2P_DISABLE", p2p)],
             )
             .ok();
@@ -472,7 +478,7 @@ fn large_collectives_on_one_host_read_where_it_lies_and_the_trace_says_so() {
             let file = dir.join(format!("{op}-{p2p}.json"));
             let r = perf(
                 &format!(
-                    "--nproc-per-node 3 --op {op} -b 1M -e 1M -w 0 -n 1 --format json --trace {}",
+                    "--nproc-per-node 3 --coll {op} -b 1M -e 1M -w 0 -n 1 --format json --trace {}",
                     file.display()
                 ),
                 // The single copy wherever it can run (the tuner's sizes depend on the
@@ -526,16 +532,16 @@ fn every_row_names_the_algorithm_that_ran_as_the_tuner_chose_it() {
     };
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
     let json = "-b 4K -e 4M -f 1024 -w 0 -n 1 --format json";
-    let r = perf(&format!("--nproc-per-node 2 --op all_reduce {json}"), &[cores]).ok();
+    let r = perf(&format!("--nproc-per-node 2 --coll all_reduce {json}"), &[cores]).ok();
     assert_eq!(
         algos(&r, "all_reduce"),
         [pair("direct", "direct"), pair("single-copy", "single-copy")],
         "{r}"
     );
-    let r = perf(&format!("--nproc-per-node 3 --op alltoall {json}"), &[cores]).ok();
+    let r = perf(&format!("--nproc-per-node 3 --coll alltoall {json}"), &[cores]).ok();
     assert_eq!(algos(&r, "alltoall")[1], pair("single-copy", "single-copy"), "{r}");
     let r = perf(
-        &format!("--nproc-per-node 3 --op all_reduce {json}"),
+        &format!("--nproc-per-node 3 --coll all_reduce {json}"),
         &[cores, ("NCCL_ALGO", "ring")],
     )
     .ok();
@@ -549,7 +555,7 @@ fn every_row_names_the_algorithm_that_ran_as_the_tuner_chose_it() {
     );
     // For people: a last column, `algo proto`, one name where both placements ran the
     // same (both names where they differ: the unit test of `both`), then the protocol.
-    let r = perf("--nproc-per-node 3 --op alltoall -b 4M -e 4M -w 0 -n 1", &[cores]).ok();
+    let r = perf("--nproc-per-node 3 --coll alltoall -b 4M -e 4M -w 0 -n 1", &[cores]).ok();
     assert!(
         r.stdout
             .lines()

@@ -89,7 +89,7 @@ fn many_lines_get_their_legend_below_the_panels() {
     // Every collective and type: 30 lines, one size each.
     let png = folder("many").join("many.png");
     let r = perf(&format!(
-        "--op all -d all -b 64 -e 64 -n 1 -w 0 --plot {}",
+        "--coll all -d all -b 64 -e 64 -n 1 -w 0 --plot {}",
         png.display()
     ))
     .ok();
@@ -168,7 +168,7 @@ fn plot_at_its_defaults_sweeps_sizes_and_draws_both_placements() {
     // As text: the line's label and the key to the placements once each: one legend for
     // the picture, not one per panel.
     let svg = dir.join("perf.svg");
-    perf(&format!("{SWEEP} --op broadcast --plot {}", svg.display())).ok();
+    perf(&format!("{SWEEP} --coll broadcast --plot {}", svg.display())).ok();
     let text = std::fs::read_to_string(&svg).unwrap();
     let texts = svg_texts(&text);
     for label in [

@@ -65,7 +65,7 @@ fn every_collective_by_every_protocol_on_a_few_world_sizes() {
         let r = perf(
             ranks,
             &[
-                "--op",
+                "--coll",
                 "all",
                 "-P",
                 "ll,ll128,simple",
@@ -85,7 +85,10 @@ fn every_collective_by_every_protocol_on_a_few_world_sizes() {
 #[test]
 fn over_one_mebibyte_by_every_protocol_and_the_tree_by_ll() {
     // 1 MiB + 12 B: several steps of each protocol, two pieces of the pipelined ring.
-    let r = perf(3, &["--op", "all", "-P", "ll,ll128", "-b", "1048588", "-e", "1048588"]);
+    let r = perf(
+        3,
+        &["--coll", "all", "-P", "ll,ll128", "-b", "1048588", "-e", "1048588"],
+    );
     assert_eq!(r.code, Some(0), "{r}");
     every_sweep_ran_its_protocol(&r, 3, &["ll", "ll128"], 6);
     // NCCL's tree sends pieces up and down both trees at once: by LL too.

@@ -73,7 +73,7 @@ fn mod_2_on_four_cpu_ranks_measures_two_communicators_of_two() {
     let path = file("cpu");
     let r = perf(
         &format!(
-            "--nproc-per-node 4 --op all -b 24 -e 24 -n 1 -w 0 -J {}",
+            "--nproc-per-node 4 --coll all -b 24 -e 24 -n 1 -w 0 -J {}",
             path.display()
         ),
         &[("NCCL_TESTS_SPLIT", "MOD 2")],
@@ -272,7 +272,7 @@ fn a_split_that_means_nothing_is_refused_in_one_line() {
         (
             "NCCL_TESTS_SPLIT",
             "MOD 2",
-            "--nproc-per-node 4 --op broadcast -r 2 -b 64 -e 64 -n 1 -w 0",
+            "--nproc-per-node 4 --coll broadcast -r 2 -b 64 -e 64 -n 1 -w 0",
             "--root 2 is not a rank of every communicator: NCCL_TESTS_SPLIT=MOD 2 makes one of 2 rank(s) (ranks 0 to 1)",
         ),
     ] {

@@ -19,7 +19,7 @@ const SWEEPS: [&str; 2] = ["-b 4 -e 52 -i 12 -o all -d all", "-b 3M -e 3M -o sum
 fn tree_job(nodes: usize, per_node: usize, sweep: &str) -> Run {
     let per = per_node.to_string();
     let mut words: Vec<&str> = sweep.split_whitespace().collect();
-    words.extend(["--op", "all_reduce", "-w", "0", "-n", "1", "--nproc-per-node", &per]);
+    words.extend(["--coll", "all_reduce", "-w", "0", "-n", "1", "--nproc-per-node", &per]);
     let runs = testkit::nodes(nodes, |node, args| {
         let mut cmd = command(BIN, &[&words[..], args].concat());
         cmd.env("NCCL_ALGO", "Tree")
@@ -57,7 +57,7 @@ fn check(r: &Run, world: usize) {
 
 /// `NCCL_ALGO=Tree` on `world` ranks of one host, `sweep`.
 fn one_node(world: usize, sweep: &str) -> Run {
-    let line = format!("{sweep} --op all_reduce -w 0 -n 1 --nproc-per-node {world} --format json");
+    let line = format!("{sweep} --coll all_reduce -w 0 -n 1 --nproc-per-node {world} --format json");
     let words: Vec<&str> = line.split_whitespace().collect();
     let mut cmd = command(BIN, &words);
     cmd.env("NCCL_ALGO", "Tree");

@@ -73,7 +73,7 @@ pub struct Report {
     /// there were several).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub perf: Option<Perf>,
-    /// The benchmark's sweeps when there are several (`--op all`, `-o all`, `-d all`).
+    /// The benchmark's sweeps when there are several (`--coll all`, `-o all`, `-d all`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sweeps: Vec<Perf>,
 }

@@ -1,5 +1,5 @@
 //! The benchmark: nccl-tests' `*_perf` programs (`all_reduce_perf`, `all_gather_perf`,
-//! ...) for this workbook, every collective in one program (`--op`).
+//! ...) for this workbook, every collective in one program (`--coll`).
 //!
 //! For each size of a sweep, and for separate send and receive buffers (out of place)
 //! and then one buffer (in place): warm-up runs, a barrier, timed runs back to back, the
@@ -31,12 +31,13 @@ use std::time::Instant;
 #[derive(Args, Debug, Clone)]
 pub struct PerfArgs {
     /// The collective(s) to measure, by nccl-tests' names: all_reduce, broadcast, reduce,
-    /// all_gather, reduce_scatter, alltoall (or with '-'), or `all` for every one in turn.
-    #[arg(long, value_name = "NAME", default_value = "all_reduce", value_parser = parse_collectives)]
-    pub op: Collectives,
+    /// all_gather, reduce_scatter, alltoall (or with '-'), or `all` for every one in turn
+    /// (nccl-tests has one program per collective: `all_reduce_perf`...).
+    #[arg(long = "coll", value_name = "NAME", default_value = "all_reduce", value_parser = parse_collectives)]
+    pub coll: Collectives,
     /// The reduction operator(s) (reduce, all_reduce, reduce_scatter): sum, prod, max,
-    /// min, avg, or `all` for every one in turn (nccl-tests' `-o`).
-    #[arg(short = 'o', long = "redop", value_name = "OP", default_value = "sum", value_parser = parse_ops)]
+    /// min, avg, or `all` for every one in turn (nccl-tests' `-o, --op`).
+    #[arg(short = 'o', long = "op", alias = "redop", value_name = "OP", default_value = "sum", value_parser = parse_ops)]
     pub redop: Choice<ReduceOp>,
     /// Smallest size in bytes (K, M, G are 1024-based, as in nccl-tests).
     #[arg(short = 'b', long = "minbytes", value_name = "BYTES", default_value = "32M", value_parser = parse_size)]
@@ -151,8 +152,13 @@ fn parse_all<V: clap::ValueEnum + Clone>(s: &str, what: &str) -> Result<Choice<V
     })
 }
 
+/// An operator; a collective's name gets a hint, since `--op` named the collective before
+/// it named the operator as nccl-tests' `-o, --op` does.
 fn parse_ops(s: &str) -> Result<Choice<ReduceOp>, String> {
-    parse_all(s, "operator")
+    parse_all(s, "operator").map_err(|e| match parse_collectives(s) {
+        Ok(_) => format!("'{s}' is a collective: --op is the reduction operator, as in nccl-tests; name the collective with --coll {s}"),
+        Err(_) => e,
+    })
 }
 
 fn parse_types(s: &str) -> Result<Choice<DataType>, String> {
@@ -259,23 +265,23 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     }
     let one = |v: &[_]| v.len() == 1;
     if let Some(c) = args
-        .op
+        .coll
         .iter()
         .find(|c| !c.rooted)
-        .filter(|_| one(&args.op) && args.root.is_some())
+        .filter(|_| one(&args.coll) && args.root.is_some())
     {
         return refuse(format!("{} has no root: -r/--root is for broadcast and reduce", c.name));
     }
-    if let Some(c) = args.op.iter().find(|c| !c.reduces).filter(|_| one(&args.op))
+    if let Some(c) = args.coll.iter().find(|c| !c.reduces).filter(|_| one(&args.coll))
         && (args.redop.len() > 1 || args.redop[0] != ReduceOp::Sum)
     {
         return refuse(format!(
-            "{} reduces nothing: -o/--redop is for reduce, all_reduce and reduce_scatter",
+            "{} reduces nothing: -o/--op is for reduce, all_reduce and reduce_scatter",
             c.name
         ));
     }
     // A root is a rank of the communicator: under a split, of the smallest one's.
-    if let (Some(spec), Some(root)) = (&split, args.root.filter(|_| args.op.iter().any(|c| c.rooted))) {
+    if let (Some(spec), Some(root)) = (&split, args.root.filter(|_| args.coll.iter().any(|c| c.rooted))) {
         let smallest = spec
             .groups(session.world_size())
             .values()
@@ -353,7 +359,7 @@ impl PerfArgs {
     }
 }
 
-/// Every sweep `args` asks for (-A, -P, --op, -d, -o), on the session's communicator (the
+/// Every sweep `args` asks for (-A, -P, --coll, -d, -o), on the session's communicator (the
 /// world's, or inside [`Session::on`] a split's): the tables, and what each measured.
 fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Vec<Perf>> {
     // -A: every value checked before anything runs, then one pass per value.
@@ -388,7 +394,7 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
         if let Some(p) = proto {
             session.say(&said("-P", "NCCL_PROTO", p));
         }
-        for coll in args.op.iter() {
+        for coll in args.coll.iter() {
             let ops = if coll.reduces {
                 args.redop.to_vec()
             } else {
@@ -745,7 +751,7 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64, split:
         1 => format!("{timing}, to issue the calls (-C 1: the host's time, not the collectives')"),
         _ => timing.to_string(),
     };
-    let names: Vec<&str> = args.op.iter().map(|c| c.name).collect();
+    let names: Vec<&str> = args.coll.iter().map(|c| c.name).collect();
     let mut lines = vec![
         format!(
             "# nccl-workbook {}: {} on {} ranks, {} backend",

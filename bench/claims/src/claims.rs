@@ -224,7 +224,7 @@ fn tuner() -> Vec<Claim> {
     let point = |op: &str, n: usize, size: &str, algo: &'static str, bytes: u64| {
         let c = cmd(
             "07-nccl-perf",
-            &format!("--op {op} -b {size} -e {size} -n 50 --nproc-per-node {n}"),
+            &format!("--coll {op} -b {size} -e {size} -n 50 --nproc-per-node {n}"),
         );
         let other = c.clone().env("NCCL_ALGO", algo);
         [("the tuner's", c), (&*format!("NCCL_ALGO={algo}"), other)]
@@ -405,11 +405,11 @@ fn chapter4() -> Vec<Claim> {
 
 /// Chapter 5's ring against the library's, chapter 6's figures.
 fn chapters5and6() -> Vec<Claim> {
-    let perf2 = cmd("07-nccl-perf", "--op all-reduce -b 4 -e 100M -f 4 --nproc-per-node 2");
-    let small = |n: usize| format!("--op all-reduce -b 4 -e 4 -n 1000 --nproc-per-node {n}");
-    let bcast = |n: usize| format!("--op broadcast -b 1M -e 64M -f 4 --nproc-per-node {n}");
-    let bcast2 = "--op broadcast -b 256K -e 4M -f 4 -n 200 --nproc-per-node 2";
-    let modes = |op: &str, n: usize, more: &str| format!("--op {op} -b 4 -e 4 -n 1000 --nproc-per-node {n} {more}");
+    let perf2 = cmd("07-nccl-perf", "--coll all-reduce -b 4 -e 100M -f 4 --nproc-per-node 2");
+    let small = |n: usize| format!("--coll all-reduce -b 4 -e 4 -n 1000 --nproc-per-node {n}");
+    let bcast = |n: usize| format!("--coll broadcast -b 1M -e 64M -f 4 --nproc-per-node {n}");
+    let bcast2 = "--coll broadcast -b 256K -e 4M -f 4 -n 200 --nproc-per-node 2";
+    let modes = |op: &str, n: usize, more: &str| format!("--coll {op} -b 4 -e 4 -n 1000 --nproc-per-node {n} {more}");
     vec![
         Claim {
             id: "ch5.2",
@@ -771,7 +771,7 @@ fn chapter8() -> Vec<Claim> {
         let c = |op: &str| {
             cmd(
                 "07-nccl-perf",
-                &format!("--op {op} -b {size} -e {size} -n 20 --nproc-per-node {n}"),
+                &format!("--coll {op} -b {size} -e {size} -n 20 --nproc-per-node {n}"),
             )
         };
         Claim {
@@ -832,7 +832,7 @@ fn chapter8() -> Vec<Claim> {
 
 /// Chapter 9: one node against two "nodes" of one host.
 fn chapter9() -> Vec<Claim> {
-    let args = "--op all_reduce -b 1M -e 64M -f 4";
+    let args = "--coll all_reduce -b 1M -e 64M -f 4";
     let one = cmd("07-nccl-perf", &format!("{args} --nproc-per-node 4"));
     let two = cmd("07-nccl-perf", &format!("{args} --nproc-per-node 2")).nodes(2);
     let avg = |label: &str, c: Cmd| Measure {
@@ -894,7 +894,7 @@ fn perf_section() -> Vec<Claim> {
 fn chapter10() -> Vec<Claim> {
     const LINK: &str = "--nproc-per-node 1 --link 50us,10Gbps";
     let perf = |nodes: usize, algo: &'static str, args: &str| {
-        cmd("07-nccl-perf", &format!("{LINK} --op all_reduce {args} -n 20 -w 3"))
+        cmd("07-nccl-perf", &format!("{LINK} --coll all_reduce {args} -n 20 -w 3"))
             .env("NCCL_ALGO", algo)
             .nodes(nodes)
     };
@@ -924,7 +924,7 @@ fn chapter10() -> Vec<Claim> {
     let slow = |algo: &'static str| {
         cmd(
             "07-nccl-perf",
-            "--nproc-per-node 4 --link 50us,1Gbps --op all_reduce -b 16M -e 16M -n 5 -w 1",
+            "--nproc-per-node 4 --link 50us,1Gbps --coll all_reduce -b 16M -e 16M -n 5 -w 1",
         )
         .env("NCCL_ALGO", algo)
         .nodes(2)

@@ -10,7 +10,7 @@
 //! `all_reduce/direct.rs`, ...). The session, the benchmark, the check and the reports
 //! read from it. [`ring`] and [`single_copy`] hold the steps several collectives share.
 //!
-//! Adding a collective: one folder here, one line in [`ALL`], and its lesson (README's
+//! Adding a collective: one folder here, one line in [`ALL`], and its lesson (CONTRIBUTING.md's
 //! "Adding a collective" lists the rest; "Adding an algorithm" too).
 
 pub mod all_gather;
@@ -56,7 +56,7 @@ pub use workbook_cpu::SEND_RECV_TAG;
 /// One collective: what nccl-tests' `testColl` holds, and how it runs here.
 #[derive(Debug)]
 pub struct Collective {
-    /// nccl-tests' name: `all_gather` (`--op all_gather`, the JSON report).
+    /// nccl-tests' name: `all_gather` (`--coll all_gather`, the JSON report).
     pub name: &'static str,
     /// As a person says it: `all-gather`.
     pub title: &'static str,
