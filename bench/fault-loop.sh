@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fault loop: kill -9 or SIGSTOP a random process of a job at a random moment, many
-# times, and check every run against README's "Errors, and when a rank fails":
+# times, and check every run against docs/failures.md:
 #   - CPU backend (--cpu, the default): a 3-rank all-reduce on shm and on tcp, a rank hit;
 #   - simulated GPUs (--simulate-gpus): lessons 01-06 on 2 to 4 simulated GPUs, a rank or
 #     the launcher killed. (A stopped launcher is not a fault its ranks watch for: they
@@ -10,7 +10,7 @@
 # says one line naming the rank that was hit, no process of the job is left, and nothing
 # of its processes is left in /dev/shm (nccl-workbook-PID-*, nccl-double-PID-*) or /tmp
 # (nccl-workbook-PID, nccl-workbook-sim-PID). A killed launcher cannot clean up: what its
-# job left must be gone once the next job has started (README: "by the next start").
+# job left must be gone once the next job has started (docs/failures.md: "by the next start").
 # A benchmark, not a test: CI does not run it. Every run is bounded (--timeout + 12 s
 # after the signal, then the job is killed and the run counted as failed).
 set -euo pipefail

@@ -4,7 +4,7 @@
  *   build/floors                 everything below, as one JSON document
  *   build/floors --round-trip    only 1., quickly (median of 3 runs of 5000 trips), in ns:
  *                                compare-mpi.sh's probe of where the two cores sit, taken
- *                                around every run (see the README's "where the two cores sit")
+ *                                around every run (see docs/perf-history.md, "where the two cores sit")
  *
  * 1. A cache-line round trip between two processes: process A writes a number into a
  *    cache line of shared memory; process B, spinning on it, sees it and writes it back

@@ -16,7 +16,7 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
   - finds the GPUs (nvidia-smi -L, else the program's own probe), the driver's version,
     NCCL's version and the library file loaded;
   - runs every lesson (00-nccl-hello-world to 06-nccl-alltoall, and 07-nccl-perf with
-    every collective, operator and type: --op all -o all -d all) with --backend nccl, one
+    every collective, operator and type: --coll all -o all -d all) with --backend nccl, one
     rank per GPU; 08-cudarc-allreduce (cudarc's NCCL API, called directly); 02 with
     --show-calls (every rank shows its ncclAllReduce calls);
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
@@ -41,7 +41,7 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
     binding does, must run;
   - NCCL's transport between this node's GPUs (its "Channel ... via" lines in the steps
     above): P2P (NVLink or PCIe) passes; SHM or NET between GPUs of one node is a WARN
-    (what a peer GPU hidden by Slurm's per-task binding leaves: see the README).
+    (what a peer GPU hidden by Slurm's per-task binding leaves: see docs/nccl-backend.md).
 Exit status: 0 only if every step passed (a step skipped for want of cargo or GPUs, or
 a WARN, is not a failure, and the report says why); 1 if one failed; 2 on bad usage or
 no GPU.
@@ -638,7 +638,7 @@ if [ -n "$bins" ] && [ "$gpus" -gt 0 ]; then
     log=$tmp/$ex.log
     more=()
     # The benchmark: every collective, operator and type, checked, at a few sizes.
-    [ "$ex" = 07-nccl-perf ] && more=(--op all -o all -d all -b 4 -e 16M -f 64)
+    [ "$ex" = 07-nccl-perf ] && more=(--coll all -o all -d all -b 4 -e 16M -f 64)
     if $mig; then
       hand_step "$ex" 600 "$log" "$ex" "${more[@]}"
     else
@@ -1072,7 +1072,7 @@ run this with MPS (nvidia-cuda-mps-control -d) or on a GPU in compute mode Defau
         record "$name" SKIP "NCCL printed no transport line ('Channel ... via ...', NCCL_DEBUG=INFO) in the perf sweep, the all-reduce or step 8" 0 ""
       elif [ -n "$fell" ]; then
         via=${example##* via }
-        record "$name" WARN "via ${via%%/*} between GPUs of one node: see README (\"One GPU per task\"): not P2P (NVLink or PCIe), so busbw is far below the link's$p2p_off. In $fell: \`$example\`. All: $seen" 0 ""
+        record "$name" WARN "via ${via%%/*} between GPUs of one node: see docs/nccl-backend.md (\"One GPU per task\"): not P2P (NVLink or PCIe), so busbw is far below the link's$p2p_off. In $fell: \`$example\`. All: $seen" 0 ""
       else
         record "$name" PASS "P2P (NVLink or PCIe) between every two GPUs NCCL connected: $seen" 0 ""
       fi

@@ -121,7 +121,7 @@ job() {
 
 # submit NODES TASKS_PER_NODE BACKEND EXAMPLE: one job of the course, waited for, then checked.
 # One node uses the scripts' own request (4 tasks, 4 GPUs); two nodes ask for nodes of 2
-# GPUs, as README says for nodes with 2 GPUs.
+# GPUs, as slurm/README.md says for nodes with 2 GPUs.
 submit() {
   local nodes=$1 per_node=$2 backend=$3 example=$4
   local file="$out/$example-$nodes-$backend.out"

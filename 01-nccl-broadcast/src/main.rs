@@ -5,7 +5,7 @@
 //! on the size and on where the ranks are, on NCCL as here, and the `Time:` line names
 //! it: a small buffer goes from the root straight to every rank, a large one on one host
 //! is copied by every rank straight from the root's memory, and between hosts it flows
-//! along a ring, in pieces (README's "Which algorithm runs").
+//! along a ring, in pieces (docs/cpu-backend.md, "Which algorithm runs").
 //!
 //! Run it: `cargo run --release --bin 01-nccl-broadcast -- --nproc-per-node 4 --root 2`
 

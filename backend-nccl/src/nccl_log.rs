@@ -363,7 +363,7 @@ fn proto_name(text: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    /// Lines of NCCL 2.28.3 on 4 nodes of one H100 each (docs/gpu-nodes-2026-11-26-run8-h100.md).
+    /// Lines of NCCL 2.28.3 on 4 nodes of one H100 each (docs/gpu-runs/gpu-nodes-2026-11-26-run8-h100.md).
     const H100: &str = "\
 vm:8612:8630 [0] NCCL INFO   Algorithm   |                            Tree                  |                            Ring                  |                   CollNetDirect                  |
 vm:8612:8630 [0] NCCL INFO   Protocol    |             LL |          LL128 |         Simple |             LL |          LL128 |         Simple |             LL |          LL128 |         Simple |

@@ -5,7 +5,7 @@
 //! An example is a lesson: it parses its [`args`], hands a closure to [`main`], and in
 //! it uses the [`Session`] to make buffers, show them, run one collective and check it.
 //! Beneath, by layer: `workbook-cpu` and `workbook-nccl` (the backends' communicators),
-//! and `workbook-runtime` (launching, the store, errors); README's "How the code is
+//! and `workbook-runtime` (launching, the store, errors); CONTRIBUTING.md's "How the code is
 //! organised" draws them.
 
 pub mod args;

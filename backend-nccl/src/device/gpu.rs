@@ -224,8 +224,8 @@ fn refusal(gpus: &[Gpu], a: usize, b: usize) -> String {
         ),
         None => format!(
             "{both}; start at most one rank per GPU (--nproc-per-node, or --ntasks-per-node, no more than the \
-             node's GPUs; srun --gpus-per-task=1 gives each its own but hides NVLink from it: README, \
-             \"One GPU per task\"){share}, or use --backend cpu (to play \
+             node's GPUs; srun --gpus-per-task=1 gives each its own but hides NVLink from it: \
+             docs/nccl-backend.md, \"One GPU per task\"){share}, or use --backend cpu (to play \
              nodes of one GPU each on one GPU, give each node its own NCCL_HOSTID: bench/gpu-nodes.sh)"
         ),
     }

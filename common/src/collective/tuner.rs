@@ -11,7 +11,7 @@
 //!
 //! `NCCL_ALGO` is read as NCCL reads it ([`Allowed::parse`]); NCCL's `Ring` means the
 //! CPU backend's ring-shaped algorithms, and two names of its own (`direct`,
-//! `single-copy`) pick the others. README's "Which algorithm runs" maps the names onto
+//! `single-copy`) pick the others. docs/cpu-backend.md's "Which algorithm runs" maps the names onto
 //! NCCL's.
 //!
 //! The protocol ([`Protocol`]: NCCL's LL, LL128 or Simple, `workbook_cpu`'s
