@@ -112,6 +112,10 @@ fn a_grouped_all_to_all_that_makes_no_progress_is_named_as_a_group_not_as_sends_
             spawn(cmd)
         })
         .collect();
+    // Every rank's deadline passes at about the same moment: the first to pass it explains;
+    // one a few milliseconds later may learn first that rank 0 (the store's host) is gone,
+    // and say so, waiting for the same group.
+    let mut explained = 0;
     for (r, child) in ranks.into_iter().enumerate() {
         let run = finish(child, LIMIT);
         assert_eq!(run.code, Some(1), "rank {r}:\n{run}");
@@ -122,12 +126,10 @@ fn a_grouped_all_to_all_that_makes_no_progress_is_named_as_a_group_not_as_sends_
             ),
             "rank {r}: {line}"
         );
-        assert!(
-            line.contains("the calls of a group progress together"),
-            "rank {r}: {line}"
-        );
         assert!(!line.contains("go in one group"), "rank {r}: {line}");
+        explained += usize::from(line.contains("the calls of a group progress together"));
     }
+    assert!(explained > 0, "no rank explains what the group waits for");
     let _ = std::fs::remove_dir_all(&rooms);
 }
 
