@@ -60,8 +60,8 @@ fn tensor_sizes(layers: usize, h: usize) -> Vec<usize> {
 /// 7a. One broadcast per tensor, as the weight-sync seed did.
 #[allow(unused_variables)] // remove this line when you are done
 fn broadcast_each(s: &mut Session, model: &mut [Buffer<f32>], root: usize) -> Result<()> {
-    // TODO: broadcast every tensor of `model` from `root`: one `s.broadcast(tensor, root)?`
-    //       per tensor.
+    // TODO: broadcast every tensor of `model` from `root`, one call per tensor.
+    //       You need: `s.broadcast(buf: &mut Buffer<f32>, root: usize) -> Result<()>`.
     Ok(())
 }
 
