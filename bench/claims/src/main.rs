@@ -1,4 +1,4 @@
-//! `bench/claims.sh`: reruns every figure and comparison that README.md and EXERCISES.md
+//! `bench/claims.sh`: reruns every figure and comparison that README.md, docs/ and EXERCISES.md
 //! state, on the machine at hand, and prints what the text says beside what was measured,
 //! with the direction of each comparison checked.
 //!
@@ -22,6 +22,8 @@ struct Options {
     runs: usize,
     only: Vec<String>,
     list: bool,
+    /// `--write FILE`: the page of measured figures (docs/measured.md), written at the end.
+    write: Option<std::path::PathBuf>,
 }
 
 fn parse() -> Result<Options> {
@@ -30,12 +32,17 @@ fn parse() -> Result<Options> {
         runs: 5,
         only: vec![],
         list: false,
+        write: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => o.quick = true,
             "--list" => o.list = true,
+            "--write" => match args.next().filter(|f| !f.is_empty() && !f.starts_with('-')) {
+                Some(file) => o.write = Some(file.into()),
+                None => bail!("--write takes the page to write (docs/measured.md)"),
+            },
             "--runs" => {
                 let n = args.next().unwrap_or_default();
                 o.runs = match n.parse() {
@@ -45,11 +52,12 @@ fn parse() -> Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench/claims.sh [--quick] [--runs N] [--list] [CLAIM...]\n\n\
-                     Reruns every measured claim of README.md and EXERCISES.md and prints the text's figures\n\
+                    "usage: bench/claims.sh [--quick] [--runs N] [--list] [--write FILE] [CLAIM...]\n\n\
+                     Reruns every measured claim of README.md, docs/ and EXERCISES.md and prints the text's figures\n\
                      beside this machine's (medians of N rounds, 5 by default, the commands alternating).\n\
                      CLAIM: run only the claims whose id starts so (e.g. ch7). --quick: each command once,\n\
-                     fewest iterations, no timing judged (CI). --list: the claims, without running them."
+                     fewest iterations, no timing judged (CI). --list: the claims, without running them.\n\
+                     --write FILE: also write the figures as a page (docs/measured.md), generated, never edited."
                 );
                 std::process::exit(0);
             }
@@ -58,6 +66,9 @@ fn parse() -> Result<Options> {
         }
     }
     if o.quick {
+        if o.write.is_some() {
+            bail!("--write with --quick: a page of figures needs measured rounds, not one run of each command");
+        }
         o.runs = 1;
     }
     Ok(o)
@@ -90,7 +101,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let machine = run::machine();
-    println!("# claims of README.md and EXERCISES.md, measured on {machine}");
+    println!("# claims of README.md, docs/ and EXERCISES.md, measured on {machine}");
     println!(
         "# {} ({} round{} per claim; medians, [lowest-highest])\n",
         if opts.quick {
@@ -111,12 +122,20 @@ fn main() -> ExitCode {
                 println!("  FAILED: {e:#}\n");
                 summary.push(Row {
                     id: claim.id,
+                    place: claim.place,
                     says: claim.says.to_string(),
                     measured: format!("failed: {e}"),
                     verdict: "FAILED".into(),
                 });
             }
         }
+    }
+    if let Some(page) = &opts.write {
+        if let Err(e) = write_page(page, &machine, opts.runs, &summary) {
+            eprintln!("error: writing {}: {e}", page.display());
+            return ExitCode::FAILURE;
+        }
+        println!("(the figures are written to {})\n", page.display());
     }
     println!("## Summary ({machine})\n");
     println!("| claim | the text says | measured here | direction |");
@@ -134,9 +153,40 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The page `--write` makes: what it is, where and when it was measured ([`run::machine`]
+/// says both), and one row per
+/// claim: where the text says it, what it says, the medians and ranges, and the direction.
+fn write_page(page: &std::path::Path, machine: &str, runs: usize, rows: &[Row]) -> Result<()> {
+    let mut text = format!(
+        "# Measured figures\n\n\
+         What the text's comparisons measure on one machine: every claim of README.md, docs/ and \
+         EXERCISES.md that `bench/claims/src/claims.rs` lists, rerun by `bench/claims.sh --write \
+         docs/measured.md`. This page is generated: never edit it by hand; rerun the script.\n\n\
+         Measured on {machine}: medians of {runs} round{}, the lowest and highest in brackets. \
+         Laptops and VMs differ: directions and orders of magnitude carry over, single figures do not.\n\n\
+         | claim | where | the text says | measured | direction |\n|---|---|---|---|---|\n",
+        if runs == 1 { "" } else { "s" }
+    );
+    for r in rows {
+        let cell = |s: &str| s.replace('|', "\\|");
+        text.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r.id,
+            cell(r.place),
+            cell(&r.says),
+            cell(&r.measured),
+            cell(&r.verdict)
+        ));
+    }
+    std::fs::write(page, text)?;
+    Ok(())
+}
+
 /// One line of the summary.
 struct Row {
     id: &'static str,
+    /// Where the text says it: `EXERCISES.md, answer 7`.
+    place: &'static str,
     says: String,
     measured: String,
     verdict: String,
@@ -175,6 +225,7 @@ fn judge(claim: &Claim, opts: &Options) -> Result<Vec<Row>> {
         println!("  (figures only: no direction to check)\n");
         rows.push(Row {
             id: claim.id,
+            place: claim.place,
             says: claim.says.into(),
             measured,
             verdict: if stale { "STALE".into() } else { "figures only".into() },
@@ -203,6 +254,7 @@ fn judge(claim: &Claim, opts: &Options) -> Result<Vec<Row>> {
     }
     rows.push(Row {
         id: claim.id,
+        place: claim.place,
         says: claim.says.into(),
         measured,
         verdict,

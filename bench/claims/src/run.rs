@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// The longest one command may run, in seconds, before it counts as hung.
 const LIMIT: Duration = Duration::from_secs(300);
 
-/// The checkout: README.md and EXERCISES.md are read from it.
+/// The checkout: README.md, docs/ and EXERCISES.md are read from it.
 fn checkout() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
