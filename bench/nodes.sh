@@ -1,8 +1,15 @@
-# shellcheck shell=bash
-# Emulated nodes for the benchmarks (sourced by bench/ring-vs-tree.sh and
-# bench/hierarchy.sh): one job whose every "node" is a launcher of this machine with a
-# node name of its own (SLURMD_NODENAME), so that its ranks talk to the other nodes' over
-# TCP, as EXERCISES.md chapter 9 rehearses a cluster.
+#!/usr/bin/env bash
+# Emulated nodes: one job whose every "node" is a launcher of this machine with a node
+# name of its own (SLURMD_NODENAME), so that its ranks talk to the other nodes' over TCP,
+# as EXERCISES.md chapter 9 rehearses a cluster.
+#
+# As a command (EXERCISES.md chapter 10):
+#
+#   bench/nodes.sh 8 target/release/07-nccl-perf --nproc-per-node 1 --link 50us,10Gbps
+#   bench/nodes.sh --help
+#
+# Sourced (bench/ring-vs-tree.sh, bench/hierarchy.sh, bench/gpu-nodes.sh), it defines
+# on_nodes and runs nothing.
 
 # on_nodes WORK NODES WHAT COMMAND [ARGS...]: runs COMMAND ARGS as node 0 to NODES-1 of
 # one job (--nnodes, --node-rank, --master-addr 127.0.0.1 and a master port picked at
@@ -33,3 +40,144 @@ on_nodes() {
         fi
     done
 }
+
+nodes_usage() {
+    cat <<'USAGE'
+Usage: bench/nodes.sh N COMMAND [ARGS...]
+
+Starts COMMAND ARGS as nodes 0 to N-1 of one job on this machine: node k with
+SLURMD_NODENAME=node<k> (a host of its own to the ranks, so that they talk to the other
+nodes' over TCP) and --nnodes N --node-rank k --master-addr 127.0.0.1 --master-port P,
+P a port picked at random (picked again while something listens on it).
+
+Node 0's output (stdout and stderr) comes to the terminal as it comes; the other nodes'
+is kept in a temporary folder, and the last lines of every node that failed are printed
+at the end. Ctrl-C stops every node. Nothing is left behind: no process, no file.
+
+  bench/nodes.sh 2 target/release/00-nccl-hello-world --nproc-per-node 1
+  NCCL_ALGO=Tree bench/nodes.sh 4 target/release/02-nccl-allreduce --nproc-per-node 1 --steps
+
+(with CARGO_TARGET_DIR set, its release/ instead of target/release/). Variables set
+before bench/nodes.sh reach every node.
+
+Exit status: node 0's; 1 if node 0 succeeded and another node failed; 2 on bad usage.
+USAGE
+}
+
+# Stops every node still running (Ctrl-C, or the script killed) and exits with CODE; the
+# EXIT trap then removes the temporary folder. A launcher that ends takes its ranks with
+# it (the kernel kills them: PR_SET_PDEATHSIG).
+nodes_stop() {
+    local code=$1 pid tries
+    trap '' INT TERM HUP
+    for pid in "${NODES_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    for ((tries = 0; tries < 30; tries++)); do
+        nodes_running || break
+        sleep 0.1
+    done
+    for pid in "${NODES_PIDS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null
+    done
+    wait 2>/dev/null
+    echo "bench/nodes.sh: stopped all ${#NODES_PIDS[@]} nodes" >&2
+    exit "$code"
+}
+
+# Whether any of the nodes (process ids in NODES_PIDS) still runs.
+nodes_running() {
+    local pid
+    for pid in "${NODES_PIDS[@]}"; do
+        kill -0 "$pid" 2>/dev/null && return 0
+    done
+    return 1
+}
+
+nodes_main() {
+    set -u
+    local n port tries node status code=0 broken=()
+    case ${1:-} in
+        -h | --help)
+            nodes_usage
+            return 0
+            ;;
+    esac
+    if (($# == 0)); then
+        echo "error: bench/nodes.sh wants a number of nodes and a command: bench/nodes.sh N COMMAND [ARGS...] (--help)" >&2
+        return 2
+    fi
+    if ! [[ $1 =~ ^[1-9][0-9]{0,2}$ ]]; then
+        echo "error: bench/nodes.sh: the number of nodes is a whole number from 1 to 999, not '$1' (--help)" >&2
+        return 2
+    fi
+    n=$1
+    shift
+    if (($# == 0)); then
+        echo "error: bench/nodes.sh: no command to run on the $n nodes: bench/nodes.sh N COMMAND [ARGS...] (--help)" >&2
+        return 2
+    fi
+    if ! command -v -- "$1" >/dev/null; then
+        echo "error: bench/nodes.sh: no command '$1' (not built yet? cargo build --release)" >&2
+        return 2
+    fi
+
+    # A port below Linux's ephemeral range (32768 and up, the ports outgoing connections
+    # take), where nothing listens: connecting to it is refused.
+    for ((tries = 0; tries < 50; tries++)); do
+        port=$((20000 + RANDOM % 12000))
+        (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+    done
+
+    NODES_PIDS=()
+    NODES_WORK=$(mktemp -d "${TMPDIR:-/tmp}/nodes.XXXXXX") || return 1
+    trap 'rm -rf -- "$NODES_WORK"' EXIT
+    trap 'nodes_stop 130' INT
+    trap 'nodes_stop 143' TERM
+    trap 'nodes_stop 129' HUP
+
+    # Node 0 first: it hosts the job's store, which the others join.
+    for ((node = 0; node < n; node++)); do
+        if ((node == 0)); then
+            SLURMD_NODENAME=node0 "$@" --nnodes "$n" --node-rank 0 \
+                --master-addr 127.0.0.1 --master-port "$port" &
+        else
+            SLURMD_NODENAME="node$node" "$@" --nnodes "$n" --node-rank "$node" \
+                --master-addr 127.0.0.1 --master-port "$port" >"$NODES_WORK/node$node.log" 2>&1 &
+        fi
+        NODES_PIDS+=($!)
+    done
+
+    wait "${NODES_PIDS[0]}"
+    code=$?
+    # Node 0 failed: the others get 10 s to end on their own, then are stopped.
+    if ((code != 0)); then
+        for ((tries = 0; tries < 100; tries++)); do
+            nodes_running || break
+            sleep 0.1
+        done
+        for ((node = 1; node < n; node++)); do
+            kill -TERM "${NODES_PIDS[$node]}" 2>/dev/null
+        done
+    fi
+    for ((node = 1; node < n; node++)); do
+        wait "${NODES_PIDS[$node]}"
+        status=$?
+        ((status == 0)) || broken+=("$node:$status")
+    done
+    for node in "${broken[@]}"; do
+        if [[ -s "$NODES_WORK/node${node%%:*}.log" ]]; then
+            echo "bench/nodes.sh: node ${node%%:*} failed (exit ${node#*:}); its last lines:" >&2
+            tail -n 5 "$NODES_WORK/node${node%%:*}.log" | sed 's/^/    /' >&2
+        else
+            echo "bench/nodes.sh: node ${node%%:*} failed (exit ${node#*:}), printing nothing" >&2
+        fi
+    done
+    ((code == 0 && ${#broken[@]} > 0)) && code=1
+    return "$code"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    nodes_main "$@"
+    exit $?
+fi
