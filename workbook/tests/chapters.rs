@@ -75,30 +75,40 @@ fn chapter_1_device_is_rank_mod_device_count_with_one_row_per_process() {
 }
 
 #[test]
-fn chapter_1_cyclic_placement_puts_two_ranks_of_a_node_on_one_device() {
-    // The loop of EXERCISES.md 1: what srun --distribution=cyclic starts, by hand.
+fn chapter_9_cyclic_placement_puts_two_ranks_of_a_node_on_one_device() {
+    // The loop of EXERCISES.md 9: what srun --distribution=cyclic starts, by hand; then
+    // the same job with --device-rule local-rank.
     let hello = built("00-nccl-hello-world");
-    let job = format!("cyclic-{}", std::process::id());
-    let ranks: Vec<_> = (0..4usize)
-        .map(|r| {
-            let mut cmd = command(hello.to_str().unwrap(), &["--format", "json"]);
-            cmd.env("SLURM_PROCID", r.to_string())
-                .env("SLURM_NTASKS", "4")
-                .env("SLURM_NODEID", (r % 2).to_string())
-                .env("SLURM_LOCALID", (r / 2).to_string())
-                .env("SLURM_TASKS_PER_NODE", "2(x2)")
-                .env("SLURM_JOB_NODELIST", "localhost")
-                .env("SLURM_JOB_ID", &job)
-                .env("SLURM_STEP_ID", "0")
-                .env("SLURMD_NODENAME", format!("node{}", r % 2));
-            spawn(cmd)
-        })
-        .collect();
-    let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT).ok()).collect();
-    let j = runs[0].json();
-    assert_eq!(field(&j, "host"), ["node0", "node1", "node0", "node1"], "{}", runs[0]);
-    assert_eq!(field(&j, "local_rank"), ["0", "0", "1", "1"], "{}", runs[0]);
-    assert_eq!(field(&j, "device"), ["cpu:0", "cpu:1", "cpu:0", "cpu:1"], "{}", runs[0]);
+    for (rule, devices) in [
+        (None, ["cpu:0", "cpu:1", "cpu:0", "cpu:1"]),
+        (Some("local-rank"), ["cpu:0", "cpu:0", "cpu:1", "cpu:1"]),
+    ] {
+        let job = format!("cyclic-{}-{}", std::process::id(), rule.unwrap_or("rank"));
+        let ranks: Vec<_> = (0..4usize)
+            .map(|r| {
+                let mut args = vec!["--format", "json"];
+                if let Some(rule) = rule {
+                    args.extend(["--device-rule", rule]);
+                }
+                let mut cmd = command(hello.to_str().unwrap(), &args);
+                cmd.env("SLURM_PROCID", r.to_string())
+                    .env("SLURM_NTASKS", "4")
+                    .env("SLURM_NODEID", (r % 2).to_string())
+                    .env("SLURM_LOCALID", (r / 2).to_string())
+                    .env("SLURM_TASKS_PER_NODE", "2(x2)")
+                    .env("SLURM_JOB_NODELIST", "localhost")
+                    .env("SLURM_JOB_ID", &job)
+                    .env("SLURM_STEP_ID", "0")
+                    .env("SLURMD_NODENAME", format!("node{}", r % 2));
+                spawn(cmd)
+            })
+            .collect();
+        let runs: Vec<Run> = ranks.into_iter().map(|c| finish(c, LIMIT).ok()).collect();
+        let j = runs[0].json();
+        assert_eq!(field(&j, "host"), ["node0", "node1", "node0", "node1"], "{}", runs[0]);
+        assert_eq!(field(&j, "local_rank"), ["0", "0", "1", "1"], "{}", runs[0]);
+        assert_eq!(field(&j, "device"), devices, "{rule:?}: {}", runs[0]);
+    }
 }
 
 #[test]
