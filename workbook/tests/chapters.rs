@@ -574,7 +574,8 @@ fn chapter_9_with_a_node_name_each_the_rehearsal_crosses_tcp_between_nodes() {
     assert!(a.stdout.contains("| 2    | 0          | node1 |"), "{a}");
 }
 
-/// Every question of EXERCISES.md has its answer folded under it, and the introduction
+/// Every question of EXERCISES.md has its answer folded under it, of at most 12 lines;
+/// every chapter opens with its goal and time; no line holds a date; the introduction
 /// links the glossary, which defines the terms it promises: one entry of at most two lines
 /// per term, each with its own anchor, in alphabetical order; and every link within the
 /// file lands on an anchor of it.
@@ -592,6 +593,32 @@ fn every_question_has_a_folded_answer_and_the_glossary_is_there() {
             "question {name} has no folded answer"
         );
     }
+    // A workbook, not a lab notebook: every answer short, every chapter opening with its
+    // goal and its time, no dates (the figures of a day are in docs/measured.md).
+    for answer in text.split("<details><summary>Answer</summary>\n").skip(1) {
+        let body = answer.split("</details>").next().unwrap().trim_matches('\n');
+        let lines = body.lines().count();
+        assert!(lines <= 12, "an answer of {lines} lines (at most 12): {body:.80}…");
+    }
+    for chapter in text.split("\n## ").skip(1) {
+        let (title, body) = chapter.split_once('\n').unwrap();
+        if title.starts_with(|c: char| c.is_ascii_digit()) || title.starts_with("Appendix") {
+            let opening = body.trim_start().split("\n\n").next().unwrap();
+            assert!(
+                opening.starts_with("**Goal:**") && opening.contains("**Time:**"),
+                "chapter {title:?} does not open with its goal and time"
+            );
+        }
+    }
+    let dated = text.lines().find(|l| {
+        l.as_bytes().windows(10).any(|w| {
+            w.iter().enumerate().all(|(i, b)| match i {
+                4 | 7 => *b == b'-',
+                _ => b.is_ascii_digit(),
+            }) && w.starts_with(b"20")
+        })
+    });
+    assert_eq!(dated, None, "a date in EXERCISES.md");
     let intro = text.split("\n## ").next().unwrap();
     assert!(
         intro.contains("[glossary](#glossary)"),
