@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use testkit::{Run, finish_or_kill, spawn};
+use testkit::{Capability, Run, finish_or_kill, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_07-nccl-perf");
 
@@ -92,7 +92,7 @@ fn saved_results_are_read_within_a_bound_and_absurd_ones_refused_in_one_line() {
     if made {
         refused(&plot_with(&dir, &fifo), "FIFO");
     } else {
-        eprintln!("mkfifo is not here: the FIFO case is skipped");
+        testkit::skip(Capability::Fifo, "mkfifo is not here: the FIFO case is skipped");
     }
     // A file over the bound (sparse: it takes no room).
     let huge = dir.join("huge.json");
@@ -159,7 +159,10 @@ fn a_plot_that_cannot_be_written_is_refused_before_any_rank_starts() {
     if std::fs::write(locked.join("try"), "").is_err() {
         refused(&run(&locked.join("p.png")), "cannot write in the folder");
     } else {
-        eprintln!("this user may write in a read-only folder (root?): that case is skipped");
+        testkit::skip(
+            Capability::ReadOnlyFolders,
+            "this user may write in a read-only folder (root?): that case is skipped",
+        );
     }
     let _ = Command::new("chmod").arg("755").arg(&locked).status();
     // What is refused leaves nothing behind.
@@ -173,7 +176,7 @@ fn a_plot_that_cannot_be_written_is_refused_before_any_rank_starts() {
 #[test]
 fn a_plot_that_fails_at_the_end_says_why_in_one_readable_line() {
     if !Path::new("/dev/full").exists() {
-        eprintln!("no /dev/full here: skipped");
+        testkit::skip(Capability::DevFull, "no /dev/full here: skipped");
         return;
     }
     // A picture written to /dev/full: the write fails when the picture is saved.

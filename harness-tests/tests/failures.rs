@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::Child;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
-use testkit::{LIMIT, Run, command, finish, free_port, spawn};
+use testkit::{Capability, LIMIT, Run, command, finish, free_port, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 /// The --timeout the ranks get here: every survivor must be out well within it.
@@ -629,7 +629,10 @@ fn a_low_soft_limit_of_open_files_is_raised_to_the_hard_one() {
         .unwrap();
     let hard = String::from_utf8_lossy(&hard.stdout).trim().to_string();
     if hard != "unlimited" && hard.parse::<u64>().unwrap_or(0) < 1024 {
-        eprintln!("skipped: the hard limit of open files here is {hard}, too low to raise to");
+        testkit::skip(
+            Capability::OpenFiles,
+            &format!("the hard limit of open files here is {hard}, too low to raise to: skipped"),
+        );
         return;
     }
     let mut cmd = std::process::Command::new("sh");

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use testkit::{LIMIT, command, finish, spawn};
+use testkit::{Capability, LIMIT, command, finish, spawn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_harness-probe");
 
@@ -140,7 +140,10 @@ fn a_job_in_a_new_pid_namespace_leaves_a_live_jobs_files_alone() {
         .status()
         .is_ok_and(|s| s.success());
     if !can {
-        eprintln!("skipped: `unshare -p -f --mount-proc` is not allowed here (it needs root or user namespaces)");
+        testkit::skip(
+            Capability::PidNamespaces,
+            "`unshare -p -f --mount-proc` is not allowed here (it needs root or user namespaces): skipped",
+        );
         return;
     }
     let _alone = CHANNEL_FILES.lock().unwrap_or_else(|p| p.into_inner());

@@ -160,6 +160,8 @@ pub unsafe trait Element:
 /// The floating-point types: combine in their own precision (half types through f32).
 macro_rules! float_element {
     ($t:ty, $ty:expr, $tol:expr, $to:expr, $from:expr) => {
+        // SAFETY: `half`'s 16-bit floats are `repr(transparent)` over a `u16`: plain data,
+        // every one of the 65,536 bit patterns a value (NaNs included).
         unsafe impl Element for $t {
             const TYPE: DataType = $ty;
             fn matches(self, expected: Self) -> bool {
@@ -205,6 +207,7 @@ float_element!(
     half::bf16::from_f64
 );
 
+// SAFETY: a plain 32-bit number; every bit pattern is an f32 (NaNs included).
 unsafe impl Element for f32 {
     const TYPE: DataType = DataType::Float;
     fn matches(self, expected: f32) -> bool {
@@ -233,6 +236,7 @@ unsafe impl Element for f32 {
     }
 }
 
+// SAFETY: a plain 64-bit number; every bit pattern is an f64 (NaNs included).
 unsafe impl Element for f64 {
     const TYPE: DataType = DataType::Double;
     fn matches(self, expected: f64) -> bool {
@@ -260,6 +264,7 @@ unsafe impl Element for f64 {
     }
 }
 
+// SAFETY: a plain 32-bit integer; every bit pattern is an i32.
 unsafe impl Element for i32 {
     const TYPE: DataType = DataType::Int32;
     fn matches(self, expected: i32) -> bool {

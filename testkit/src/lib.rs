@@ -340,3 +340,56 @@ pub fn clear_job_env(cmd: &mut Command) {
         }
     }
 }
+
+/// What a test needs of the machine that some machines lack: [`skip`] names it, and
+/// `NCCL_WORKBOOK_TESTS_REQUIRE` (a comma-separated list of these names, or `all`) makes
+/// its absence a failure where the run's machine is known to have it (`.ci/run` probes
+/// its own and sets the list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    /// `mkfifo`, to put a FIFO where a file is expected.
+    Fifo,
+    /// `/dev/full`, a device whose every write fails with ENOSPC.
+    DevFull,
+    /// A user the permissions bind (not root), so that a read-only folder refuses a write.
+    ReadOnlyFolders,
+    /// `unshare -p -f --mount-proc`: a new pid namespace, as a container has.
+    PidNamespaces,
+    /// A hard limit of open files of 1024 or more, to raise a low soft limit to.
+    OpenFiles,
+}
+
+impl Capability {
+    /// The name `NCCL_WORKBOOK_TESTS_REQUIRE` lists.
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Fifo => "fifo",
+            Capability::DevFull => "dev-full",
+            Capability::ReadOnlyFolders => "read-only-folders",
+            Capability::PidNamespaces => "pid-namespaces",
+            Capability::OpenFiles => "open-files",
+        }
+    }
+}
+
+/// A case this machine cannot run: said where a person sees it, past libtest's capture of
+/// `print!` (a skipped case must not pass in silence), or a failure when
+/// `NCCL_WORKBOOK_TESTS_REQUIRE` says the machine has `what`.
+pub fn skip(what: Capability, why: &str) {
+    use std::io::Write;
+    let required = std::env::var("NCCL_WORKBOOK_TESTS_REQUIRE").unwrap_or_default();
+    if required
+        .split(',')
+        .map(str::trim)
+        .any(|r| r == "all" || r == what.name())
+    {
+        panic!(
+            "{why}; but NCCL_WORKBOOK_TESTS_REQUIRE says this machine has {}: the test's own \
+             probe is wrong, or the machine changed",
+            what.name()
+        );
+    }
+    let test = thread::current().name().unwrap_or("a test").to_string();
+    // Straight to the process's stderr: libtest captures the print! macros, not this.
+    let _ = writeln!(std::io::stderr(), "SKIPPED part of {test} ({}): {why}", what.name());
+}

@@ -440,7 +440,9 @@ fn has_prefetch_for_write() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid;
-        // A safe function in recent Rust, an unsafe one in older: every x86-64 CPU has CPUID.
+        // A safe function in recent Rust, an unsafe one in older.
+        // SAFETY: CPUID exists on every x86-64 CPU and only reads registers; a leaf past the
+        // highest one returns other data, not a fault, and `max` decides whether ECX counts.
         #[allow(unused_unsafe)]
         let (max, ecx) = unsafe { (__cpuid(0x8000_0000).eax, __cpuid(0x8000_0001).ecx) };
         max >= 0x8000_0001 && ecx & (1 << 8) != 0
