@@ -52,7 +52,9 @@ P a port picked at random (picked again while something listens on it).
 
 Node 0's output (stdout and stderr) comes to the terminal as it comes; the other nodes'
 is kept in a temporary folder, and the last lines of every node that failed are printed
-at the end. Ctrl-C stops every node. Nothing is left behind: no process, no file.
+at the end (not when node 0 refused its arguments, exit 2: they refused the same). Once
+node 0 has ended, the others get 10 s to end too, then are stopped and named. Ctrl-C
+stops every node. Nothing is left behind: no process, no file.
 
   bench/nodes.sh 2 target/release/00-nccl-hello-world --nproc-per-node 1
   NCCL_ALGO=Tree bench/nodes.sh 4 target/release/02-nccl-allreduce --nproc-per-node 1 --steps
@@ -96,7 +98,7 @@ nodes_running() {
 
 nodes_main() {
     set -u
-    local n port tries node status code=0 broken=()
+    local n port tries node status code=0 broken=() stopped=()
     case ${1:-} in
         -h | --help)
             nodes_usage
@@ -150,21 +152,37 @@ nodes_main() {
 
     wait "${NODES_PIDS[0]}"
     code=$?
-    # Node 0 failed: the others get 10 s to end on their own, then are stopped.
-    if ((code != 0)); then
-        for ((tries = 0; tries < 100; tries++)); do
-            nodes_running || break
-            sleep 0.1
-        done
-        for ((node = 1; node < n; node++)); do
-            kill -TERM "${NODES_PIDS[$node]}" 2>/dev/null
-        done
-    fi
+    # Node 0 has ended, well or not: the others get 10 s to end on their own (a node of a
+    # finished job ends at once; one of a failed job at its own deadline), then are stopped,
+    # killed 3 s later if the stop is not enough. No wait here is without a bound.
+    for ((tries = 0; tries < 100; tries++)); do
+        nodes_running || break
+        sleep 0.1
+    done
+    for ((node = 1; node < n; node++)); do
+        kill -0 "${NODES_PIDS[$node]}" 2>/dev/null || continue
+        stopped+=("$node")
+        kill -TERM "${NODES_PIDS[$node]}" 2>/dev/null
+    done
+    for ((tries = 0; tries < 30 && ${#stopped[@]} > 0; tries++)); do
+        nodes_running || break
+        sleep 0.1
+    done
+    for node in "${stopped[@]}"; do
+        kill -KILL "${NODES_PIDS[$node]}" 2>/dev/null
+    done
     for ((node = 1; node < n; node++)); do
         wait "${NODES_PIDS[$node]}"
         status=$?
-        ((status == 0)) || broken+=("$node:$status")
+        # Node 0 refused its arguments (exit 2): a node that did the same says nothing new;
+        # a node stopped here is named once, below.
+        ((status == 0 || (code == 2 && status == 2))) && continue
+        [[ " ${stopped[*]} " == *" $node "* ]] || broken+=("$node:$status")
     done
+    for node in "${stopped[@]}"; do
+        echo "bench/nodes.sh: node $node was still running 10 s after node 0 ended: stopped" >&2
+    done
+    ((code == 0 && ${#stopped[@]} > 0)) && code=1
     for node in "${broken[@]}"; do
         if [[ -s "$NODES_WORK/node${node%%:*}.log" ]]; then
             echo "bench/nodes.sh: node ${node%%:*} failed (exit ${node#*:}); its last lines:" >&2

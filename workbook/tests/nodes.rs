@@ -111,6 +111,21 @@ fn nodes_sh_says_bad_usage_in_one_line_and_shows_a_failed_nodes_last_lines() {
     let script = r#"[ "$SLURMD_NODENAME" = node0 ] && exit 5; exit 0"#;
     let r = nodes_sh(&["3", "bash", "-c", script], &tmp);
     assert_eq!(r.code, Some(5), "{r}");
+    // Every node refuses its arguments (exit 2, as the lessons do): node 0's one line,
+    // not the same line again for each other node.
+    let script = r#"echo "error: unexpected argument" >&2; exit 2"#;
+    let r = nodes_sh(&["3", "bash", "-c", script], &tmp);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert_eq!(r.stderr, "error: unexpected argument\n", "{r}");
+    // A node still running once node 0 has ended is stopped after 10 s, and named.
+    let script = r#"[ "$SLURMD_NODENAME" = node1 ] && exec sleep 120; exit 0"#;
+    let r = nodes_sh(&["2", "bash", "-c", script], &tmp);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stderr
+            .contains("node 1 was still running 10 s after node 0 ended: stopped"),
+        "{r}"
+    );
     assert_eq!(left_in(&tmp), Vec::<String>::new(), "{r}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
