@@ -10,6 +10,7 @@
 //! NCCL calls live with their collective in `common`.
 
 pub mod calls;
+pub mod collectives;
 pub mod device;
 pub mod leftovers;
 pub mod nccl;

@@ -2,12 +2,14 @@
 //! either backend ([`crate::backend`]). The session holds the world's and checks every
 //! call at its edge; this runs the call, on the buffers' own memory.
 
-use crate::backend::cpu::Cpu;
-use crate::backend::nccl::Nccl;
 use crate::backend::{Buffer, Storage, device, device_mut, host, host_memory, host_mut};
-use crate::collective::{Collective, DeviceCall, HostCall};
+use crate::collective::Collective;
 use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
 use anyhow::Result;
+use workbook_cpu::Cpu;
+use workbook_cpu::collective::HostCall;
+use workbook_nccl::collectives::DeviceCall;
+use workbook_nccl::nccl::Nccl;
 
 /// A rank's communicator: the ranks it runs collectives with and the backend that moves
 /// their data. One type per layer: the CPU backend's [`Comm`](workbook_cpu::Comm) (links
@@ -43,7 +45,8 @@ impl Communicator {
     /// place from `send` into `recv`, or in place in `recv` alone (`send` is `None`, and
     /// the send region lies in `recv` where NCCL's in-place layout puts it), on `count`
     /// elements (NCCL's `count`). On the CPU backend, the algorithm
-    /// [`crate::collective::tuner::choose`] picks; on NCCL, the collective's one call,
+    /// [`workbook_cpu::tuner::choose`] picks ([`workbook_cpu::collective::run`]); on NCCL,
+    /// the collective's one call ([`workbook_nccl::collectives::run`]),
     /// queued on the stream. The caller has checked the sizes and the root
     /// ([`crate::Session`]'s calls do, at the API's edge).
     /// `--steps` and `--trace` show it as `title` (the collective's own, or a group's
@@ -63,11 +66,12 @@ impl Communicator {
         match self {
             Communicator::Cpu(cpu) => {
                 crate::record::watch(title, host(recv), send.map(host), true);
-                if coll.reduces {
+                if coll.reduces() {
                     crate::record::combining(op.name());
                 }
-                (coll.cpu)(
+                workbook_cpu::collective::run(
                     cpu,
+                    coll.func,
                     HostCall {
                         send: send.map(|s| as_bytes(host(s))),
                         buf: as_bytes_mut(host_mut(recv)),
@@ -94,7 +98,7 @@ impl Communicator {
                     // against `count` (Collective::count_of, at the session's edge); it
                     // records them as used by the stream, and cudarc frees device memory in
                     // stream order, so they outlive the queued call.
-                    unsafe { (coll.nccl)(nccl, &call) }
+                    unsafe { workbook_nccl::collectives::run(nccl, coll.func, &call) }
                 })
             }
         }

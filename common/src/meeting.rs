@@ -193,7 +193,7 @@ pub(crate) fn show_nccl_calls(run: &RunArgs) {
 /// reads them.
 fn nccl_debug_env(level: Option<&str>, subsys: Option<&str>) -> Vec<(&'static str, String)> {
     let mut set = Vec::new();
-    let verbose = level.is_some_and(crate::backend::cpu::info_level);
+    let verbose = level.is_some_and(workbook_cpu::comm::info_level);
     if !verbose {
         set.push(("NCCL_DEBUG", "INFO".to_string()));
     }

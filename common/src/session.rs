@@ -219,14 +219,14 @@ impl Session {
         // Who this rank is is worded only for an error: a small call costs less than the
         // words would.
         let world = self.comm.world();
-        let root = match coll.rooted {
+        let root = match coll.rooted() {
             true => self.ensure_rank(root, "root")?,
             false => 0,
         };
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
             .map_err(|why| crate::error::usage(format!("{}: {why}", self.who())))?;
-        self.run_checked(coll.title, coll, send, recv, count, root, op)
+        self.run_checked(coll.title(), coll, send, recv, count, root, op)
     }
 
     /// [`Session::run`] once the sizes and the root are checked (a group's calls, packed
@@ -254,7 +254,7 @@ impl Session {
             None => std::borrow::Cow::Borrowed(title),
         };
         let _span = crate::record::collective(&span, bytes as u64);
-        let _range = self.nvtx(coll.nccl_name);
+        let _range = self.nvtx(coll.nccl_name());
         let done = self.comm.collective(title, coll, send, recv, count, root, op);
         done.with_context(|| self.who())
     }

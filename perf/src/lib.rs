@@ -130,10 +130,10 @@ fn parse_collectives(name: &str) -> Result<Collectives, String> {
     }
     collective::ALL
         .iter()
-        .find(|c| c.name == wanted || c.title.replace('-', "_") == wanted)
+        .find(|c| c.name() == wanted || c.title().replace('-', "_") == wanted)
         .map(|c| Choice(vec![*c]))
         .ok_or_else(|| {
-            let names: Vec<&str> = collective::ALL.iter().map(|c| c.name).collect();
+            let names: Vec<&str> = collective::ALL.iter().map(|c| c.name()).collect();
             format!("unknown collective '{name}': one of {}, or all", names.join(", "))
         })
 }
@@ -267,21 +267,24 @@ pub fn run(session: &mut Session, args: &PerfArgs) -> Result<()> {
     if let Some(c) = args
         .coll
         .iter()
-        .find(|c| !c.rooted)
+        .find(|c| !c.rooted())
         .filter(|_| one(&args.coll) && args.root.is_some())
     {
-        return refuse(format!("{} has no root: -r/--root is for broadcast and reduce", c.name));
+        return refuse(format!(
+            "{} has no root: -r/--root is for broadcast and reduce",
+            c.name()
+        ));
     }
-    if let Some(c) = args.coll.iter().find(|c| !c.reduces).filter(|_| one(&args.coll))
+    if let Some(c) = args.coll.iter().find(|c| !c.reduces()).filter(|_| one(&args.coll))
         && (args.redop.len() > 1 || args.redop[0] != ReduceOp::Sum)
     {
         return refuse(format!(
             "{} reduces nothing: -o/--op is for reduce, all_reduce and reduce_scatter",
-            c.name
+            c.name()
         ));
     }
     // A root is a rank of the communicator: under a split, of the smallest one's.
-    if let (Some(spec), Some(root)) = (&split, args.root.filter(|_| args.coll.iter().any(|c| c.rooted))) {
+    if let (Some(spec), Some(root)) = (&split, args.root.filter(|_| args.coll.iter().any(|c| c.rooted()))) {
         let smallest = spec
             .groups(session.world_size())
             .values()
@@ -395,7 +398,7 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
             session.say(&said("-P", "NCCL_PROTO", p));
         }
         for coll in args.coll.iter() {
-            let ops = if coll.reduces {
+            let ops = if coll.reduces() {
                 args.redop.to_vec()
             } else {
                 vec![ReduceOp::Sum]
@@ -405,7 +408,7 @@ fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Ve
                     let sweep = Sweep {
                         coll,
                         op: *op,
-                        root: if coll.rooted { args.root.unwrap_or(0) } else { 0 },
+                        root: if coll.rooted() { args.root.unwrap_or(0) } else { 0 },
                     };
                     let mut perf = match datatype {
                         DataType::Float => sweep.run::<f32>(session, args, memcpy_gbps)?,
@@ -485,12 +488,12 @@ impl Sweep {
     fn run<T: Element>(&self, session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -> Result<Perf> {
         // The communicator's ranks: the world's, or a split's (NCCL_TESTS_SPLIT).
         let (coll, world) = (self.coll, session.communicator().world());
-        if coll.rooted {
+        if coll.rooted() {
             session.ensure_rank(self.root, "--root")?;
         }
         columns(session, self, T::TYPE);
         let mut perf = Perf {
-            op: coll.name.into(),
+            op: coll.name().into(),
             datatype: T::TYPE.name().into(),
             redop: self.redop().into(),
             memcpy_gbps,
@@ -510,7 +513,7 @@ impl Sweep {
                 count: elements,
                 datatype: T::TYPE.name().into(),
                 redop: self.redop().into(),
-                root: if coll.rooted { self.root as i64 } else { -1 },
+                root: if coll.rooted() { self.root as i64 } else { -1 },
                 ..PerfRow::default()
             };
             let count = elements / per;
@@ -522,7 +525,7 @@ impl Sweep {
                 (s + r) * size_of::<T>()
             };
             if let (Some(share), None) = (session.cache_share(), perf.out_of_cache_from)
-                && buffers >= common::backend::cpu::cache_room(share)
+                && buffers >= workbook_cpu::comm::cache_room(share)
             {
                 perf.out_of_cache_from = Some(row.size);
                 perf.cache_share_bytes = Some(share);
@@ -558,7 +561,7 @@ impl Sweep {
 
     /// nccl-tests' redop column: the operator, or `none`.
     fn redop(&self) -> &'static str {
-        match self.coll.reduces {
+        match self.coll.reduces() {
             true => self.op.name(),
             false => "none",
         }
@@ -751,7 +754,7 @@ fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: f64, split:
         1 => format!("{timing}, to issue the calls (-C 1: the host's time, not the collectives')"),
         _ => timing.to_string(),
     };
-    let names: Vec<&str> = args.coll.iter().map(|c| c.name).collect();
+    let names: Vec<&str> = args.coll.iter().map(|c| c.name()).collect();
     let mut lines = vec![
         format!(
             "# nccl-workbook {}: {} on {} ranks, {} backend",
@@ -825,10 +828,10 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
         "#".to_string(),
         format!(
             "# {} ({}), {}, {}: {factor}",
-            coll.name,
-            coll.nccl_name,
+            coll.name(),
+            coll.nccl_name(),
             datatype.name(),
-            match coll.reduces {
+            match coll.reduces() {
                 true => format!("operator {}", sweep.op.name()),
                 false => "no operator".into(),
             }
@@ -846,7 +849,7 @@ fn columns(session: &Session, sweep: &Sweep, datatype: DataType) {
             "(B)", "(elements)", "", "", "", UNITS, UNITS
         ),
     ];
-    let overlap = match coll.rooted && ranks > 1 {
+    let overlap = match coll.rooted() && ranks > 1 {
         true => " A rooted collective's calls may overlap back to back (a rank leaves once its part is handed over).",
         false => "",
     };
@@ -969,9 +972,9 @@ mod tests {
 
     #[test]
     fn collectives_operators_and_types_parse_by_nccl_tests_names_or_all() {
-        assert_eq!(parse_collectives("all_gather").unwrap()[0].name, "all_gather");
-        assert_eq!(parse_collectives("all-reduce").unwrap()[0].name, "all_reduce");
-        assert_eq!(parse_collectives("alltoall").unwrap()[0].name, "alltoall");
+        assert_eq!(parse_collectives("all_gather").unwrap()[0].name(), "all_gather");
+        assert_eq!(parse_collectives("all-reduce").unwrap()[0].name(), "all_reduce");
+        assert_eq!(parse_collectives("alltoall").unwrap()[0].name(), "alltoall");
         assert_eq!(parse_collectives("all").unwrap().len(), collective::ALL.len());
         assert!(
             parse_collectives("gather")

@@ -15,6 +15,7 @@ pub mod deadline;
 pub mod element;
 pub mod error;
 pub mod fault;
+pub mod func;
 pub mod heartbeat;
 pub mod launch;
 pub mod launcher;
@@ -24,6 +25,8 @@ pub mod record;
 pub mod rendezvous;
 pub mod units;
 pub mod wire;
+
+pub use func::Func;
 
 /// Set (to `1`) in a rank's process where the workbook, not the user, set `NCCL_DEBUG`
 /// (to read NCCL's own account of its choices: `workbook-nccl`'s `nccl_log`): then

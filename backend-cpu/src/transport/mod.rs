@@ -4,7 +4,7 @@
 //! algorithms over [`crate::Comm`] are written once over links, and the transports
 //! slot in under them, as in NCCL: [`shm`] between ranks on one host, [`tcp`] between
 //! hosts, chosen for each pair of ranks ([`choose`]). Each message is tagged with the
-//! collective that sent it (a byte, `common::collective::Collective::tag`), so two ranks
+//! collective that sent it (a byte, `workbook_runtime::Func::tag`), so two ranks
 //! that run different collectives, or the same one with different sizes, get an error
 //! saying so instead of mixing their data.
 

@@ -1,17 +1,18 @@
 //! Backends: what moves the data, and the buffers it moves. Both hold the same buffers
-//! and run the same collectives (each collective says how, in [`crate::collective`]); a
+//! and run the same collectives ([`crate::collective`] describes them; each backend has its
+//! own way of running them: `workbook_cpu::collective`, `workbook_nccl::collectives`); a
 //! rank runs them through its [`crate::Communicator`]:
 //!
-//! - [`cpu`]: ring algorithms between processes (shared memory within a host, TCP
-//!   between hosts), the Gloo of this workbook; its large buffers live where the other
-//!   ranks of the host can read them ([`host_memory`]); the crate `workbook-cpu`;
+//! - the CPU backend (the crate `workbook-cpu`): ring and tree algorithms between
+//!   processes (shared memory within a host, TCP between hosts), the Gloo of this
+//!   workbook; its large buffers live where the other ranks of the host can read them
+//!   ([`host_memory`]);
 //! - [`nccl`]: NVIDIA's NCCL on GPUs, through cudarc; the crate `workbook-nccl`.
 //!
 //! The interface is shaped by the GPU case: buffers live on the device, operations may
 //! only be queued when the call returns, and a result is read back (which waits for the
 //! queue) before anything is printed.
 
-pub mod cpu;
 pub use workbook_cpu::host_memory;
 pub use workbook_nccl::{calls, nccl, nccl_log, per_sweep, progress, watchdog};
 

@@ -1,30 +1,25 @@
-//! The collectives, one folder each, as nccl-tests has one file per collective
-//! (`all_gather.cu`) filling a struct of functions (`testColl`), and one file per CPU
-//! algorithm in it, as NCCL and Open MPI's `coll` have one function per algorithm.
+//! The collectives as the benchmark and the check see them, one file each, as nccl-tests
+//! has one file per collective (`all_gather.cu`) filling a struct of functions
+//! (`testColl`).
 //!
-//! A [`Collective`] (in the folder's `mod.rs`) holds everything that is that collective's
-//! own: its names, its buffer sizes for NCCL's `count` argument, its in-place layout, its
-//! bus-bandwidth factor, where each element of the result comes from (for the check), and
-//! how it runs on each backend: on GPUs the NCCL call; on the CPU backend the algorithm
-//! that [`tuner::choose`], the one place that decides, picks (`all_reduce/ring.rs`,
-//! `all_reduce/direct.rs`, ...). The session, the benchmark, the check and the reports
-//! read from it. [`ring`] and [`single_copy`] hold the steps several collectives share.
+//! A [`Collective`] holds what is that collective's own beyond its identity ([`Func`]):
+//! its buffer sizes for NCCL's `count` argument, its in-place layout, its bus-bandwidth
+//! factor and where each element of the result comes from (for the check). The session,
+//! the benchmark, the check and the reports read from it. How it runs is the backends':
+//! on the CPU backend the algorithms of `workbook_cpu::collective` (one file each, and
+//! `workbook_cpu::tuner::choose`, the one place that decides), on GPUs the NCCL call of
+//! `workbook_nccl::collectives`.
 //!
-//! Adding a collective: one folder here, one line in [`ALL`], and its lesson (CONTRIBUTING.md's
-//! "Adding a collective" lists the rest; "Adding an algorithm" too).
+//! Adding a collective: a [`Func`], one file here and one line in [`ALL`], its algorithms
+//! on the CPU backend, its NCCL call, and its lesson (CONTRIBUTING.md's "Adding a
+//! collective" lists the rest; "Adding an algorithm" too).
 
 pub mod all_gather;
 pub mod all_reduce;
 pub mod all_to_all;
 pub mod broadcast;
-mod direct;
-pub mod packed;
 pub mod reduce;
 pub mod reduce_scatter;
-mod ring;
-mod single_copy;
-pub mod tree;
-pub mod tuner;
 
 pub use all_gather::ALL_GATHER;
 pub use all_reduce::ALL_REDUCE;
@@ -32,15 +27,10 @@ pub use all_to_all::ALL_TO_ALL;
 pub use broadcast::BROADCAST;
 pub use reduce::REDUCE;
 pub use reduce_scatter::REDUCE_SCATTER;
+pub use workbook_runtime::Func;
 
-use crate::backend::calls::Call;
-use crate::backend::cpu::Cpu;
-use crate::backend::nccl::Nccl;
-use crate::element::{ReduceOp, Reduction};
-use anyhow::Result;
-use std::ffi::{c_int, c_void};
-
-/// Every collective, in the order the lessons teach them and the benchmark lists them.
+/// Every collective, in the order the lessons teach them and the benchmark lists them
+/// ([`Func::ALL`]'s).
 pub const ALL: [&Collective; 6] = [
     &BROADCAST,
     &REDUCE,
@@ -50,25 +40,13 @@ pub const ALL: [&Collective; 6] = [
     &ALL_TO_ALL,
 ];
 
-/// The tag of point-to-point messages (`send`/`recv`), which belong to no collective.
-pub use workbook_cpu::SEND_RECV_TAG;
-
-/// One collective: what nccl-tests' `testColl` holds, and how it runs here.
+/// One collective: what nccl-tests' `testColl` holds. Its identity ([`Func`]: names,
+/// tag, root, operator) is the one every layer shares; how it runs is each backend's
+/// (`workbook_cpu::collective::run`, `workbook_nccl::collectives::run`).
 #[derive(Debug)]
 pub struct Collective {
-    /// nccl-tests' name: `all_gather` (`--coll all_gather`, the JSON report).
-    pub name: &'static str,
-    /// As a person says it: `all-gather`.
-    pub title: &'static str,
-    /// NCCL's function: `ncclAllGather` (all-to-all: grouped `ncclSend`/`ncclRecv`).
-    pub nccl_name: &'static str,
-    /// What its messages are tagged with on the CPU backend's links: two ranks in two
-    /// different collectives get an error instead of mixing their data.
-    pub tag: u8,
-    /// Whether it has a root (broadcast, reduce).
-    pub rooted: bool,
-    /// Whether it takes a reduction operator (reduce, all-reduce, reduce-scatter).
-    pub reduces: bool,
+    /// Which collective (NCCL's `ncclFunc_t`).
+    pub func: Func,
     /// The send and receive buffers' elements for NCCL's `count` argument on `ranks`
     /// ranks (all-gather: `count` and `ranks × count`).
     pub counts: fn(count: usize, ranks: usize) -> (usize, usize),
@@ -79,22 +57,39 @@ pub struct Collective {
     pub bus_factor: fn(ranks: usize) -> f64,
     /// Where element `i` of `rank`'s receive buffer comes from, afterwards.
     pub source: fn(shape: &Shape, rank: usize, i: usize) -> Source,
-    /// How it runs on the CPU backend.
-    pub cpu: fn(cpu: &Cpu, call: HostCall) -> Result<()>,
-    /// How it runs on NCCL: the one NCCL call (all-to-all: its grouped sends and
-    /// receives), queued on the rank's stream.
-    ///
-    /// # Safety
-    ///
-    /// `call.send` and `call.recv` must point into device memory of this rank's GPU, which
-    /// holds at least the elements [`Collective::counts`] gives for `call.count` on the
-    /// communicator's ranks (in place, at the offsets [`Collective::in_place`] gives), and
-    /// that memory must stay allocated until the stream has run the call. NCCL reads and
-    /// writes it from the GPU, unchecked.
-    pub nccl: unsafe fn(nccl: &Nccl, call: &DeviceCall) -> Result<()>,
 }
 
 impl Collective {
+    /// The description of `func`.
+    pub fn of(func: Func) -> &'static Collective {
+        ALL[func.index()]
+    }
+
+    /// nccl-tests' name: `all_gather` (`--coll all_gather`, the JSON report).
+    pub fn name(&self) -> &'static str {
+        self.func.name()
+    }
+
+    /// As a person says it: `all-gather`.
+    pub fn title(&self) -> &'static str {
+        self.func.title()
+    }
+
+    /// NCCL's function: `ncclAllGather` (all-to-all: grouped `ncclSend`/`ncclRecv`).
+    pub fn nccl_name(&self) -> &'static str {
+        self.func.nccl_name()
+    }
+
+    /// Whether it has a root (broadcast, reduce).
+    pub fn rooted(&self) -> bool {
+        self.func.rooted()
+    }
+
+    /// Whether it takes a reduction operator (reduce, all-reduce, reduce-scatter).
+    pub fn reduces(&self) -> bool {
+        self.func.reduces()
+    }
+
     /// The `count` argument NCCL takes for buffers whose larger one has `elements`
     /// (nccl-tests sizes a collective by its larger buffer): `None` if no count fits.
     pub fn count_for(&self, elements: usize, ranks: usize) -> Option<usize> {
@@ -128,13 +123,13 @@ impl Collective {
             Some(send) => format!(
                 "{} on {ranks} ranks needs a send buffer of {} and a receive buffer of {} elements; these have \
                  {send} and {recv}",
-                self.title,
+                self.title(),
                 per(s1),
                 per(r1)
             ),
             None => format!(
                 "{} in place on {ranks} ranks needs a buffer of {} elements; this one has {recv}, not a multiple of {}",
-                self.title,
+                self.title(),
                 per(s1.max(r1)),
                 s1.max(r1)
             ),
@@ -172,77 +167,6 @@ pub enum Source {
     Unchanged,
 }
 
-/// A collective on the CPU backend: host buffers as bytes, and NCCL's arguments.
-pub struct HostCall<'a> {
-    /// Out of place, the send buffer; in place `None`: the send region lies in `buf`, where
-    /// [`Collective::in_place`] says.
-    pub send: Option<&'a [u8]>,
-    /// The receive buffer; in place, the one buffer.
-    pub buf: &'a mut [u8],
-    /// NCCL's `count` argument.
-    pub count: usize,
-    /// The root (rooted collectives).
-    pub root: usize,
-    /// The element type's size and the operator's loops.
-    pub reduction: Reduction,
-}
-
-impl HostCall<'_> {
-    /// Bytes per element.
-    pub fn elem(&self) -> usize {
-        self.reduction.elem
-    }
-}
-
-/// A collective on NCCL: device pointers (in place, both into the one buffer) and the
-/// arguments of NCCL's call.
-pub struct DeviceCall {
-    /// `sendbuff`.
-    pub send: *const c_void,
-    /// `recvbuff`.
-    pub recv: *mut c_void,
-    /// NCCL's `count` argument.
-    pub count: usize,
-    /// Bytes per element.
-    pub elem: usize,
-    /// `datatype`.
-    pub datatype: cudarc::nccl::sys::ncclDataType_t,
-    /// `op`.
-    pub op: ReduceOp,
-    /// `root`.
-    pub root: c_int,
-}
-
-impl DeviceCall {
-    /// NCCL's call of `coll` with these arguments, for messages and `--show-calls`:
-    /// `ncclReduce(sendbuff, recvbuff, count, datatype, op, root, …)`. `count` is what
-    /// NCCL's header names it (all-gather's is `sendcount`, reduce-scatter's `recvcount`).
-    pub fn call(&self, coll: &Collective, count: &'static str) -> Call {
-        let mut call = Call::new(coll.title, coll.nccl_name)
-            .ptr("sendbuff", self.send)
-            .ptr("recvbuff", self.recv)
-            .arg(count, self.count)
-            .named("datatype", self.datatype)
-            .bytes(self.count * self.elem);
-        if coll.reduces {
-            call = call.named("op", self.op.nccl());
-        }
-        if coll.rooted {
-            call = call.arg("root", self.root);
-        }
-        call
-    }
-}
-
-/// The name of the collective whose messages carry `tag` (for mismatch errors).
-pub fn named(tag: u8) -> &'static str {
-    match ALL.iter().find(|c| c.tag == tag) {
-        Some(c) => c.title,
-        None if tag == SEND_RECV_TAG => "send/recv",
-        None => "something unknown",
-    }
-}
-
 /// The same count for every rank's buffers (broadcast, reduce, all-reduce).
 fn same(count: usize, _ranks: usize) -> (usize, usize) {
     (count, count)
@@ -272,16 +196,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tags_are_unique_and_named() {
-        for (i, a) in ALL.iter().enumerate() {
-            assert_ne!(a.tag, SEND_RECV_TAG);
-            assert_eq!(named(a.tag), a.title);
-            for b in &ALL[i + 1..] {
-                assert_ne!(a.tag, b.tag, "{} and {}", a.name, b.name);
-                assert_ne!(a.name, b.name);
-            }
+    fn every_collective_is_its_funcs_description() {
+        for (f, c) in Func::ALL.into_iter().zip(ALL) {
+            assert_eq!(c.func, f);
+            assert_eq!(Collective::of(f).func, f);
         }
-        assert_eq!(named(SEND_RECV_TAG), "send/recv");
     }
 
     #[test]
@@ -291,7 +210,7 @@ mod tests {
         assert_eq!((BROADCAST.bus_factor)(8), 1.0);
         assert_eq!((REDUCE.bus_factor)(8), 1.0);
         for c in [&ALL_GATHER, &REDUCE_SCATTER, &ALL_TO_ALL] {
-            assert_eq!((c.bus_factor)(4), 0.75, "{}", c.name);
+            assert_eq!((c.bus_factor)(4), 0.75, "{}", c.name());
         }
     }
 

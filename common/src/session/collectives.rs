@@ -11,11 +11,11 @@ use anyhow::Result;
 impl Session {
     /// Broadcast (`ncclBroadcast`): `root`'s buffer is copied into every rank's buffer.
     ///
-    /// How it runs: [`crate::collective::broadcast`]; on the CPU backend, the algorithm the
-    /// tuner chooses ([`crate::collective::tuner::choose`]):
-    /// - [the chain](crate::collective::broadcast::chain)
-    /// - [direct](crate::collective::broadcast::direct)
-    /// - [single copy](crate::collective::broadcast::single_copy)
+    /// Its description: [`crate::collective::broadcast`]; on NCCL, its one call ([`workbook_nccl::collectives`]); on the CPU backend, the algorithm the
+    /// tuner chooses ([`workbook_cpu::tuner::choose`]):
+    /// - [the chain](workbook_cpu::collective::broadcast::chain)
+    /// - [direct](workbook_cpu::collective::broadcast::direct)
+    /// - [single copy](workbook_cpu::collective::broadcast::single_copy)
     pub fn broadcast<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize) -> Result<()> {
         self.run(&BROADCAST, None, buf, root, ReduceOp::Sum)
     }
@@ -29,8 +29,8 @@ impl Session {
     /// Reduce (`ncclReduce`): the root's buffer becomes the element-wise `op` of every
     /// rank's buffer; the others' buffers are unchanged.
     ///
-    /// How it runs: [`crate::collective::reduce`]; on the CPU backend, [the chain](crate::collective::reduce::chain),
-    /// or on one host [the single copy](crate::collective::reduce::single_copy).
+    /// Its description: [`crate::collective::reduce`]; on NCCL, its one call ([`workbook_nccl::collectives`]); on the CPU backend, [the chain](workbook_cpu::collective::reduce::chain),
+    /// or on one host [the single copy](workbook_cpu::collective::reduce::single_copy).
     pub fn reduce<T: Element>(&mut self, buf: &mut Buffer<T>, root: usize, op: ReduceOp) -> Result<()> {
         self.run(&REDUCE, None, buf, root, op)
     }
@@ -50,12 +50,12 @@ impl Session {
     /// All-reduce (`ncclAllReduce`): every rank's buffer becomes the element-wise `op` of
     /// all of them.
     ///
-    /// How it runs: [`crate::collective::all_reduce`]; on the CPU backend, the algorithm the
-    /// tuner chooses ([`crate::collective::tuner::choose`]):
-    /// - [the ring](crate::collective::all_reduce::ring)
-    /// - [the ring piece by piece](crate::collective::all_reduce::pipelined)
-    /// - [direct](crate::collective::all_reduce::direct)
-    /// - [single copy](crate::collective::all_reduce::single_copy)
+    /// Its description: [`crate::collective::all_reduce`]; on NCCL, its one call ([`workbook_nccl::collectives`]); on the CPU backend, the algorithm the
+    /// tuner chooses ([`workbook_cpu::tuner::choose`]):
+    /// - [the ring](workbook_cpu::collective::all_reduce::ring)
+    /// - [the ring piece by piece](workbook_cpu::collective::all_reduce::pipelined)
+    /// - [direct](workbook_cpu::collective::all_reduce::direct)
+    /// - [single copy](workbook_cpu::collective::all_reduce::single_copy)
     pub fn all_reduce<T: Element>(&mut self, buf: &mut Buffer<T>, op: ReduceOp) -> Result<()> {
         self.run(&ALL_REDUCE, None, buf, 0, op)
     }
@@ -69,10 +69,10 @@ impl Session {
     /// `buf` holds `n` blocks, this rank's own at block `rank`; afterwards block i holds
     /// rank i's.
     ///
-    /// How it runs: [`crate::collective::all_gather`]; on the CPU backend, the algorithm the
-    /// tuner chooses ([`crate::collective::tuner::choose`]):
-    /// - [the ring](crate::collective::all_gather::ring)
-    /// - [single copy](crate::collective::all_gather::single_copy)
+    /// Its description: [`crate::collective::all_gather`]; on NCCL, its one call ([`workbook_nccl::collectives`]); on the CPU backend, the algorithm the
+    /// tuner chooses ([`workbook_cpu::tuner::choose`]):
+    /// - [the ring](workbook_cpu::collective::all_gather::ring)
+    /// - [single copy](workbook_cpu::collective::all_gather::single_copy)
     pub fn all_gather<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
         self.run(&ALL_GATHER, None, buf, 0, ReduceOp::Sum)
     }
@@ -87,10 +87,10 @@ impl Session {
     /// count`): `buf` holds `n` blocks; afterwards block `rank` holds the `op` of every
     /// rank's block `rank`, and the other blocks are unchanged.
     ///
-    /// How it runs: [`crate::collective::reduce_scatter`]; on the CPU backend, the algorithm the
-    /// tuner chooses ([`crate::collective::tuner::choose`]):
-    /// - [the ring](crate::collective::reduce_scatter::ring)
-    /// - [single copy](crate::collective::reduce_scatter::single_copy)
+    /// Its description: [`crate::collective::reduce_scatter`]; on NCCL, its one call ([`workbook_nccl::collectives`]); on the CPU backend, the algorithm the
+    /// tuner chooses ([`workbook_cpu::tuner::choose`]):
+    /// - [the ring](workbook_cpu::collective::reduce_scatter::ring)
+    /// - [single copy](workbook_cpu::collective::reduce_scatter::single_copy)
     pub fn reduce_scatter<T: Element>(&mut self, buf: &mut Buffer<T>, op: ReduceOp) -> Result<()> {
         self.run(&REDUCE_SCATTER, None, buf, 0, op)
     }
@@ -109,10 +109,10 @@ impl Session {
     /// All-to-all in place: block j of this rank's buffer goes to rank j, and block i is
     /// replaced by what rank i had for this rank.
     ///
-    /// How it runs: [`crate::collective::all_to_all`]; on the CPU backend, the algorithm the
-    /// tuner chooses ([`crate::collective::tuner::choose`]):
-    /// - [pairwise](crate::collective::all_to_all::pairwise)
-    /// - [single copy](crate::collective::all_to_all::single_copy)
+    /// Its description: [`crate::collective::all_to_all`]; on NCCL, its one call ([`workbook_nccl::collectives`]); on the CPU backend, the algorithm the
+    /// tuner chooses ([`workbook_cpu::tuner::choose`]):
+    /// - [pairwise](workbook_cpu::collective::all_to_all::pairwise)
+    /// - [single copy](workbook_cpu::collective::all_to_all::single_copy)
     pub fn all_to_all<T: Element>(&mut self, buf: &mut Buffer<T>) -> Result<()> {
         self.run(&ALL_TO_ALL, None, buf, 0, ReduceOp::Sum)
     }

@@ -23,7 +23,7 @@
 //! On the CPU backend the calls are kept, and [`Group::end`] runs them together: the
 //! collectives of one kind with the same root, operator, type and placement (in place or
 //! not) and under [`PACK_BELOW`] are packed into one buffer and run as one collective
-//! ([`crate::collective::packed`]), then unpacked, and the larger ones run as they are;
+//! ([`workbook_cpu::collective::packed`]), then unpacked, and the larger ones run as they are;
 //! then the sends and receives progress together: the sends to each peer on a thread of
 //! their own (or first, on this one, when the link's buffer holds them), while this thread
 //! receives, in the order they were issued. So an all-to-all written as n - 1 sends and
@@ -40,9 +40,8 @@
 
 use super::Session;
 use crate::Communicator;
-use crate::backend::cpu::Cpu;
 use crate::backend::{Buffer, host, host_mut};
-use crate::collective::{ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, Collective, REDUCE, REDUCE_SCATTER, packed};
+use crate::collective::{ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, Collective, REDUCE, REDUCE_SCATTER};
 use crate::element::{DataType, Element, ReduceOp, as_bytes, as_bytes_mut};
 use crate::record::{self, Dir, How};
 use crate::units::human_bytes;
@@ -52,6 +51,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::thread;
+use workbook_cpu::Cpu;
+use workbook_cpu::collective::packed;
 
 /// A group of calls, from [`Session::group`] to [`Group::end`]: see the [module's
 /// documentation](self).
@@ -136,7 +137,7 @@ fn shape_of(colls: &[Coll], p2p: &[P2p]) -> u64 {
     let mut h = DefaultHasher::new();
     for c in colls {
         (
-            c.coll.name,
+            c.coll.name(),
             c.send.is_some(),
             c.root,
             c.op.name(),
@@ -440,11 +441,11 @@ impl<'a> Group<'a> {
         op: ReduceOp,
     ) -> Result<()> {
         if self.nccl() {
-            self.note(coll.nccl_name);
+            self.note(coll.nccl_name());
             return self.s.run(coll, send, recv, root, op);
         }
         let world = self.s.comm.world();
-        let root = match coll.rooted {
+        let root = match coll.rooted() {
             true => self.s.ensure_rank(root, "root")?,
             false => 0,
         };
@@ -457,7 +458,7 @@ impl<'a> Group<'a> {
             recv,
             count,
             root,
-            op: if coll.reduces { op } else { ReduceOp::Sum },
+            op: if coll.reduces() { op } else { ReduceOp::Sum },
             dtype: T::TYPE,
             run: run_pack::<T>,
         });
@@ -509,7 +510,7 @@ fn progress(
     let t = record::clock();
     let send_all = |peer: usize, msgs: &[(&[u8], usize)]| -> Result<()> {
         for (data, elems) in msgs {
-            cpu.send_tagged(crate::collective::SEND_RECV_TAG, data, peer)
+            cpu.send_tagged(workbook_cpu::SEND_RECV_TAG, data, peer)
                 .with_context(|| {
                     format!(
                         "sending {elems} elements ({}) to {} in a group",
@@ -539,7 +540,7 @@ fn progress(
             let n = data.len();
             got = cpu
                 .link(*peer)
-                .recv_into(crate::collective::SEND_RECV_TAG, data)
+                .recv_into(workbook_cpu::SEND_RECV_TAG, data)
                 .map_err(|e| cpu.lost(e, *peer))
                 .with_context(|| {
                     format!(
@@ -577,7 +578,7 @@ fn run_pack<T: Element>(s: &mut Session, calls: &mut [Coll<'_>], title: &str) ->
     if let [one] = calls {
         let send = one.send.map(|b| b.downcast_ref::<Buffer<T>>().expect(typed));
         let recv = one.recv.downcast_mut::<Buffer<T>>().expect(typed);
-        return s.run_checked(coll.title, coll, send, recv, one.count, root, op);
+        return s.run_checked(coll.title(), coll, send, recv, one.count, root, op);
     }
     let world = s.comm.world();
     let (s1, r1) = (coll.counts)(1, world);
@@ -627,10 +628,10 @@ fn bytes_of(c: &Coll, world: usize) -> usize {
 /// "broadcast (float, root 0)": what the calls of a kind share.
 fn kind_name(c: &Coll, world: usize) -> String {
     let mut how = vec![c.dtype.name().to_string()];
-    if c.coll.rooted {
+    if c.coll.rooted() {
         how.push(format!("root {}", c.root));
     }
-    if c.coll.reduces {
+    if c.coll.reduces() {
         how.push(c.op.name().to_string());
     }
     if c.send.is_none() && (c.coll.counts)(1, world) != (1, 1) {
@@ -645,7 +646,7 @@ fn kind_name(c: &Coll, world: usize) -> String {
 /// (float, sum) of 16 B, run as it is".
 fn describe_kind(calls: &[Coll], world: usize) -> String {
     let (c, n) = (&calls[0], calls.len());
-    let (title, how) = (c.coll.title, kind_name(c, world));
+    let (title, how) = (c.coll.title(), kind_name(c, world));
     let plural = |n: usize| match n {
         1 => format!("1 {title}"),
         n => format!("{n} {title}s"),
@@ -678,7 +679,7 @@ fn packed_title(calls: &[Coll], world: usize) -> String {
     format!(
         "{} {}s {} packed into one",
         calls.len(),
-        c.coll.title,
+        c.coll.title(),
         kind_name(c, world)
     )
 }

@@ -123,7 +123,7 @@ impl Session {
     }
 
     /// On the CPU backend, this rank's share of its host's last-level cache, in bytes
-    /// ([`crate::backend::cpu::Comm::cache_share`]); `None` on NCCL (GPU memory).
+    /// ([`workbook_cpu::Comm::cache_share`]); `None` on NCCL (GPU memory).
     #[doc(hidden)]
     pub fn cache_share(&self) -> Option<usize> {
         match &self.comm {
@@ -133,7 +133,7 @@ impl Session {
     }
 
     /// On the CPU backend, this rank's share of its core's own cache, where it is smaller
-    /// than 3/4 of the last-level share ([`crate::backend::cpu::Comm::core_cache_share`]).
+    /// than 3/4 of the last-level share ([`workbook_cpu::Comm::core_cache_share`]).
     #[doc(hidden)]
     pub fn core_cache_share(&self) -> Option<usize> {
         match &self.comm {
@@ -143,7 +143,7 @@ impl Session {
     }
 
     /// Which algorithm ran the last collective: the tuner's name on the CPU backend
-    /// ([`crate::collective::tuner`]); on NCCL, NCCL's own choice as it printed it
+    /// ([`workbook_cpu::tuner`]); on NCCL, NCCL's own choice as it printed it
     /// (`ring`, `tree`, ...: [`crate::backend::nccl_log`], on rank 0), else "NCCL's choice".
     #[doc(hidden)]
     pub fn algorithm(&self) -> &'static str {
@@ -159,8 +159,8 @@ impl Session {
     /// The protocol of the last collective (LL, LL128, Simple): the tuner's on the CPU
     /// backend, NCCL's own where it printed it (as for [`Session::algorithm`]).
     #[doc(hidden)]
-    pub fn protocol(&self) -> Option<crate::collective::tuner::Protocol> {
-        use crate::collective::tuner::Protocol;
+    pub fn protocol(&self) -> Option<workbook_cpu::tuner::Protocol> {
+        use workbook_cpu::tuner::Protocol;
         match &self.comm {
             Communicator::Cpu(c) => c.last_protocol(),
             Communicator::Nccl(n) => {
@@ -176,7 +176,7 @@ impl Session {
     pub fn nccl_costs(&self, coll: &crate::collective::Collective) -> Option<Vec<crate::backend::nccl_log::Cost>> {
         match &self.comm {
             Communicator::Nccl(_) => Some(crate::backend::nccl_log::costs(
-                coll.nccl_name.trim_start_matches("nccl"),
+                coll.nccl_name().trim_start_matches("nccl"),
             )),
             Communicator::Cpu(_) => None,
         }
@@ -197,7 +197,7 @@ impl Session {
     /// out Simple where some ranks talk over TCP, is the user's mistake, said in one line.
     #[doc(hidden)]
     pub fn allow_protocols(&mut self, nccl_proto: Option<&str>) -> Result<()> {
-        use crate::collective::tuner::Protocols;
+        use workbook_cpu::tuner::Protocols;
         let usage = |message: String| SharedError { message, usage: true };
         let cpu = match &mut self.comm {
             Communicator::Cpu(cpu) => cpu,
@@ -209,7 +209,7 @@ impl Session {
                 format!("-P {text}"),
             ),
             None => (
-                Protocols::from_env().map_err(usage)?,
+                Protocols::from_user(crate::backend::per_sweep::user_var("NCCL_PROTO")).map_err(usage)?,
                 format!(
                     "NCCL_PROTO={}",
                     crate::backend::per_sweep::user_var("NCCL_PROTO").unwrap_or_default()
@@ -228,16 +228,15 @@ impl Session {
     /// nothing runs after the sweeps).
     #[doc(hidden)]
     pub fn allow_algorithms(&mut self, nccl_algo: Option<&str>) -> Result<()> {
+        use workbook_cpu::tuner::Allowed;
         let usage = |message: String| SharedError { message, usage: true };
         let cpu = match &mut self.comm {
             Communicator::Cpu(cpu) => cpu,
             Communicator::Nccl(_) => return self.run_as(nccl_algo, None),
         };
         let allowed = match nccl_algo {
-            Some(text) => {
-                crate::collective::tuner::Allowed::parse(text).map_err(|why| usage(format!("-A {text}: {why}")))?
-            }
-            None => crate::collective::tuner::Allowed::from_env().map_err(usage)?,
+            Some(text) => Allowed::parse(text).map_err(|why| usage(format!("-A {text}: {why}")))?,
+            None => Allowed::from_user(crate::backend::per_sweep::user_var("NCCL_ALGO")).map_err(usage)?,
         };
         cpu.allow(allowed);
         Ok(())

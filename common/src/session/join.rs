@@ -167,8 +167,8 @@ impl Session {
         let dev = device::device_for(run.device_rule, rank, local_rank, device_count);
         let (backend, device, device_name, transports) = match kind {
             Kind::Cpu => {
-                let (cpu, transports) =
-                    backend::cpu::Cpu::connect(&mut store, &id, &host, run, crate::collective::named)?;
+                let setup = cpu_setup(run, rank)?;
+                let (cpu, transports) = workbook_cpu::Cpu::connect(&mut store, &id, &host, setup)?;
                 (Communicator::Cpu(Box::new(cpu)), format!("cpu:{dev}"), None, transports)
             }
             Kind::Nccl => {
@@ -293,4 +293,24 @@ pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How a rank of the CPU backend connects and chooses: its flags, and what the user's
+/// `NCCL_ALGO` and `NCCL_PROTO` allow, read before anything connects (a name the CPU
+/// backend lacks is the user's error, said in one line).
+fn cpu_setup(run: &RunArgs, rank: usize) -> Result<workbook_cpu::cpu::Setup> {
+    use workbook_cpu::tuner::{Allowed, Protocols};
+    let usage = |message| SharedError { message, usage: true };
+    let user = backend::per_sweep::user_var;
+    Ok(workbook_cpu::cpu::Setup {
+        transport: run.transport,
+        timeout: run.timeout,
+        link: run.link,
+        debug: rank == 0 && run.format == Format::Text && workbook_cpu::comm::debug_info(),
+        allowed: Allowed::from_user(user("NCCL_ALGO")).map_err(usage)?,
+        protos: (
+            Protocols::from_user(user("NCCL_PROTO")).map_err(usage)?,
+            user("NCCL_PROTO").unwrap_or_default(),
+        ),
+    })
 }

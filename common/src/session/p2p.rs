@@ -25,7 +25,6 @@
 use super::Session;
 use crate::Communicator;
 use crate::args::DataArgs;
-use crate::backend::cpu::{Cpu, split_two};
 use crate::backend::{Buffer, Storage};
 use crate::collective::Collective;
 use crate::element::{Element, ReduceOp, as_bytes};
@@ -38,6 +37,8 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::thread;
 use std::time::Duration;
+use workbook_cpu::Cpu;
+use workbook_cpu::comm::split_two;
 
 /// Parts up to this size are sent before receiving, with no helper thread: the socket's
 /// buffers hold them, so two ranks sending to each other at once cannot deadlock.

@@ -46,7 +46,7 @@ impl Session {
     /// With `NCCL_DEBUG=INFO`, as NCCL prints each channel's transport: how every pair
     /// of ranks exchanges data on the CPU backend, and why.
     pub(super) fn say_transports(&self) {
-        if !crate::backend::cpu::debug_info() {
+        if !workbook_cpu::comm::debug_info() {
             return;
         }
         for (pair, via) in &self.report.transports {

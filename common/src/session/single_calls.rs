@@ -124,10 +124,10 @@ pub fn combine(all: &[Vec<u8>], count_sleeps: bool) -> Option<SingleCalls> {
 /// one. The mean per call is then a rate, less than one call's time from start to end.
 /// Every rank of the other collectives needs every rank's data, so none leaves early.
 pub fn overlap(coll: &Collective, world: usize, iters: u32) -> Option<&'static str> {
-    if !coll.rooted || world < 2 || iters < 2 {
+    if !coll.rooted() || world < 2 || iters < 2 {
         return None;
     }
-    Some(match coll.name {
+    Some(match coll.name() {
         "broadcast" => "the root leaves once its data is handed over",
         _ => "every rank but the root leaves once its data is handed over",
     })

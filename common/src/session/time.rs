@@ -42,7 +42,7 @@ impl Session {
             1.0 => "= algbw".to_string(),
             f => format!(
                 "= algbw × {f:.2}, nccl-tests' factor for {} on {world} ranks",
-                coll.name
+                coll.name()
             ),
         };
         let runs_text = match iters {
@@ -55,12 +55,12 @@ impl Session {
         self.say(&format!(
             "Time: {:.1} us per {} of {} via {}{} (slowest of {ranks} ranks, {runs_text}{overlap}): algbw {:.2} GB/s, busbw {:.2} GB/s (busbw {factor})",
             t.seconds * 1e6,
-            coll.title,
+            coll.title(),
             human_bytes(bytes),
             self.algorithm_said(),
             // The protocol when it is not Simple, as NCCL's tuner names its choice.
             match self.protocol() {
-                Some(p) if p != crate::collective::tuner::Protocol::Simple => format!(" proto {}", p.name()),
+                Some(p) if p != workbook_cpu::tuner::Protocol::Simple => format!(" proto {}", p.name()),
                 _ => String::new(),
             },
             t.algbw,

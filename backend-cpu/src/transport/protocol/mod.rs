@@ -20,7 +20,7 @@
 //!
 //! The flag of a line is the number of the step it belongs to (plus one), so a line left
 //! from an earlier use of the buffer never looks new. Which protocol runs is chosen for
-//! each collective by the tuner (`common::collective::tuner`), from `NCCL_PROTO` and the
+//! each collective by the tuner ([`crate::tuner`]), from `NCCL_PROTO` and the
 //! size, the same on every rank, and set on the links ([`super::Link::set_protocol`]).
 //! Point-to-point messages and the TCP transport always use Simple.
 

@@ -1,0 +1,948 @@
+//! Which algorithm runs: the one place the CPU backend chooses, as NCCL's tuner does
+//! (`src/graph/tuning.cc` and `enqueue.cc`'s `topoGetAlgoInfo`): by the collective, its
+//! size, the number of ranks, how they are connected, and whether they outnumber the
+//! cores. Every collective's `cpu` function asks [`choose`] and runs what it answers;
+//! every input is the same on every rank, so every rank runs the same algorithm.
+//!
+//! What it chose is named where a student looks: a lesson's `Time:` line, the
+//! benchmark's `algo` column (and field), the trace's `algorithm`, and with
+//! `NCCL_DEBUG=INFO` one line per choice, worded as NCCL's `TUNING` line:
+//! `AllReduce: 1024 Bytes -> Algo direct proto simple`.
+//!
+//! `NCCL_ALGO` is read as NCCL reads it ([`Allowed::parse`]); NCCL's `Ring` means the
+//! CPU backend's ring-shaped algorithms, and two names of its own (`direct`,
+//! `single-copy`) pick the others. docs/cpu-backend.md's "Which algorithm runs" maps the names onto
+//! NCCL's.
+//!
+//! The protocol ([`Protocol`]: NCCL's LL, LL128 or Simple, `workbook_cpu`'s
+//! `transport::protocol`) is chosen with the algorithm ([`choose_with`]), from
+//! `NCCL_PROTO` read with the same grammar ([`Protocols::parse`]) and the size
+//! ([`protocol_for`]). Only shared memory has the three; where a pair of ranks talks over
+//! TCP every message goes by Simple, and `NCCL_PROTO` without Simple is refused.
+
+use crate::SMALL;
+pub use crate::transport::protocol::Protocol;
+use workbook_runtime::Func;
+
+/// One way of running a collective on the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Every rank sends its buffer straight to every rank that needs it: one message
+    /// time, for small messages (NCCL's LL protocol and tree make the same trade).
+    Direct,
+    /// The ring, step by step (NCCL's Ring, one chunk per step).
+    Ring,
+    /// The ring, piece by piece round the whole ring (NCCL's Ring, as NCCL runs it).
+    RingPipelined,
+    /// A chain from (or to) the root round the ring, piece by piece: NCCL's Ring for
+    /// broadcast and reduce.
+    Chain,
+    /// Every rank reads the others' buffers where they lie, on one host: NCCL's P2P
+    /// transport with P2P read (`NCCL_P2P_DISABLE=1` turns it off, as it does NCCL's).
+    SingleCopy,
+    /// All-to-all: at step s each rank sends to rank + s and receives from rank - s.
+    Pairwise,
+    /// All-reduce up and down NCCL's double binary tree (NCCL's Tree): on many nodes,
+    /// past a direct message and up to [`TREE_UP_TO_PER_NODE`] times the nodes (see
+    /// [`choose`]), or when `NCCL_ALGO`
+    /// asks for it.
+    Tree,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order of their numbers (`algorithm as u8`).
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Direct,
+        Algorithm::Ring,
+        Algorithm::RingPipelined,
+        Algorithm::Chain,
+        Algorithm::SingleCopy,
+        Algorithm::Pairwise,
+        Algorithm::Tree,
+    ];
+
+    /// The short name: `direct`, `ring`, `ring-pipelined`, `chain`, `single-copy`,
+    /// `pairwise`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Direct => "direct",
+            Algorithm::Ring => "ring",
+            Algorithm::RingPipelined => "ring-pipelined",
+            Algorithm::Chain => "chain",
+            Algorithm::SingleCopy => "single-copy",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Tree => "tree",
+        }
+    }
+
+    /// The family `NCCL_ALGO` names it by: NCCL's `Ring` for every ring-shaped one.
+    fn family(self) -> Family {
+        match self {
+            Algorithm::Direct => Family::Direct,
+            Algorithm::SingleCopy => Family::SingleCopy,
+            Algorithm::Tree => Family::Tree,
+            _ => Family::Ring,
+        }
+    }
+
+    /// What it does for `func`, in one line, after its name (the trace, `--steps`):
+    /// `single-copy: every rank copies the root's buffer straight from its memory`.
+    pub fn label(self, func: Func) -> &'static str {
+        use Algorithm::*;
+        match (func, self) {
+            (Func::Broadcast, Direct) => "direct: the root to every rank (a small message)",
+            (Func::Broadcast, SingleCopy) => {
+                "single-copy: every rank copies the root's buffer straight from its memory"
+            }
+            (Func::Broadcast, _) => "chain: from the root round the ring, piece by piece (pipelined)",
+            (Func::Reduce, SingleCopy) => "single-copy: the root reduces every rank's buffer straight from its memory",
+            (Func::Reduce, _) => "chain: round the ring to the root, piece by piece (pipelined)",
+            (Func::AllReduce, Direct) => "direct: every rank's buffer to every rank (a small message)",
+            (Func::AllReduce, SingleCopy) => {
+                "single-copy: each rank reduces its chunk of every rank's buffer, then copies the others'"
+            }
+            (Func::AllReduce, RingPipelined) => "ring-pipelined: the ring piece by piece (pipelined)",
+            (Func::AllReduce, Tree) => {
+                "tree: up NCCL's double binary tree, reduced, then down (half the buffer per tree)"
+            }
+            (Func::AllReduce, _) => "ring: the ring step by step",
+            (Func::AllGather, Direct) => "direct: every rank's block to every rank (a small message)",
+            (Func::AllGather, SingleCopy) => "single-copy: every rank copies every other rank's block from its buffer",
+            (Func::ReduceScatter, SingleCopy) => "single-copy: each rank reduces its block of every rank's buffer",
+            (Func::AllToAll, Direct) => {
+                "direct: every block straight to its rank, all the sends first (a small message)"
+            }
+            (Func::AllToAll, SingleCopy) => {
+                "single-copy: every rank copies its block of every other rank's send buffer"
+            }
+            (Func::AllToAll, _) => "pairwise: at step s each rank sends to rank + s and receives from rank - s",
+            _ => "ring: the blocks pass round the ring, one per step",
+        }
+    }
+}
+
+/// What the tuner knows of the job: the same on every rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Facts {
+    /// The number of ranks.
+    pub ranks: usize,
+    /// Every link of the ring (rank i to i + 1) shares memory and buffers several
+    /// pieces: the ring may run piece by piece.
+    pub ring_in_memory: bool,
+    /// Every rank is on one host and maps every other rank's buffers (no TCP, and
+    /// `NCCL_P2P_DISABLE` unset): the single copy can run.
+    pub reads_peers: bool,
+    /// Some host runs more ranks than it has cores (ranks take turns on a core).
+    pub oversubscribed: bool,
+    /// `--steps` is recording: it shows the ring, so the ring runs.
+    pub steps: bool,
+    /// How many machines (NCCL's nodes) the ranks run on.
+    pub nodes: usize,
+    /// Every pair of ranks shares memory: the links have NCCL's three protocols (over
+    /// TCP, Simple alone).
+    pub protocols: bool,
+}
+
+/// Which algorithm runs `func` on `bytes` (its larger buffer, as nccl-tests sizes it),
+/// among those `allowed` (`NCCL_ALGO`). The algorithms that can run here (the transport,
+/// `--steps`, a direct message's size) and `NCCL_ALGO` allows are the candidates; of
+/// them, a small message goes [`Algorithm::Direct`], one from [`single_copy_from`] (and,
+/// for a reduce, below [`single_copy_below`]) [`Algorithm::SingleCopy`], the rest round
+/// the ring. When `NCCL_ALGO` leaves a single candidate it runs at every size, and when
+/// it leaves none the ring runs (it always can).
+/// An all-reduce on [`TREE_FROM_NODES`] nodes or more goes up and down the
+/// [`Algorithm::Tree`] from past a direct message to [`TREE_UP_TO_PER_NODE`] times the
+/// nodes: its 2·log₂(nodes) message times across the network against the ring's
+/// 2(n − 1), a gap that grows with the nodes, as the size it is worth does. Elsewhere it runs only
+/// when `NCCL_ALGO` leaves it and not the ring (on one host every rank is one node's chain).
+///
+/// Measured with `bench/ring-vs-tree.sh` on 2026-11-27 on this project's 2-core AMD EPYC
+/// VM (16, 8 or 4 emulated nodes of one rank, each TCP link simulated with `--link
+/// 50us,10Gbps`, median of 3 runs of 20 calls, µs per all-reduce out of place, ring then
+/// tree; the ranks outnumber the cores, so a wait may also be a wait for a core), once a
+/// step's large message over TCP went to a send thread kept for the purpose rather than
+/// one started per step (which had cost the ring about 300 µs a step here):
+///
+/// | nodes | 16 KiB     | 64 KiB     | 256 KiB    | 512 KiB     | 1 MiB        | 4 MiB        |
+/// |-------|------------|------------|------------|-------------|--------------|--------------|
+/// | 16    |            |            | 8566, 6851 | 17977, 12334 | 24845, 19334 |             |
+/// | 8     | 2070, 816  | 2027, 1200 | 3613, 3082 | 5825, 5763  | 6394, 8588   | 13673, 19200 |
+/// | 4     | 500, 444   | 614, 614   | 1115, 1405 |             | 2217, 4158   | 7931, 13369  |
+///
+/// The tree led on 8 nodes up to 256 KiB and was level at 512 KiB (a second run, as
+/// are the 16 nodes); on 16 nodes it still led at 1 MiB; on 4 it led only at 16 KiB,
+/// where the direct exchange runs. Hence 8 nodes, and 64 KiB a node. (The direct
+/// exchange, up to 16 KiB, stays faster than both.)
+pub fn choose(func: Func, bytes: usize, facts: &Facts, allowed: &Allowed) -> Algorithm {
+    use Algorithm::*;
+    let n = facts.ranks;
+    let ring = match func {
+        Func::Broadcast | Func::Reduce => Chain,
+        Func::AllToAll => Pairwise,
+        Func::AllReduce if facts.ring_in_memory && (n > 2 || !facts.steps) => RingPipelined,
+        _ => Ring,
+    };
+    if n < 2 {
+        return ring;
+    }
+    let can = |a: Algorithm| match a {
+        // All the sends go before the receives: only what fits a link's buffer. A
+        // broadcast on two ranks is direct anyway.
+        Direct => {
+            bytes <= SMALL
+                && !facts.steps
+                && matches!(
+                    func,
+                    Func::AllReduce | Func::AllGather | Func::ReduceScatter | Func::AllToAll
+                ) | (func == Func::Broadcast && n > 2)
+        }
+        SingleCopy => facts.reads_peers && !facts.steps,
+        // NCCL's Tree runs all-reduce only.
+        Tree => func == Func::AllReduce,
+        _ => true,
+    };
+    let ok = |a: Algorithm| can(a) && allowed.allows(func, a.family());
+    // In an array, not a Vec: this runs on every call, and a 4-byte call costs less than
+    // an allocation.
+    let (mut held, mut len) = ([ring; 4], 0);
+    for a in [Direct, SingleCopy, ring, Tree].into_iter().filter(|a| ok(*a)) {
+        held[len] = a;
+        len += 1;
+    }
+    let candidates = &held[..len];
+    match candidates[..] {
+        [] => ring,
+        [only] => only,
+        _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
+        _ if candidates.contains(&SingleCopy)
+            && (single_copy_from(func, n, facts.oversubscribed)..single_copy_below(func, n)).contains(&bytes) =>
+        {
+            SingleCopy
+        }
+        // (--steps shows the ring the lessons teach, unless NCCL_ALGO asks for the tree.)
+        _ if candidates.contains(&Tree)
+            && !facts.steps
+            && facts.nodes >= TREE_FROM_NODES
+            && bytes <= TREE_UP_TO_PER_NODE * facts.nodes =>
+        {
+            Tree
+        }
+        _ if candidates.contains(&ring) => ring,
+        // The ring excluded: past a direct message, the tree where it may run, else the copy.
+        _ if candidates.contains(&Tree) => Tree,
+        _ => SingleCopy,
+    }
+}
+
+/// From this many nodes an all-reduce may go up and down the tree ([`choose`]).
+pub const TREE_FROM_NODES: usize = 8;
+/// Up to this size (its buffer) times the nodes an all-reduce on many nodes goes by the
+/// tree ([`choose`]): 512 KiB on 8 nodes, 1 MiB on 16.
+pub const TREE_UP_TO_PER_NODE: usize = 64 << 10;
+
+/// From this size a collective reads the other ranks' buffers (single copy) rather than
+/// take messages through the shared slots, on `ranks` ranks, on a host with as many cores
+/// as ranks or more, or fewer (`oversubscribed`).
+///
+/// The single copy takes one copy per byte where a slot takes two, and no rank waits for
+/// another's pieces; but it starts and ends with a handshake (where the buffers are, and
+/// "done reading", from every rank to every rank, or to the broadcast's root): a few
+/// message times, and where ranks share cores each may be a sleep and a wake-up (tens of
+/// µs). So it pays from a size. Measured with `bench/crossover.sh` (single copy forced
+/// with `NCCL_ALGO=single-copy` against `NCCL_ALGO=^single-copy`; median of 3 runs of 20
+/// calls, µs per call, out of place + in place; all-to-all out of place only) on
+/// 2026-11-26 on this project's 2-core AMD EPYC VM, load average 4.6 falling to 0: the
+/// size from which the single copy was faster, of 16 KiB, 64 KiB, 256 KiB, 1, 4, 16 MiB:
+///
+/// | collective     | 2 ranks (2 cores)           | 3 ranks (oversubscribed) | 4 ranks (oversubscribed)      |
+/// |----------------|-----------------------------|--------------------------|-------------------------------|
+/// | broadcast      | 16 KiB (64 KiB: 5 vs 31)    | 64 KiB (64 KiB: 28 vs 33) | 1 MiB (256 KiB: 183 vs 166; 1 MiB: 355 vs 1057) |
+/// | all_reduce     | 16 MiB (1 MiB: 409 vs 230; 4 MiB: 1039 vs 930) | 16 KiB | 64 KiB (256 KiB: 181 vs 227) |
+/// | all_gather     | 256 KiB (64 KiB: 11 vs 10)  | 64 KiB                   | 16 KiB                        |
+/// | reduce_scatter | 16 KiB (64 KiB: 6 vs 24)    | 16 KiB                   | 16 KiB                        |
+/// | alltoall       | 16 KiB (64 KiB: 3 vs 12)    | 64 KiB                   | 16 KiB                        |
+///
+/// An earlier run, with other builds loading the machine (load average 7-11, so that
+/// even 2 ranks took turns with other work), had the single copy lose up to 1 MiB in
+/// most rows and the 4-rank broadcast up to 4 MiB: every handshake was a sleep.
+///
+/// A second run, on the quiet machine (03:01, load 2.2; 64 KiB to 16 MiB by 4, 2-4
+/// ranks, broadcast and all-reduce), had the single copy faster from 64 KiB in every row
+/// but the 3-rank all-reduce (1 MiB: 64 KiB 35 + 43 against 27 + 24 µs): the 2-rank
+/// all-reduce from 64 KiB (1 MiB in place: 76 against 137 µs; 4 MiB: 228 against 516),
+/// the 4-rank broadcast from 64 KiB (256 KiB in place: 39 against 75 µs). And
+/// `bench/claims.sh tuner`, alternating both sides 3 times: 4-rank broadcast at 256 KiB 43
+/// µs by single copy against 68 by chain; 2-rank all-reduce at 1 MiB 72 against 111 by
+/// the pipelined ring. The rows that had favoured the slots in the first run (the 2-rank
+/// all-reduce up to 4 MiB, the 4-rank broadcast up to 1 MiB) did not hold: their margins
+/// were within the 20-50% the runs moved by.
+///
+/// On 2026-11-27 the all-gather's single copy began to read each block from its owner's
+/// send buffer (out of place) rather than from the copy the owner makes in its receive
+/// buffer on every call, whose lines the others had read, and so held, on the call
+/// before: each of the owner's stores first took its line back. Rerun since, the
+/// 2-rank all-gather row reads 16 KiB (64 KiB: 1.6 + 1.0 against 5.2 + 4.7 µs, out of
+/// place + in place; it had been 5.1 µs out of place by single copy).
+///
+/// Hence 64 KiB for every collective and rank count: below it the handshake costs more
+/// than the second copy; from it the single copy won in most rows of both runs.
+///
+/// Except on 2 ranks with a core each: there the handshake is one message each way, and
+/// the slots lose well before 64 KiB. The same day's crossover had the 2-rank broadcast,
+/// all-gather and reduce-scatter faster by single copy from 16 KiB (broadcast at 16 KiB:
+/// 0.6 + 0.6 against 2.1 + 1.9 µs), and three runs of each at 24 and 48 KiB had every
+/// collective faster or level by it, out of place + in place: broadcast 1.5 against 6.0 µs
+/// at 24 KiB, reduce-scatter 1.4 against 4.0, all-gather 2.1 against 7.7 at 48 KiB,
+/// all-to-all 2.9 against 4.4 at 24 KiB, all-reduce 6.5 against 7.4 at 24 KiB and 11.6
+/// against 14.2 at 48 KiB. At 8 KiB the broadcast's chain and single copy were level (1.7
+/// against 1.9 µs). So on 2 ranks with a core each the single copy takes over where the
+/// direct exchange stops ([`SMALL`], 16 KiB, also the smallest buffer the arena holds):
+/// the ring never runs between them, and a broadcast, which has no direct exchange on 2
+/// ranks, goes by its chain below. Wider worlds with cores enough keep 64 KiB: this 2-core
+/// machine cannot measure them. `bench/crossover.sh` reruns the table on the machine at
+/// hand.
+///
+/// Chapter 7's packed broadcast (121 KiB on 4 ranks) thus goes by single copy. It had
+/// taken 740-1976 µs so, against 118-154 µs for its 292 tensors one by one; most of that
+/// was not the handshake but page faults: each call's new buffer took pages the last one
+/// had handed back (see `host_memory`'s `KEEP_BELOW`). Since, on the same VM (load 10):
+/// packed 142-189 µs (chain), 168-257 (single copy forced), one by one 247-304 µs (3 runs
+/// of `sol07-packed-broadcast --nproc-per-node 4 --iters 20 --hidden 8`).
+pub fn single_copy_from(_func: Func, ranks: usize, oversubscribed: bool) -> usize {
+    if ranks == 2 && !oversubscribed { SMALL } else { 64 << 10 }
+}
+
+/// Below this size a collective may read the other ranks' buffers ([`single_copy_from`]
+/// being where it starts): no limit but for the reduce, whose root reads and reduces
+/// every buffer alone, where the chain shares the reducing among the ranks.
+///
+/// Measured on 2026-11-27 on this project's 2-core AMD EPYC VM, the reduce by single copy
+/// against its chain (`NCCL_ALGO=single-copy` against `^single-copy`, 5 alternating runs
+/// of 20 calls, medians, µs, out of place / in place):
+///
+/// | ranks | 64 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB |
+/// |------:|--------|---------|-------|-------|--------|
+/// | 2 | 2.1/1.8 against 7.0/7.2 | 8.5/6.0 against 12.6/16.2 | 41.7/24.5 against 39.2/26.6 | 183/96 against 152/110 | 1516/887 against 1355/743 |
+/// | 3 | 7.6/7.4 against 12.1/10.8 | 21.9/16.3 against 23.1/25.8 | 92.8/61.9 against 76.4/73.3 | 343/240 against 386/302 | 2811/2321 against 2654/2152 |
+/// | 4 | 15.3/14.3 against 17.0/17.5 | 36.6/32.4 against 40.5/34.3 | 136/102 against 141/92 | 873/697 against 644/522 | 4782/3874 against 4107/3217 |
+///
+/// Then 7 runs of 100 calls: 2 ranks at 1 MiB 37.2/28.7 against 59.6/31.3 and at 2 MiB
+/// 74.7/66.6 against 124/104; 4 ranks at 1 MiB 136/127 against 124/90. In those the chain
+/// took 5 to 12 times its usual time in one run of seven, four times on 2 ranks (at 512
+/// KiB 225 against 22 µs), where the host had put the two cores far apart (the round trip
+/// of a cache line at 500 ns where it is 100): every piece it passes through a slot is
+/// written by one core and read by the other, lap after lap. The single copy's root
+/// writes only its own buffer, which no other rank reads, and never took more than 1.4
+/// times its median.
+///
+/// Hence the reduce by single copy below 4 MiB on 2 ranks (the root reads one other
+/// buffer: level with the chain at 4 MiB, behind from 16 MiB) and below 1 MiB on more.
+pub fn single_copy_below(func: Func, ranks: usize) -> usize {
+    match func {
+        Func::Reduce if ranks == 2 => 4 << 20,
+        Func::Reduce => 1 << 20,
+        _ => usize::MAX,
+    }
+}
+
+/// Which algorithm and which protocol run `coll` on `bytes`, among those `allowed`
+/// (`NCCL_ALGO`) and `protos` (`NCCL_PROTO`): as NCCL's tuner picks the pair. The single
+/// copy reads the other ranks' buffers where they lie, outside the links' protocols: it
+/// counts as Simple, and is no candidate when `NCCL_PROTO` leaves Simple out (as NCCL's
+/// Simple-only algorithms, PAT and NVLS, are not under `NCCL_PROTO=LL`). The protocol is
+/// then [`protocol_for`]'s.
+pub fn choose_with(
+    func: Func,
+    bytes: usize,
+    facts: &Facts,
+    allowed: &Allowed,
+    protos: &Protocols,
+) -> (Algorithm, Protocol) {
+    if protos.every || !facts.protocols {
+        // NCCL_PROTO unset (or TCP): the algorithm as before, no copy of `allowed`.
+        let algo = choose(func, bytes, facts, allowed);
+        return (algo, protocol_for(func, bytes, algo, facts, protos));
+    }
+    let mut allowed = allowed.clone();
+    if facts.protocols && !protos.allows(func, Protocol::Simple) {
+        allowed.forbid(func, Family::SingleCopy);
+    }
+    let algo = choose(func, bytes, facts, &allowed);
+    (algo, protocol_for(func, bytes, algo, facts, protos))
+}
+
+/// The protocol `algo` runs `func` on `bytes` with: Simple where the links have no other
+/// (TCP) and for the single copy; else, of those `protos` allows, LL below [`LL_BELOW`]
+/// (on this project's machine, never: see there), then Simple, LL128 when Simple is left
+/// out, LL when both are.
+pub fn protocol_for(func: Func, bytes: usize, algo: Algorithm, facts: &Facts, protos: &Protocols) -> Protocol {
+    if !facts.protocols || algo == Algorithm::SingleCopy {
+        return Protocol::Simple;
+    }
+    if protos.every {
+        return match LL_BELOW.is_some_and(|below| bytes < below) {
+            true => Protocol::Ll,
+            false => Protocol::Simple,
+        };
+    }
+    let ok = |p: Protocol| protos.allows(func, p);
+    match () {
+        _ if ok(Protocol::Ll) && LL_BELOW.is_some_and(|below| bytes < below) => Protocol::Ll,
+        _ if ok(Protocol::Simple) => Protocol::Simple,
+        _ if ok(Protocol::Ll128) => Protocol::Ll128,
+        _ if ok(Protocol::Ll) => Protocol::Ll,
+        _ => Protocol::Simple,
+    }
+}
+
+/// Below this size (the collective's larger buffer) the tuner sends by LL when
+/// `NCCL_PROTO` leaves the choice to it ([`protocol_for`]): `None`, never, on this machine.
+///
+/// LL pays on a GPU because a GPU's flag after data needs a fence across the system bus
+/// (`__threadfence_system`, microseconds), which LL's flag in every 8-byte store saves. On
+/// x86 a Release store is a plain store (the CPU keeps stores in order): Simple's flag
+/// costs nothing more than LL's, and its messages of up to 32 bytes already travel inside
+/// their flag's cache line. What LL adds is work per 4 bytes on both sides and twice the
+/// lines. Measured on this project's 2-core AMD EPYC VM, 2026-11-26 (`07-nccl-perf
+/// --nproc-per-node 2 -b 8 -e 4M -f 4 -A ring -P ll,ll128,simple`, release build, load
+/// average 4-5 from other builds; out of place, medians of 3 runs, LL / LL128 / Simple):
+///
+/// | size    | µs                    | busbw GB/s         |
+/// |---------|-----------------------|--------------------|
+/// | 8 B     | 1.33 / 0.76 / 0.95    |                    |
+/// | 512 B   | 2.66 / 0.82 / 1.23    |                    |
+/// | 8 KiB   | 12.7 / 4.3 / 2.9      | 0.65 / 1.93 / 2.84 |
+/// | 128 KiB | 186 / 43 / 20         | 0.71 / 3.02 / 6.63 |
+/// | 2 MiB   | 4966 / 1436 / 876     | 0.42 / 1.46 / 2.39 |
+///
+/// (Without `-A ring`, the direct exchange at 8 B: 1.05 / 0.94 / 1.19 µs; the small sizes
+/// move by ±50% from run to run.) LL was never faster than Simple beyond that noise;
+/// LL128 was level with it below 1 KiB and slower past a few KiB. So the tuner keeps
+/// Simple, and LL and LL128 run when `NCCL_PROTO` asks.
+pub const LL_BELOW: Option<usize> = None;
+
+/// Which protocols `NCCL_PROTO` allows, per collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protocols {
+    /// `[collective in Func::ALL order][protocol]`.
+    per: [[bool; 3]; Func::ALL.len()],
+    /// Every protocol for every collective (`NCCL_PROTO` unset): the tuner's fast path.
+    every: bool,
+}
+
+impl Default for Protocols {
+    fn default() -> Protocols {
+        Protocols {
+            per: [[true; 3]; Func::ALL.len()],
+            every: true,
+        }
+    }
+}
+
+impl Protocols {
+    /// Whether `proto` may run `func`.
+    pub fn allows(&self, func: Func, proto: Protocol) -> bool {
+        let i = func.index();
+        self.per[i][proto as usize]
+    }
+
+    /// Whether some collective may not run Simple (which TCP links need).
+    pub fn without_simple(&self) -> bool {
+        self.per.iter().any(|row| !row[Protocol::Simple as usize])
+    }
+
+    /// `NCCL_PROTO` as the user set it (`text`; every protocol when unset or empty).
+    pub fn from_user(text: Option<String>) -> Result<Protocols, String> {
+        match text {
+            Some(text) if !text.trim().is_empty() => {
+                Protocols::parse(&text).map_err(|why| format!("NCCL_PROTO={text}: {why}"))
+            }
+            _ => Ok(Protocols::default()),
+        }
+    }
+
+    /// Reads `NCCL_PROTO` as NCCL's `parseList` does, as [`Allowed::parse`] reads
+    /// `NCCL_ALGO`: `LL`, `LL128`, `Simple`, `^LL128`, `allreduce:LL;broadcast:Simple`,
+    /// case not mattering.
+    pub fn parse(text: &str) -> Result<Protocols, String> {
+        let names = Protocol::ALL.map(|p| p.name());
+        let per = parse_list(text, &names, |name, _exclude| {
+            Err(format!(
+                "unknown protocol '{name}': LL, LL128 or Simple (NCCL's protocols)"
+            ))
+        })?;
+        let every = per.iter().flatten().all(|ok| *ok);
+        Ok(Protocols { per, every })
+    }
+}
+
+/// NCCL's `parseList` over `names`: `;`-separated lists, each `[collective:][^]name,name…`;
+/// a list without a collective (only the first may lack one) is for every collective; `^`
+/// allows all but the names; case, `-` and `_` do not matter. `other(name, excluded)`
+/// answers a name not in `names`: `Ok` to pass over it, or the error. Returns, per
+/// collective in [`Func::ALL`]'s order, which names are allowed.
+fn parse_list<const N: usize>(
+    text: &str,
+    names: &[&str; N],
+    other: impl Fn(&str, bool) -> Result<(), String>,
+) -> Result<[[bool; N]; Func::ALL.len()], String> {
+    let mut per = [[true; N]; Func::ALL.len()];
+    for (k, entry) in text.split(';').enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let (prefix, list) = match entry.split_once(':') {
+            Some((p, l)) => (Some(p.trim()), l.trim()),
+            None if k == 0 => (None, entry),
+            None => {
+                return Err(format!(
+                    "'{entry}': every list but the first must name its collective (allreduce:{})",
+                    names[0]
+                ));
+            }
+        };
+        let (exclude, list) = match list.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, list),
+        };
+        let mut named = [false; N];
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let squashed = name.replace(['-', '_'], "");
+            match names
+                .iter()
+                .position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed))
+            {
+                Some(f) => named[f] = true,
+                None => other(name, exclude)?,
+            }
+        }
+        let row = named.map(|n| n != exclude);
+        let squashed = |s: &str| s.replace(['-', '_'], "").to_lowercase();
+        let which: Vec<usize> = match prefix {
+            None => (0..Func::ALL.len()).collect(),
+            Some(p) => match Func::ALL.iter().find(|f| squashed(f.nccl_func()) == squashed(p)) {
+                Some(f) => vec![f.index()],
+                None => {
+                    return Err(format!(
+                        "unknown collective '{p}': one of {}",
+                        Func::ALL.map(|f| f.nccl_func().to_lowercase()).join(", ")
+                    ));
+                }
+            },
+        };
+        for i in which {
+            per[i] = row;
+        }
+    }
+    Ok(per)
+}
+
+/// Which families of algorithms `NCCL_ALGO` allows, per collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allowed {
+    /// `[collective in Func::ALL order][family]`.
+    per: [[bool; FAMILIES]; Func::ALL.len()],
+}
+
+/// What `NCCL_ALGO` names on the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// NCCL's `Ring`: the ring, the pipelined ring, the chain, the pairwise all-to-all.
+    Ring = 0,
+    /// `direct` (the CPU backend's own).
+    Direct = 1,
+    /// `single-copy` (the CPU backend's own; NCCL's P2P read).
+    SingleCopy = 2,
+    /// NCCL's `Tree`: the double binary tree (all-reduce).
+    Tree = 3,
+}
+
+const FAMILIES: usize = 4;
+const FAMILY_NAMES: [&str; FAMILIES] = ["ring", "direct", "single-copy", "tree"];
+/// NCCL's algorithms the CPU backend does not have (`ncclAlgoStr`, 2.18 to 2.28).
+const NCCL_ONLY: [&str; 5] = ["CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
+
+impl Default for Allowed {
+    fn default() -> Allowed {
+        Allowed {
+            per: [[true; FAMILIES]; Func::ALL.len()],
+        }
+    }
+}
+
+impl Allowed {
+    /// Whether `family` may run `func`.
+    fn allows(&self, func: Func, family: Family) -> bool {
+        let i = func.index();
+        self.per[i][family as usize]
+    }
+
+    /// `NCCL_ALGO` as the user set it (`text`; everything when unset or empty).
+    pub fn from_user(text: Option<String>) -> Result<Allowed, String> {
+        match text {
+            Some(text) if !text.trim().is_empty() => {
+                Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}"))
+            }
+            _ => Ok(Allowed::default()),
+        }
+    }
+
+    /// Reads `NCCL_ALGO` as NCCL's `parseList` does: `;`-separated lists, each
+    /// `[collective:][^]name,name…`; a list without a collective (only the first may
+    /// lack one) is for every collective; `^` allows all but the names; case does not
+    /// matter. `Ring` and `Tree` are NCCL's; `direct` and `single-copy` are the CPU
+    /// backend's own. NCCL's other algorithms (`CollNetDirect`, …) have no counterpart here:
+    /// allowing one is refused (excluding one with `^` changes nothing).
+    pub fn parse(text: &str) -> Result<Allowed, String> {
+        let per = parse_list(text, &FAMILY_NAMES, |name, exclude| {
+            match NCCL_ONLY.iter().find(|a| a.eq_ignore_ascii_case(name)) {
+                Some(_) if exclude => Ok(()),
+                Some(nccl) => Err(format!(
+                    "the CPU backend has no {nccl}: it has ring and tree (NCCL's Ring and Tree), direct and \
+                     single-copy"
+                )),
+                None => Err(format!(
+                    "unknown algorithm '{name}': ring or tree (NCCL's Ring and Tree), direct or single-copy \
+                     (NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and PAT need GPUs)"
+                )),
+            }
+        })?;
+        Ok(Allowed { per })
+    }
+
+    /// Forbids `family` for `func`.
+    fn forbid(&mut self, func: Func, family: Family) {
+        let i = func.index();
+        self.per[i][family as usize] = false;
+    }
+}
+
+/// The `NCCL_DEBUG=INFO` line of a choice, worded as NCCL's (`enqueue.cc`): the
+/// algorithm and the protocol that ran.
+pub fn debug_line(func: Func, bytes: usize, algo: Algorithm, proto: Protocol) -> String {
+    format!(
+        "cpu INFO {}: {bytes} Bytes -> Algo {} proto {}",
+        func.nccl_func(),
+        algo.name(),
+        proto.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Algorithm::*;
+
+    const ONE_HOST: Facts = Facts {
+        ranks: 4,
+        ring_in_memory: true,
+        reads_peers: true,
+        oversubscribed: false,
+        steps: false,
+        nodes: 1,
+        protocols: true,
+    };
+
+    fn with(text: &str) -> Allowed {
+        Allowed::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn nccl_algo_reads_as_nccls_parse_list() {
+        let all = Allowed::default();
+        assert_eq!(with(""), all);
+        let ring = with("Ring");
+        for c in Func::ALL {
+            assert!(
+                ring.allows(c, Family::Ring) && !ring.allows(c, Family::Direct),
+                "{}",
+                c.name()
+            );
+            assert!(!ring.allows(c, Family::SingleCopy));
+        }
+        // Case does not matter, nor - or _ in names; `^` excludes.
+        assert_eq!(with("RING"), ring);
+        assert_eq!(with("ring,direct,SINGLE_COPY,tree"), all);
+        let no_copy = with("^single-copy");
+        assert!(no_copy.allows(Func::Broadcast, Family::Ring) && no_copy.allows(Func::Broadcast, Family::Direct));
+        assert!(!no_copy.allows(Func::Broadcast, Family::SingleCopy));
+        // Per collective; a later list replaces that collective's.
+        let per = with("ring;allreduce:single-copy;broadcast:^ring");
+        assert!(per.allows(Func::AllReduce, Family::SingleCopy) && !per.allows(Func::AllReduce, Family::Ring));
+        assert!(!per.allows(Func::Broadcast, Family::Ring) && per.allows(Func::Broadcast, Family::Direct));
+        assert!(per.allows(Func::ReduceScatter, Family::Ring) && !per.allows(Func::ReduceScatter, Family::SingleCopy));
+        assert_eq!(with("all_reduce:ring"), with("AllReduce:Ring"));
+        // Excluding what the CPU backend lacks changes nothing.
+        assert_eq!(with("^nvls"), all);
+        let tree = with("Tree");
+        assert!(tree.allows(Func::AllReduce, Family::Tree) && !tree.allows(Func::AllReduce, Family::Ring));
+    }
+
+    #[test]
+    fn nccl_algo_refuses_what_the_cpu_backend_lacks_in_one_line() {
+        for (text, says) in [
+            (
+                "CollNetDirect",
+                "the CPU backend has no CollNetDirect: it has ring and tree (NCCL's Ring and Tree), direct and \
+                 single-copy",
+            ),
+            ("ring,nvls", "the CPU backend has no NVLS"),
+            ("allreduce:pat", "no PAT"),
+            ("ring;tree", "every list but the first must name its collective"),
+            ("gather:ring", "unknown collective 'gather'"),
+            ("rings", "unknown algorithm 'rings'"),
+        ] {
+            let e = Allowed::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn small_messages_go_direct_large_ones_by_single_copy_the_rest_round_the_ring() {
+        let all = Allowed::default();
+        assert_eq!(choose(Func::AllReduce, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(Func::AllReduce, SMALL + 4, &ONE_HOST, &all), RingPipelined);
+        assert_eq!(choose(Func::AllReduce, 16 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::AllGather, 32 << 10, &ONE_HOST, &all), Ring);
+        assert_eq!(choose(Func::AllGather, 64 << 10, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::Broadcast, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(Func::Broadcast, 1 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::Reduce, 256 << 10, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::Reduce, 16 << 20, &ONE_HOST, &all), Chain);
+        assert_eq!(choose(Func::AllToAll, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(Func::AllToAll, 32 << 10, &ONE_HOST, &all), Pairwise);
+        assert_eq!(choose(Func::AllGather, 4, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(Func::ReduceScatter, 12, &ONE_HOST, &all), Direct);
+        assert_eq!(choose(Func::ReduceScatter, SMALL + 12, &ONE_HOST, &all), Ring);
+        // NCCL_ALGO=Ring keeps the ring-shaped ones at every size.
+        let ring = Allowed::parse("ring").unwrap();
+        assert_eq!(choose(Func::ReduceScatter, 12, &ONE_HOST, &ring), Ring);
+        assert_eq!(choose(Func::AllToAll, 4, &ONE_HOST, &ring), Pairwise);
+        assert_eq!(choose(Func::AllGather, 4, &ONE_HOST, &ring), Ring);
+        // Over TCP: no single copy, no pipelined ring; --steps: the ring.
+        let tcp = Facts {
+            ring_in_memory: false,
+            reads_peers: false,
+            ..ONE_HOST
+        };
+        assert_eq!(choose(Func::AllReduce, 16 << 20, &tcp, &all), Ring);
+        assert_eq!(choose(Func::AllToAll, 16 << 20, &tcp, &all), Pairwise);
+        let steps = Facts {
+            steps: true,
+            ..ONE_HOST
+        };
+        assert_eq!(choose(Func::AllReduce, 4, &steps, &all), RingPipelined);
+        assert_eq!(choose(Func::AllGather, 4, &steps, &all), Ring);
+        assert_eq!(choose(Func::AllToAll, 4, &steps, &all), Pairwise);
+        assert_eq!(choose(Func::AllReduce, 4, &Facts { ranks: 2, ..steps }, &all), Ring);
+        // Broadcast on two ranks: the chain is direct already.
+        assert_eq!(choose(Func::Broadcast, 4, &Facts { ranks: 2, ..ONE_HOST }, &all), Chain);
+    }
+
+    #[test]
+    fn the_all_reduce_with_cores_enough_and_the_broadcast_on_ranks_sharing_them_copy_later() {
+        let all = Allowed::default();
+        let shared = Facts {
+            oversubscribed: true,
+            ..ONE_HOST
+        };
+        // Chapter 7's packed broadcast: 121 KiB on 4 ranks.
+        assert_eq!(choose(Func::Broadcast, 121 << 10, &shared, &all), SingleCopy);
+        assert_eq!(choose(Func::Broadcast, 32 << 10, &shared, &all), Chain);
+        assert_eq!(choose(Func::Broadcast, 1 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::AllGather, 64 << 10, &shared, &all), SingleCopy);
+        assert_eq!(choose(Func::Broadcast, 16 << 20, &shared, &all), SingleCopy);
+        assert_eq!(choose(Func::AllReduce, 1 << 20, &shared, &all), SingleCopy);
+        assert_eq!(choose(Func::AllReduce, 1 << 20, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::AllReduce, 32 << 10, &ONE_HOST, &all), RingPipelined);
+    }
+
+    #[test]
+    fn two_ranks_with_a_core_each_copy_from_16_kib_and_sharing_one_from_64() {
+        let all = Allowed::default();
+        let two = Facts { ranks: 2, ..ONE_HOST };
+        let two_shared = Facts {
+            oversubscribed: true,
+            ..two
+        };
+        // Direct first, up to 16 KiB, where it can run; the broadcast's chain below 16 KiB.
+        assert_eq!(choose(Func::AllReduce, 16 << 10, &two, &all), Direct);
+        assert_eq!(choose(Func::Broadcast, 8 << 10, &two, &all), Chain);
+        assert_eq!(choose(Func::Broadcast, 16 << 10, &two, &all), SingleCopy);
+        for func in [
+            Func::AllReduce,
+            Func::AllGather,
+            Func::ReduceScatter,
+            Func::AllToAll,
+            Func::Broadcast,
+        ] {
+            assert_eq!(choose(func, 32 << 10, &two, &all), SingleCopy, "{}", func.name());
+            assert_ne!(choose(func, 32 << 10, &two_shared, &all), SingleCopy, "{}", func.name());
+            assert_eq!(choose(func, 64 << 10, &two_shared, &all), SingleCopy, "{}", func.name());
+        }
+        // The reduce's root reads every buffer alone: the chain again from 4 MiB on 2
+        // ranks, from 1 MiB on more.
+        assert_eq!(choose(Func::Reduce, 8 << 10, &two, &all), Chain);
+        assert_eq!(choose(Func::Reduce, 32 << 10, &two, &all), SingleCopy);
+        assert_eq!(choose(Func::Reduce, 2 << 20, &two, &all), SingleCopy);
+        assert_eq!(choose(Func::Reduce, 4 << 20, &two, &all), Chain);
+        assert_eq!(choose(Func::Reduce, 512 << 10, &ONE_HOST, &all), SingleCopy);
+        assert_eq!(choose(Func::Reduce, 1 << 20, &ONE_HOST, &all), Chain);
+        // Wider worlds with cores enough keep 64 KiB.
+        assert_eq!(choose(Func::AllGather, 32 << 10, &ONE_HOST, &all), Ring);
+    }
+
+    #[test]
+    fn nccl_algo_narrows_the_choice_and_a_lone_candidate_runs_at_every_size() {
+        let ring = with("ring");
+        assert_eq!(choose(Func::AllReduce, 4, &ONE_HOST, &ring), RingPipelined);
+        assert_eq!(choose(Func::AllToAll, 16 << 20, &ONE_HOST, &ring), Pairwise);
+        let copy = with("single-copy");
+        assert_eq!(choose(Func::AllReduce, 16 << 10, &ONE_HOST, &copy), SingleCopy);
+        assert_eq!(choose(Func::AllReduce, 4, &ONE_HOST, &copy), SingleCopy);
+        // Direct cannot carry a large message: nothing allowed can run, the ring does.
+        assert_eq!(
+            choose(Func::AllReduce, 1 << 20, &ONE_HOST, &with("direct")),
+            RingPipelined
+        );
+        // Asked for, the reduce's single copy runs at every size too.
+        assert_eq!(choose(Func::Reduce, 4, &ONE_HOST, &copy), SingleCopy);
+        assert_eq!(choose(Func::Reduce, 16 << 20, &ONE_HOST, &copy), SingleCopy);
+        let no_ring = with("^ring");
+        assert_eq!(choose(Func::AllReduce, 4, &ONE_HOST, &no_ring), Direct);
+        assert_eq!(choose(Func::AllReduce, 64 << 10, &ONE_HOST, &no_ring), SingleCopy);
+        // Past a direct message and short of the copy, without the ring: the tree.
+        assert_eq!(choose(Func::AllReduce, 32 << 10, &ONE_HOST, &no_ring), Tree);
+        // The tree runs when asked for, at every size and under --steps; never unasked;
+        // and only all-reduce has one (the others fall back to their ring).
+        let tree = with("tree");
+        let steps = Facts {
+            steps: true,
+            ..ONE_HOST
+        };
+        for bytes in [4, 16 << 10, 1 << 20, 256 << 20] {
+            assert_eq!(choose(Func::AllReduce, bytes, &ONE_HOST, &tree), Tree);
+            assert_eq!(choose(Func::AllReduce, bytes, &steps, &tree), Tree);
+            assert_ne!(choose(Func::AllReduce, bytes, &ONE_HOST, &Allowed::default()), Tree);
+        }
+        assert_eq!(choose(Func::Broadcast, 1 << 20, &ONE_HOST, &tree), Chain);
+    }
+
+    #[test]
+    fn on_eight_nodes_or_more_a_medium_all_reduce_goes_by_the_tree() {
+        let all = Allowed::default();
+        let nodes = |nodes: usize| Facts {
+            ranks: nodes,
+            ring_in_memory: false,
+            reads_peers: false,
+            nodes,
+            ..ONE_HOST
+        };
+        assert_eq!(choose(Func::AllReduce, 16 << 10, &nodes(8), &all), Direct);
+        assert_eq!(choose(Func::AllReduce, (16 << 10) + 4, &nodes(8), &all), Tree);
+        assert_eq!(choose(Func::AllReduce, 512 << 10, &nodes(8), &all), Tree);
+        assert_eq!(choose(Func::AllReduce, (512 << 10) + 4, &nodes(8), &all), Ring);
+        assert_eq!(choose(Func::AllReduce, 1 << 20, &nodes(16), &all), Tree);
+        assert_eq!(choose(Func::AllReduce, (1 << 20) + 4, &nodes(16), &all), Ring);
+        assert_eq!(choose(Func::AllReduce, 256 << 10, &nodes(7), &all), Ring);
+        // Only the all-reduce has a tree; NCCL_ALGO=Ring keeps the ring; --steps too, unasked.
+        assert_eq!(choose(Func::AllGather, 256 << 10, &nodes(8), &all), Ring);
+        assert_eq!(choose(Func::AllReduce, 256 << 10, &nodes(8), &with("ring")), Ring);
+        let steps = Facts {
+            steps: true,
+            ..nodes(8)
+        };
+        assert_eq!(choose(Func::AllReduce, 256 << 10, &steps, &all), Ring);
+    }
+
+    #[test]
+    fn nccl_proto_reads_as_nccl_algo_does_and_refuses_what_nccl_lacks() {
+        let p = |t: &str| Protocols::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+        assert_eq!(p(""), Protocols::default());
+        assert_eq!(p("ll,LL128,SIMPLE"), Protocols::default());
+        let ll = p("LL");
+        assert!(ll.allows(Func::AllReduce, Protocol::Ll) && !ll.allows(Func::AllReduce, Protocol::Simple));
+        assert!(ll.without_simple() && !p("^LL128").without_simple());
+        let no128 = p("^ll128");
+        assert!(!no128.allows(Func::Broadcast, Protocol::Ll128) && no128.allows(Func::Broadcast, Protocol::Ll));
+        let per = p("simple;allreduce:ll");
+        assert!(per.allows(Func::AllReduce, Protocol::Ll) && !per.allows(Func::AllReduce, Protocol::Simple));
+        assert!(per.allows(Func::Reduce, Protocol::Simple) && !per.allows(Func::Reduce, Protocol::Ll));
+        for (text, says) in [
+            ("Bogus", "unknown protocol 'Bogus': LL, LL128 or Simple"),
+            ("LL;simple", "every list but the first must name its collective"),
+            ("gather:LL", "unknown collective 'gather'"),
+        ] {
+            let e = Protocols::parse(text).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_protocol_is_chosen_with_the_algorithm_and_tcp_and_the_single_copy_are_simple() {
+        let all = Allowed::default();
+        let any = Protocols::default();
+        let only = |t: &str| Protocols::parse(t).unwrap();
+        // Left to the tuner: LL below LL_BELOW (on this machine, never), Simple from it.
+        for bytes in [0, 4, 4096, 32 << 10] {
+            let want = match LL_BELOW.is_some_and(|below| bytes < below) {
+                true => Protocol::Ll,
+                false => Protocol::Simple,
+            };
+            assert_eq!(
+                choose_with(Func::AllReduce, bytes, &ONE_HOST, &all, &any).1,
+                want,
+                "{bytes}"
+            );
+        }
+        assert_eq!(
+            choose_with(Func::AllReduce, 1 << 20, &ONE_HOST, &all, &any),
+            (SingleCopy, Protocol::Simple)
+        );
+        // NCCL_PROTO=LL leaves out the single copy, which is Simple: the ring runs by LL.
+        assert_eq!(
+            choose_with(Func::AllReduce, 1 << 20, &ONE_HOST, &all, &only("LL")),
+            (RingPipelined, Protocol::Ll)
+        );
+        assert_eq!(
+            choose_with(Func::AllReduce, 4, &ONE_HOST, &all, &only("LL128")),
+            (Direct, Protocol::Ll128)
+        );
+        assert_eq!(
+            choose_with(Func::AllReduce, 4, &ONE_HOST, &all, &only("^LL")).1,
+            Protocol::Simple
+        );
+        // NCCL_ALGO=single-copy with NCCL_PROTO=Simple: the copy.
+        let copy = with("single-copy");
+        assert_eq!(
+            choose_with(Func::AllReduce, 4, &ONE_HOST, &copy, &only("simple")).0,
+            SingleCopy
+        );
+        // Over TCP (some pair without shared memory): Simple, whatever is allowed.
+        let tcp = Facts {
+            protocols: false,
+            ring_in_memory: false,
+            reads_peers: false,
+            ..ONE_HOST
+        };
+        assert_eq!(
+            choose_with(Func::AllReduce, 4, &tcp, &all, &only("LL")).1,
+            Protocol::Simple
+        );
+    }
+
+    #[test]
+    fn the_debug_line_is_worded_as_nccls_tuning_line() {
+        assert_eq!(
+            debug_line(Func::AllReduce, 1024, Direct, Protocol::Simple),
+            "cpu INFO AllReduce: 1024 Bytes -> Algo direct proto simple"
+        );
+        assert_eq!(
+            debug_line(Func::AllReduce, 8, Direct, Protocol::Ll),
+            "cpu INFO AllReduce: 8 Bytes -> Algo direct proto ll"
+        );
+        assert_eq!(Func::AllToAll.nccl_func(), "AllToAll");
+    }
+}
