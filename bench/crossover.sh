@@ -9,7 +9,7 @@
 #   bench/crossover.sh --help
 #
 # It is a benchmark, not a test: CI never runs it, and its numbers mean something only on
-# a quiet machine. The tuner's thresholds (common/src/collective/tuner.rs,
+# a quiet machine. The tuner's thresholds (backend-cpu/src/tuner.rs,
 # single_copy_from) come from its crossovers.
 set -euo pipefail
 

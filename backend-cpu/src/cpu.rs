@@ -3,6 +3,7 @@
 //! `NCCL_ALGO` allows, what ran last, what `NCCL_DEBUG=INFO` has printed). The algorithms
 //! live in [`crate::collective`], and [`crate::tuner::choose`] picks among them.
 
+use crate::collective::Row;
 use crate::error::SharedError;
 use crate::launch::Identity;
 use crate::rendezvous::Store;
@@ -153,9 +154,10 @@ impl Cpu {
         }
     }
 
-    /// Which algorithm runs `func` on `bytes` (its larger buffer): [`tuner::choose`],
-    /// from what this rank knows alike with every other.
-    pub fn choose(&self, func: Func, bytes: usize) -> Algorithm {
+    /// Which algorithm runs `func` on `bytes` (its larger buffer): its row in the
+    /// collective's table, as [`tuner::choose`] answers from what this rank knows alike
+    /// with every other; noted as what ran ([`Cpu::ran`]).
+    pub fn choose(&self, func: Func, bytes: usize) -> &'static Row {
         let steps = crate::record::steps_on();
         let key = Memo::key(func.tag(), bytes, steps);
         let (algo, proto) = match key.and_then(|k| Memo::lookup(self.memo.load(Relaxed), k)) {
@@ -172,7 +174,8 @@ impl Cpu {
         // every link whose protocol differs (a split communicator shares links).
         self.set.store(proto as u8, Relaxed);
         self.comm.set_protocol(proto);
-        algo
+        self.ran(func, bytes, algo);
+        crate::collective::row(func, algo)
     }
 
     /// What the tuner chooses for `func` on `bytes`, `steps` saying whether `--steps`
@@ -196,7 +199,7 @@ impl Cpu {
     /// a line the first time this choice is made.
     pub fn ran(&self, func: Func, bytes: usize, algo: Algorithm) {
         if crate::record::on() {
-            crate::record::algorithm(algo.label(func));
+            crate::record::algorithm(crate::collective::row(func, algo).label);
         }
         self.last.store(algo as u8, Relaxed);
         // The single copy reads buffers where they lie (counted as Simple); the rest go

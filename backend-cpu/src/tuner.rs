@@ -21,6 +21,7 @@
 //! TCP every message goes by Simple, and `NCCL_PROTO` without Simple is refused.
 
 use crate::SMALL;
+use crate::collective::Row;
 pub use crate::transport::protocol::Protocol;
 use workbook_runtime::Func;
 
@@ -85,39 +86,10 @@ impl Algorithm {
         }
     }
 
-    /// What it does for `func`, in one line, after its name (the trace, `--steps`):
-    /// `single-copy: every rank copies the root's buffer straight from its memory`.
-    pub fn label(self, func: Func) -> &'static str {
-        use Algorithm::*;
-        match (func, self) {
-            (Func::Broadcast, Direct) => "direct: the root to every rank (a small message)",
-            (Func::Broadcast, SingleCopy) => {
-                "single-copy: every rank copies the root's buffer straight from its memory"
-            }
-            (Func::Broadcast, _) => "chain: from the root round the ring, piece by piece (pipelined)",
-            (Func::Reduce, SingleCopy) => "single-copy: the root reduces every rank's buffer straight from its memory",
-            (Func::Reduce, _) => "chain: round the ring to the root, piece by piece (pipelined)",
-            (Func::AllReduce, Direct) => "direct: every rank's buffer to every rank (a small message)",
-            (Func::AllReduce, SingleCopy) => {
-                "single-copy: each rank reduces its chunk of every rank's buffer, then copies the others'"
-            }
-            (Func::AllReduce, RingPipelined) => "ring-pipelined: the ring piece by piece (pipelined)",
-            (Func::AllReduce, Tree) => {
-                "tree: up NCCL's double binary tree, reduced, then down (half the buffer per tree)"
-            }
-            (Func::AllReduce, _) => "ring: the ring step by step",
-            (Func::AllGather, Direct) => "direct: every rank's block to every rank (a small message)",
-            (Func::AllGather, SingleCopy) => "single-copy: every rank copies every other rank's block from its buffer",
-            (Func::ReduceScatter, SingleCopy) => "single-copy: each rank reduces its block of every rank's buffer",
-            (Func::AllToAll, Direct) => {
-                "direct: every block straight to its rank, all the sends first (a small message)"
-            }
-            (Func::AllToAll, SingleCopy) => {
-                "single-copy: every rank copies its block of every other rank's send buffer"
-            }
-            (Func::AllToAll, _) => "pairwise: at step s each rank sends to rank + s and receives from rank - s",
-            _ => "ring: the blocks pass round the ring, one per step",
-        }
+    /// Whether it is shaped as NCCL's `Ring` (the ring, step by step or pipelined, the
+    /// chain, the pairwise exchange): what `NCCL_ALGO=Ring` names, and what always can run.
+    pub fn is_ring_shaped(self) -> bool {
+        self.family() == Family::Ring
     }
 }
 
@@ -156,57 +128,33 @@ pub struct Facts {
 /// 2(n − 1), a gap that grows with the nodes, as the size it is worth does. Elsewhere it runs only
 /// when `NCCL_ALGO` leaves it and not the ring (on one host every rank is one node's chain).
 ///
-/// Measured with `bench/ring-vs-tree.sh` on 2026-11-27 on this project's 2-core AMD EPYC
-/// VM (16, 8 or 4 emulated nodes of one rank, each TCP link simulated with `--link
-/// 50us,10Gbps`, median of 3 runs of 20 calls, µs per all-reduce out of place, ring then
-/// tree; the ranks outnumber the cores, so a wait may also be a wait for a core), once a
-/// step's large message over TCP went to a send thread kept for the purpose rather than
-/// one started per step (which had cost the ring about 300 µs a step here):
-///
-/// | nodes | 16 KiB     | 64 KiB     | 256 KiB    | 512 KiB     | 1 MiB        | 4 MiB        |
-/// |-------|------------|------------|------------|-------------|--------------|--------------|
-/// | 16    |            |            | 8566, 6851 | 17977, 12334 | 24845, 19334 |             |
-/// | 8     | 2070, 816  | 2027, 1200 | 3613, 3082 | 5825, 5763  | 6394, 8588   | 13673, 19200 |
-/// | 4     | 500, 444   | 614, 614   | 1115, 1405 |             | 2217, 4158   | 7931, 13369  |
-///
-/// The tree led on 8 nodes up to 256 KiB and was level at 512 KiB (a second run, as
-/// are the 16 nodes); on 16 nodes it still led at 1 MiB; on 4 it led only at 16 KiB,
-/// where the direct exchange runs. Hence 8 nodes, and 64 KiB a node. (The direct
-/// exchange, up to 16 KiB, stays faster than both.)
+/// `bench/ring-vs-tree.sh` measures where the tree pays on emulated nodes; the figures
+/// that set these thresholds are in docs/perf-history.md ("Where the tuner's thresholds
+/// came from"): the tree led on 8 nodes up to 256 KiB, on 16 still at 1 MiB, on 4 only
+/// where the direct exchange runs. Hence 8 nodes, and 64 KiB a node.
 pub fn choose(func: Func, bytes: usize, facts: &Facts, allowed: &Allowed) -> Algorithm {
     use Algorithm::*;
     let n = facts.ranks;
-    let ring = match func {
-        Func::Broadcast | Func::Reduce => Chain,
-        Func::AllToAll => Pairwise,
-        Func::AllReduce if facts.ring_in_memory && (n > 2 || !facts.steps) => RingPipelined,
-        _ => Ring,
-    };
+    let rows = crate::collective::algorithms(func);
+    let can = |r: &&Row| (r.can)(facts, bytes);
+    // The collective's ring-shaped algorithm that can run here (its table lists the
+    // pipelined ring before the ring, which always can).
+    let ring = rows
+        .iter()
+        .filter(can)
+        .find(|r| r.algorithm.is_ring_shaped())
+        .map_or(Ring, |r| r.algorithm);
     if n < 2 {
         return ring;
     }
-    let can = |a: Algorithm| match a {
-        // All the sends go before the receives: only what fits a link's buffer. A
-        // broadcast on two ranks is direct anyway.
-        Direct => {
-            bytes <= SMALL
-                && !facts.steps
-                && matches!(
-                    func,
-                    Func::AllReduce | Func::AllGather | Func::ReduceScatter | Func::AllToAll
-                ) | (func == Func::Broadcast && n > 2)
-        }
-        SingleCopy => facts.reads_peers && !facts.steps,
-        // NCCL's Tree runs all-reduce only.
-        Tree => func == Func::AllReduce,
-        _ => true,
+    let ok = |r: &&Row| {
+        can(r) && allowed.allows(func, r.algorithm.family()) && (!r.algorithm.is_ring_shaped() || r.algorithm == ring)
     };
-    let ok = |a: Algorithm| can(a) && allowed.allows(func, a.family());
     // In an array, not a Vec: this runs on every call, and a 4-byte call costs less than
     // an allocation.
     let (mut held, mut len) = ([ring; 4], 0);
-    for a in [Direct, SingleCopy, ring, Tree].into_iter().filter(|a| ok(*a)) {
-        held[len] = a;
+    for r in rows.iter().filter(ok).take(4) {
+        held[len] = r.algorithm;
         len += 1;
     }
     let candidates = &held[..len];
@@ -248,66 +196,13 @@ pub const TREE_UP_TO_PER_NODE: usize = 64 << 10;
 /// another's pieces; but it starts and ends with a handshake (where the buffers are, and
 /// "done reading", from every rank to every rank, or to the broadcast's root): a few
 /// message times, and where ranks share cores each may be a sleep and a wake-up (tens of
-/// µs). So it pays from a size. Measured with `bench/crossover.sh` (single copy forced
-/// with `NCCL_ALGO=single-copy` against `NCCL_ALGO=^single-copy`; median of 3 runs of 20
-/// calls, µs per call, out of place + in place; all-to-all out of place only) on
-/// 2026-11-26 on this project's 2-core AMD EPYC VM, load average 4.6 falling to 0: the
-/// size from which the single copy was faster, of 16 KiB, 64 KiB, 256 KiB, 1, 4, 16 MiB:
-///
-/// | collective     | 2 ranks (2 cores)           | 3 ranks (oversubscribed) | 4 ranks (oversubscribed)      |
-/// |----------------|-----------------------------|--------------------------|-------------------------------|
-/// | broadcast      | 16 KiB (64 KiB: 5 vs 31)    | 64 KiB (64 KiB: 28 vs 33) | 1 MiB (256 KiB: 183 vs 166; 1 MiB: 355 vs 1057) |
-/// | all_reduce     | 16 MiB (1 MiB: 409 vs 230; 4 MiB: 1039 vs 930) | 16 KiB | 64 KiB (256 KiB: 181 vs 227) |
-/// | all_gather     | 256 KiB (64 KiB: 11 vs 10)  | 64 KiB                   | 16 KiB                        |
-/// | reduce_scatter | 16 KiB (64 KiB: 6 vs 24)    | 16 KiB                   | 16 KiB                        |
-/// | alltoall       | 16 KiB (64 KiB: 3 vs 12)    | 64 KiB                   | 16 KiB                        |
-///
-/// An earlier run, with other builds loading the machine (load average 7-11, so that
-/// even 2 ranks took turns with other work), had the single copy lose up to 1 MiB in
-/// most rows and the 4-rank broadcast up to 4 MiB: every handshake was a sleep.
-///
-/// A second run, on the quiet machine (03:01, load 2.2; 64 KiB to 16 MiB by 4, 2-4
-/// ranks, broadcast and all-reduce), had the single copy faster from 64 KiB in every row
-/// but the 3-rank all-reduce (1 MiB: 64 KiB 35 + 43 against 27 + 24 µs): the 2-rank
-/// all-reduce from 64 KiB (1 MiB in place: 76 against 137 µs; 4 MiB: 228 against 516),
-/// the 4-rank broadcast from 64 KiB (256 KiB in place: 39 against 75 µs). And
-/// `bench/claims.sh tuner`, alternating both sides 3 times: 4-rank broadcast at 256 KiB 43
-/// µs by single copy against 68 by chain; 2-rank all-reduce at 1 MiB 72 against 111 by
-/// the pipelined ring. The rows that had favoured the slots in the first run (the 2-rank
-/// all-reduce up to 4 MiB, the 4-rank broadcast up to 1 MiB) did not hold: their margins
-/// were within the 20-50% the runs moved by.
-///
-/// On 2026-11-27 the all-gather's single copy began to read each block from its owner's
-/// send buffer (out of place) rather than from the copy the owner makes in its receive
-/// buffer on every call, whose lines the others had read, and so held, on the call
-/// before: each of the owner's stores first took its line back. Rerun since, the
-/// 2-rank all-gather row reads 16 KiB (64 KiB: 1.6 + 1.0 against 5.2 + 4.7 µs, out of
-/// place + in place; it had been 5.1 µs out of place by single copy).
-///
-/// Hence 64 KiB for every collective and rank count: below it the handshake costs more
-/// than the second copy; from it the single copy won in most rows of both runs.
-///
-/// Except on 2 ranks with a core each: there the handshake is one message each way, and
-/// the slots lose well before 64 KiB. The same day's crossover had the 2-rank broadcast,
-/// all-gather and reduce-scatter faster by single copy from 16 KiB (broadcast at 16 KiB:
-/// 0.6 + 0.6 against 2.1 + 1.9 µs), and three runs of each at 24 and 48 KiB had every
-/// collective faster or level by it, out of place + in place: broadcast 1.5 against 6.0 µs
-/// at 24 KiB, reduce-scatter 1.4 against 4.0, all-gather 2.1 against 7.7 at 48 KiB,
-/// all-to-all 2.9 against 4.4 at 24 KiB, all-reduce 6.5 against 7.4 at 24 KiB and 11.6
-/// against 14.2 at 48 KiB. At 8 KiB the broadcast's chain and single copy were level (1.7
-/// against 1.9 µs). So on 2 ranks with a core each the single copy takes over where the
-/// direct exchange stops ([`SMALL`], 16 KiB, also the smallest buffer the arena holds):
-/// the ring never runs between them, and a broadcast, which has no direct exchange on 2
-/// ranks, goes by its chain below. Wider worlds with cores enough keep 64 KiB: this 2-core
-/// machine cannot measure them. `bench/crossover.sh` reruns the table on the machine at
-/// hand.
-///
-/// Chapter 7's packed broadcast (121 KiB on 4 ranks) thus goes by single copy. It had
-/// taken 740-1976 µs so, against 118-154 µs for its 292 tensors one by one; most of that
-/// was not the handshake but page faults: each call's new buffer took pages the last one
-/// had handed back (see `host_memory`'s `KEEP_BELOW`). Since, on the same VM (load 10):
-/// packed 142-189 µs (chain), 168-257 (single copy forced), one by one 247-304 µs (3 runs
-/// of `sol07-packed-broadcast --nproc-per-node 4 --iters 20 --hidden 8`).
+/// µs). So it pays from a size: 64 KiB, where the single copy won in most rows of the
+/// crossover runs (docs/perf-history.md, "Where the tuner's thresholds came from"). On 2
+/// ranks with a core each the handshake is one message each way, and the slots lose well
+/// before: there the single copy takes over where the direct exchange stops ([`SMALL`],
+/// 16 KiB, also the smallest buffer the arena holds), and a broadcast, which has no
+/// direct exchange on 2 ranks, goes by its chain below. `bench/crossover.sh` reruns the
+/// crossover on the machine at hand.
 pub fn single_copy_from(_func: Func, ranks: usize, oversubscribed: bool) -> usize {
     if ranks == 2 && !oversubscribed { SMALL } else { 64 << 10 }
 }
@@ -316,24 +211,11 @@ pub fn single_copy_from(_func: Func, ranks: usize, oversubscribed: bool) -> usiz
 /// being where it starts): no limit but for the reduce, whose root reads and reduces
 /// every buffer alone, where the chain shares the reducing among the ranks.
 ///
-/// Measured on 2026-11-27 on this project's 2-core AMD EPYC VM, the reduce by single copy
-/// against its chain (`NCCL_ALGO=single-copy` against `^single-copy`, 5 alternating runs
-/// of 20 calls, medians, µs, out of place / in place):
-///
-/// | ranks | 64 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB |
-/// |------:|--------|---------|-------|-------|--------|
-/// | 2 | 2.1/1.8 against 7.0/7.2 | 8.5/6.0 against 12.6/16.2 | 41.7/24.5 against 39.2/26.6 | 183/96 against 152/110 | 1516/887 against 1355/743 |
-/// | 3 | 7.6/7.4 against 12.1/10.8 | 21.9/16.3 against 23.1/25.8 | 92.8/61.9 against 76.4/73.3 | 343/240 against 386/302 | 2811/2321 against 2654/2152 |
-/// | 4 | 15.3/14.3 against 17.0/17.5 | 36.6/32.4 against 40.5/34.3 | 136/102 against 141/92 | 873/697 against 644/522 | 4782/3874 against 4107/3217 |
-///
-/// Then 7 runs of 100 calls: 2 ranks at 1 MiB 37.2/28.7 against 59.6/31.3 and at 2 MiB
-/// 74.7/66.6 against 124/104; 4 ranks at 1 MiB 136/127 against 124/90. In those the chain
-/// took 5 to 12 times its usual time in one run of seven, four times on 2 ranks (at 512
-/// KiB 225 against 22 µs), where the host had put the two cores far apart (the round trip
-/// of a cache line at 500 ns where it is 100): every piece it passes through a slot is
-/// written by one core and read by the other, lap after lap. The single copy's root
-/// writes only its own buffer, which no other rank reads, and never took more than 1.4
-/// times its median.
+/// The reduce by single copy against its chain, measured in alternating runs
+/// (docs/perf-history.md, "Where the tuner's thresholds came from"), was level at 4 MiB
+/// on 2 ranks and behind from 16 MiB, and behind from 1 MiB on more; the chain, whose
+/// every piece crosses between two cores lap after lap, also took many times its usual
+/// time in some runs, where the single copy's root writes only its own buffer.
 ///
 /// Hence the reduce by single copy below 4 MiB on 2 ranks (the root reads one other
 /// buffer: level with the chain at 4 MiB, behind from 16 MiB) and below 1 MiB on more.
@@ -403,22 +285,10 @@ pub fn protocol_for(func: Func, bytes: usize, algo: Algorithm, facts: &Facts, pr
 /// x86 a Release store is a plain store (the CPU keeps stores in order): Simple's flag
 /// costs nothing more than LL's, and its messages of up to 32 bytes already travel inside
 /// their flag's cache line. What LL adds is work per 4 bytes on both sides and twice the
-/// lines. Measured on this project's 2-core AMD EPYC VM, 2026-11-26 (`07-nccl-perf
-/// --nproc-per-node 2 -b 8 -e 4M -f 4 -A ring -P ll,ll128,simple`, release build, load
-/// average 4-5 from other builds; out of place, medians of 3 runs, LL / LL128 / Simple):
-///
-/// | size    | µs                    | busbw GB/s         |
-/// |---------|-----------------------|--------------------|
-/// | 8 B     | 1.33 / 0.76 / 0.95    |                    |
-/// | 512 B   | 2.66 / 0.82 / 1.23    |                    |
-/// | 8 KiB   | 12.7 / 4.3 / 2.9      | 0.65 / 1.93 / 2.84 |
-/// | 128 KiB | 186 / 43 / 20         | 0.71 / 3.02 / 6.63 |
-/// | 2 MiB   | 4966 / 1436 / 876     | 0.42 / 1.46 / 2.39 |
-///
-/// (Without `-A ring`, the direct exchange at 8 B: 1.05 / 0.94 / 1.19 µs; the small sizes
-/// move by ±50% from run to run.) LL was never faster than Simple beyond that noise;
-/// LL128 was level with it below 1 KiB and slower past a few KiB. So the tuner keeps
-/// Simple, and LL and LL128 run when `NCCL_PROTO` asks.
+/// lines. Measured on a 2-core x86 VM (docs/perf-history.md, "Where the tuner's
+/// thresholds came from"), LL was never faster than Simple beyond the noise, and LL128 was
+/// level with it below 1 KiB and slower past a few KiB: so the tuner keeps Simple, and LL
+/// and LL128 run when `NCCL_PROTO` asks.
 pub const LL_BELOW: Option<usize> = None;
 
 /// Which protocols `NCCL_PROTO` allows, per collective.

@@ -1,53 +1,54 @@
 //! All-gather (`ncclAllGather`): every rank contributes `count` elements; every rank
 //! receives all of them, rank i's at block i (`n × count` elements).
 //!
-//! Its algorithms on the CPU backend, one file each, and [`run`], which asks the tuner
-//! which one runs.
+//! Its algorithms on the CPU backend, one file each, and their table: a small buffer goes
+//! [`direct`], every block straight to every rank; else the [`ring`] passes the blocks
+//! round, or on one host each rank copies the others' blocks straight from their buffers
+//! ([`single_copy`]). Each starts with this rank's block in its place in the receive
+//! buffer ([`own_block`]).
 
 pub mod direct;
 pub mod ring;
 pub mod single_copy;
 
-use super::HostCall;
-use crate::cpu::Cpu;
+use super::{Row, always, reads_peers, small};
+use crate::record;
 use crate::tuner::Algorithm;
-use anyhow::{Context, Result};
-use workbook_runtime::{Func, record};
 
-/// All-gather on the CPU backend: this rank's block goes into its place in the receive
-/// buffer, then, as the tuner says ([`crate::tuner::choose`]): a small buffer goes
-/// [`direct`], every block straight to every rank; else the [`ring`] passes the blocks
-/// round, or on one host each rank copies the others' blocks straight from their buffers
-/// ([`single_copy`]).
-pub fn run(cpu: &Cpu, call: HostCall) -> Result<()> {
-    let block = call.count * call.elem();
-    let (n, r) = (cpu.world(), cpu.rank());
-    let HostCall { send, buf, .. } = call;
+/// All-gather's algorithms, as the tuner weighs them ([`crate::tuner::choose`]).
+pub const ALGORITHMS: &[Row] = &[
+    Row {
+        algorithm: Algorithm::Direct,
+        label: "direct: every rank's block to every rank (a small message)",
+        can: small,
+        run: |cpu, c| {
+            let block = own_block(cpu.rank(), &c.send, c.buf, c.count * c.elem());
+            direct::all_gather(cpu, c.buf, block, c.reduction)
+        },
+    },
+    Row {
+        algorithm: Algorithm::SingleCopy,
+        label: "single-copy: every rank copies every other rank's block from its buffer",
+        can: reads_peers,
+        run: single_copy::all_gather,
+    },
+    Row {
+        algorithm: Algorithm::Ring,
+        label: "ring: the blocks pass round the ring, one per step",
+        can: always,
+        run: |cpu, c| {
+            let block = own_block(cpu.rank(), &c.send, c.buf, c.count * c.elem());
+            ring::all_gather(cpu, c.buf, block, c.reduction)
+        },
+    },
+];
+
+/// Puts this rank's block (`rank`, `block` bytes) in its place in the receive buffer
+/// `buf`, out of place (in place it is there already); returns `block`.
+pub(crate) fn own_block(rank: usize, send: &Option<&[u8]>, buf: &mut [u8], block: usize) -> usize {
     if let Some(src) = send {
-        buf[r * block..(r + 1) * block].copy_from_slice(src);
-        record::wrote(&buf[r * block..(r + 1) * block]);
+        buf[rank * block..(rank + 1) * block].copy_from_slice(src);
+        record::wrote(&buf[rank * block..(rank + 1) * block]);
     }
-    let streaming = cpu.streams(buf.len());
-    match cpu.choose(Func::AllGather, buf.len()) {
-        Algorithm::Direct => return direct::all_gather(cpu, buf, block),
-        Algorithm::SingleCopy => {
-            // Each rank's block where the others read it: where it started, the send
-            // buffer (out of place), else its place in the receive buffer. Not the copy
-            // this rank makes on every call: the readers would hold its lines from the
-            // call before, and each store of the copy would first have to take one back.
-            let mine = send.unwrap_or(&buf[r * block..(r + 1) * block]);
-            if let Some(theirs) = cpu
-                .share_regions(Func::AllGather.tag(), &[mine], &[block])
-                .context("all-gather")?
-            {
-                return single_copy::all_gather(cpu, buf, block, &theirs, streaming);
-            }
-        }
-        _ if n == 1 => {
-            cpu.ran(Func::AllGather, buf.len(), Algorithm::Ring);
-            return Ok(());
-        }
-        _ => {}
-    }
-    ring::all_gather(cpu, buf, block, streaming)
+    block
 }

@@ -3,9 +3,8 @@
 use crate::collective::direct::send_to_each;
 use crate::cpu::Cpu;
 use crate::element::Reduction;
-use crate::record::{self, Dir, How};
-use crate::tuner::Algorithm;
-use anyhow::{Context, Result};
+use crate::prims::{Prims, Src};
+use anyhow::Result;
 use workbook_runtime::Func;
 
 /// A small all-reduce, direct: every rank sends its whole buffer to every other rank,
@@ -17,38 +16,25 @@ use workbook_runtime::Func;
 /// The sends go first, to every peer: a small message fits the link's buffer (a shared
 /// memory slot, a socket's buffer), so no rank waits for another to receive.
 pub fn all_reduce(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
-    let (n, r, tag) = (cpu.world(), cpu.rank(), Func::AllReduce.tag());
-    cpu.ran(Func::AllReduce, data.len(), Algorithm::Direct);
-    let mine = src.unwrap_or(data);
-    send_to_each(cpu, tag, "all-reduce", |_| mine)?;
+    let (n, r, all) = (cpu.world(), cpu.rank(), 0..data.len());
     // In place, rank 0's buffer lands on this rank's own first: keep a copy of it.
     let kept = match (src, r) {
         (None, 1..) => data.to_vec(),
         _ => vec![],
     };
+    let mut prims = Prims::new(cpu, Func::AllReduce, src, data, red);
+    send_to_each(&mut prims, (n, r), Src::Input, |_| all.clone())?;
     for from in 0..n {
-        let t = record::clock();
-        if from == r {
-            match (r, src) {
-                (0, Some(src)) => data.copy_from_slice(src),
-                (0, None) => {} // rank 0's own buffer is where the sum starts
-                _ => (red.accumulate)(data, src.unwrap_or(&kept)),
-            }
-            continue;
-        }
-        let link = cpu.link(from);
         match from {
-            0 => link.recv_into(tag, data),
-            // Reduced where it arrives (a shared-memory slot), piece by piece.
-            _ => link.recv_pieces(tag, data.len(), &mut |off, piece| {
-                (red.accumulate)(&mut data[off..off + piece.len()], piece)
-            }),
+            _ if from == r => match (r, src) {
+                (0, Some(src)) => prims.output().copy_from_slice(src),
+                (0, None) => {} // rank 0's own buffer is where the sum starts
+                _ => (red.accumulate)(prims.output(), src.unwrap_or(&kept)),
+            },
+            0 => prims.recv_from(0, all.clone())?,
+            _ => prims.recv_reduce_from(from, all.clone())?,
         }
-        .map_err(|e| cpu.lost(e, from))
-        .with_context(|| format!("all-reduce: receiving rank {from}'s buffer {}", cpu.peer_name(from)))?;
-        let how = if from == 0 { How::Copy } else { How::Reduce };
-        record::op(t, "recv", &[(Dir::Recv, from, data, how)]);
     }
-    red.finish(data, n);
+    red.finish(prims.output(), n);
     Ok(())
 }

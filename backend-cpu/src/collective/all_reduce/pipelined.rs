@@ -1,10 +1,10 @@
 //! The ring all-reduce run piece by piece, as NCCL runs its ring.
 
-use crate::cpu::{Cpu, chunk_range, keep};
-use crate::record::{self, Dir, How};
+use crate::cpu::{Cpu, chunk_range};
+use crate::element::Reduction;
+use crate::prims::Prims;
 use crate::transport::shm::SLOT_BYTES;
-use crate::tuner::Algorithm;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use workbook_runtime::Func;
 
 /// The same ring all-reduce, run piece by piece as NCCL runs it: each chunk is cut into
@@ -23,14 +23,12 @@ use workbook_runtime::Func;
 /// before it receives, so each link must hold a piece while its receiver is busy. (A TCP
 /// socket promises to hold only a little; NCCL gives its network links a helper thread
 /// for that, which this backend does not have.)
-pub fn all_reduce(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::element::Reduction) -> Result<()> {
-    let (n, r, e, tag) = (cpu.world(), cpu.rank(), red.elem, Func::AllReduce.tag());
-    let (left, right) = cpu.neighbours();
+pub fn all_reduce(cpu: &Cpu, send: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
+    let (n, r, e) = (cpu.world(), cpu.rank(), red.elem);
     let count = data.len() / e;
     let per = (SLOT_BYTES / e).max(1);
     let longest = (0..n).map(|c| chunk_range(count, n, c).len()).max().unwrap_or(0);
-    let streaming = cpu.streams(data.len());
-    cpu.ran(Func::AllReduce, data.len(), Algorithm::RingPipelined);
+    let mut prims = Prims::new(cpu, Func::AllReduce, send, data, red);
     for k in 0..longest.div_ceil(per).max(1) {
         // Piece k of chunk c, in bytes (chunks differ by one element at most: a last
         // piece may be empty).
@@ -39,75 +37,22 @@ pub fn all_reduce(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: crate::el
             let start = (chunk.start + k * per).min(chunk.end);
             start * e..(start + per).min(chunk.end) * e
         };
-        let step = |what: &str| format!("all-reduce, piece {k}: {what}");
-        // Reduce-scatter: our own piece of chunk r goes right...
-        record::phase("reduce-scatter");
-        let own = piece(r);
-        let first = src.map_or(&data[own.clone()], |src| &src[own]);
-        let t = record::clock();
-        cpu.send_tagged(tag, first, right).with_context(|| step("send"))?;
-        record::op(t, "send", &[(Dir::Send, right, first, How::Copy)]);
-        // ...then each partial result arriving from the left gets ours reduced in and goes on.
-        for s in 0..n - 2 {
-            let p = piece(r + 2 * n - s - 1);
-            let mine = src.map_or(&data[p.clone()], |src| &src[p]);
-            let t = record::clock();
-            cpu.recv_then_send(tag, (left, right), mine.len(), |out, off, inp| {
-                (red.combine)(out, &mine[off..], inp)
-            })
-            .with_context(|| step("recvReduceSend"))?;
-            let part = [
-                (Dir::Recv, left, mine, How::Partial),
-                (Dir::Send, right, mine, How::Partial),
-            ];
-            record::op(t, "recvReduceSend", &part);
+        prims.phase("reduce-scatter");
+        // Step 0: our own piece of chunk r goes right.
+        prims.send(piece(r))?;
+        // n - 2 steps: reduce and pass on.
+        for j in 2..n {
+            prims.recv_reduce_send(piece(r + n + 1 - j))?;
         }
-        // The last reduction makes the full result of chunk r + 1: passed on, and kept.
-        let p = piece(r + 1);
-        let t = record::clock();
-        cpu.recv_then_send(tag, (left, right), p.len(), |out, off, inp| {
-            let at = p.start + off..p.end;
-            let mine = src.map_or(&data[at.clone()], |src| &src[at.clone()]);
-            (red.combine)(out, mine, inp);
-            red.finish(out, n);
-            keep(&mut data[at], out, streaming);
-        })
-        .with_context(|| step("recvReduceCopySend"))?;
-        let done = &data[p];
-        record::op(
-            t,
-            "recvReduceCopySend",
-            &[
-                (Dir::Recv, left, done, How::Reduce),
-                (Dir::Send, right, done, How::Copy),
-            ],
-        );
-        record::phase("all-gather");
-        // All-gather: each finished result arriving from the left is kept and passed on...
-        for s in 0..n - 2 {
-            let dst = &mut data[piece(r + n - s)];
-            let t = record::clock();
-            cpu.recv_then_send(tag, (left, right), dst.len(), |out, off, inp| {
-                out.copy_from_slice(inp);
-                keep(&mut dst[off..], inp, streaming);
-            })
-            .with_context(|| step("recvCopySend"))?;
-            record::op(
-                t,
-                "recvCopySend",
-                &[(Dir::Recv, left, dst, How::Copy), (Dir::Send, right, dst, How::Copy)],
-            );
+        // Step n - 1: the last reduction makes the result of chunk r + 1: kept, passed on.
+        prims.recv_reduce_copy_send(piece(r + 1))?;
+        prims.phase("all-gather");
+        // n - 2 steps: a finished result, kept and passed on.
+        for j in 1..n - 1 {
+            prims.recv_copy_send(piece(r + n + 1 - j))?;
         }
-        // ...and the last one only kept.
-        let dst = &mut data[piece(r + 2)];
-        let t = record::clock();
-        match streaming {
-            true => cpu.link(left).recv_into_streaming(tag, dst),
-            false => cpu.link(left).recv_into(tag, dst),
-        }
-        .map_err(|e| cpu.lost(e, left))
-        .with_context(|| step("recv"))?;
-        record::op(t, "recv", &[(Dir::Recv, left, dst, How::Copy)]);
+        // The last finished result, kept.
+        prims.recv(piece(r + 2))?;
     }
     Ok(())
 }

@@ -38,10 +38,10 @@ pub fn all_reduce(cpu: &Cpu, src: Option<&[u8]>, data: &mut [u8], red: Reduction
         .share_regions(tag, &[src.unwrap_or(data), data], &[len, len])
         .context("all-reduce")?
     else {
+        cpu.ran(Func::AllReduce, len, Algorithm::RingPipelined);
         return super::pipelined::all_reduce(cpu, src, data, red);
     };
     let peer = |p: usize| (theirs[p][0], theirs[p][1]);
-    cpu.ran(Func::AllReduce, len, Algorithm::SingleCopy);
 
     record::phase("reduce-scatter");
     let own = chunk(r);

@@ -3,9 +3,8 @@
 use crate::collective::tree::{self, Tree};
 use crate::cpu::Cpu;
 use crate::element::Reduction;
-use crate::record::{self, Dir, How};
-use crate::tuner::Algorithm;
-use anyhow::{Context, Result};
+use crate::prims::{Prims, Src};
+use anyhow::Result;
 use std::ops::Range;
 use workbook_runtime::Func;
 
@@ -33,17 +32,16 @@ const MIN_PIECE: usize = 32 << 10;
 /// whole depth's latency (measured on 8 emulated nodes over `--link 500us,10Gbps`: 4.5
 /// times slower at 1 MiB).
 pub fn all_reduce(cpu: &Cpu, send: Option<&[u8]>, data: &mut [u8], red: Reduction) -> Result<()> {
-    let (n, r) = (cpu.world(), cpu.rank());
-    cpu.ran(Func::AllReduce, data.len(), Algorithm::Tree);
-    let trees = tree::trees(cpu.nodes(), r);
+    let trees = tree::trees(cpu.nodes(), cpu.rank());
     let pieces = pieces(data.len(), red.elem);
+    let mut prims = Prims::new(cpu, Func::AllReduce, send, data, red);
     // No phases for --steps: while one tree comes down, the other may still go up on
     // another rank, so the steps are numbered over the whole collective.
-    for (i, at) in in_turn(&pieces) {
-        up(cpu, &trees[at.0], at.0, i, send, data, at.1.clone(), red, n)?;
+    for (t, at) in in_turn(&pieces) {
+        up(&mut prims, &trees[t], at.clone(), red, cpu.world())?;
     }
-    for (i, at) in in_turn(&pieces) {
-        down(cpu, &trees[at.0], at.0, i, data, at.1.clone())?;
+    for (t, at) in in_turn(&pieces) {
+        down(&mut prims, &trees[t], at.clone())?;
     }
     Ok(())
 }
@@ -63,84 +61,41 @@ fn pieces(len: usize, elem: usize) -> [Vec<Range<usize>>; 2] {
     })
 }
 
-/// The pieces of both trees, the first tree's then the second's: `(piece number, (tree,
-/// bytes))`.
-fn in_turn(pieces: &[Vec<Range<usize>>; 2]) -> Vec<(usize, (usize, &Range<usize>))> {
-    (0..2)
-        .flat_map(|t| pieces[t].iter().enumerate().map(move |(i, at)| (i, (t, at))))
-        .collect()
+/// The pieces of both trees, the first tree's then the second's: `(tree, bytes)`.
+fn in_turn(pieces: &[Vec<Range<usize>>; 2]) -> impl Iterator<Item = (usize, &Range<usize>)> {
+    (0..2).flat_map(move |t| pieces[t].iter().map(move |at| (t, at)))
 }
 
-/// One piece up tree `t`: the children's partial results reduced into this rank's
+/// One piece up a tree: the children's partial results reduced into this rank's
 /// elements, then sent to the parent (or, at the root, finished).
-#[allow(clippy::too_many_arguments)]
-fn up(
-    cpu: &Cpu,
-    tree: &Tree,
-    t: usize,
-    i: usize,
-    send: Option<&[u8]>,
-    data: &mut [u8],
-    at: Range<usize>,
-    red: Reduction,
-    n: usize,
-) -> Result<()> {
-    let tag = Func::AllReduce.tag();
-    let step = |what: &str, peer: usize| format!("all-reduce, tree {t} up: {what} piece {i} {}", cpu.peer_name(peer));
-    let mine = send.map(|s| &s[at.clone()]);
-    let dst = &mut data[at];
+fn up(prims: &mut Prims, tree: &Tree, at: Range<usize>, red: Reduction, n: usize) -> Result<()> {
     for (j, &child) in tree.down.iter().enumerate() {
-        let t0 = record::clock();
-        cpu.link(child)
-            .recv_pieces(tag, dst.len(), &mut |off, piece| {
-                let out = &mut dst[off..off + piece.len()];
-                match (j, mine) {
-                    // The first child's partial result and this rank's own elements.
-                    (0, Some(mine)) => (red.combine)(out, &mine[off..off + piece.len()], piece),
-                    _ => (red.accumulate)(out, piece),
-                }
-            })
-            .map_err(|e| cpu.lost(e, child))
-            .with_context(|| step("receiving", child))?;
-        record::op(t0, "recv", &[(Dir::Recv, child, dst, How::Reduce)]);
+        match j {
+            // The first child's partial result and this rank's own elements.
+            0 => prims.recv_reduce_copy_from(child, at.clone())?,
+            _ => prims.recv_reduce_from(child, at.clone())?,
+        }
     }
     // A leaf sends its own elements, as they are; an inner rank its partial result, which
     // it keeps (the finished piece overwrites it on the way down).
-    let out: &[u8] = match (tree.down.is_empty(), mine) {
-        (true, Some(mine)) => mine,
-        _ => dst,
-    };
+    let from = if tree.down.is_empty() { Src::Input } else { Src::Output };
     match tree.up {
-        Some(parent) => {
-            let t0 = record::clock();
-            cpu.send_tagged(tag, out, parent)
-                .with_context(|| step("sending", parent))?;
-            record::op(t0, "send", &[(Dir::Send, parent, out, How::Copy)]);
-        }
+        Some(parent) => prims.send_to(parent, from, at),
         // The root: the piece is finished (ncclAvg divides it here, once).
-        None => red.finish(dst, n),
+        None => {
+            red.finish(&mut prims.output()[at], n);
+            Ok(())
+        }
     }
-    Ok(())
 }
 
-/// One piece down tree `t`: the finished piece from the parent, passed to the children.
-fn down(cpu: &Cpu, tree: &Tree, t: usize, i: usize, data: &mut [u8], at: Range<usize>) -> Result<()> {
-    let tag = Func::AllReduce.tag();
-    let step = |what: &str, peer: usize| format!("all-reduce, tree {t} down: {what} piece {i} {}", cpu.peer_name(peer));
-    let piece = &mut data[at];
+/// One piece down a tree: the finished piece from the parent, passed to the children.
+fn down(prims: &mut Prims, tree: &Tree, at: Range<usize>) -> Result<()> {
     if let Some(parent) = tree.up {
-        let t0 = record::clock();
-        cpu.link(parent)
-            .recv_into(tag, piece)
-            .map_err(|e| cpu.lost(e, parent))
-            .with_context(|| step("receiving", parent))?;
-        record::op(t0, "recv", &[(Dir::Recv, parent, piece, How::Copy)]);
+        prims.recv_from(parent, at.clone())?;
     }
     for &child in &tree.down {
-        let t0 = record::clock();
-        cpu.send_tagged(tag, piece, child)
-            .with_context(|| step("sending", child))?;
-        record::op(t0, "send", &[(Dir::Send, child, piece, How::Copy)]);
+        prims.send_to(child, Src::Output, at.clone())?;
     }
     Ok(())
 }

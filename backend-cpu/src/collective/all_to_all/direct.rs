@@ -3,7 +3,8 @@
 
 use crate::collective::direct::{recv_from_each, send_to_each};
 use crate::cpu::Cpu;
-use crate::tuner::Algorithm;
+use crate::element::Reduction;
+use crate::prims::{Prims, Src};
 use anyhow::Result;
 use workbook_runtime::Func;
 
@@ -13,10 +14,10 @@ use workbook_runtime::Func;
 /// block fits the link's buffer), so a rank waits only until each peer has sent once: one
 /// message time instead of n - 1. Where ranks share cores, one turn of each peer on a core.
 /// In place (`send` is `None`) the blocks leave from `buf` itself, before any arrives.
-pub fn all_to_all(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], block: usize) -> Result<()> {
-    let tag = Func::AllToAll.tag();
-    cpu.ran(Func::AllToAll, buf.len(), Algorithm::Direct);
-    let src = send.unwrap_or(buf);
-    send_to_each(cpu, tag, "all-to-all", |to| &src[to * block..(to + 1) * block])?;
-    recv_from_each(cpu, tag, "all-to-all", buf, block)
+pub fn all_to_all(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], block: usize, red: Reduction) -> Result<()> {
+    let (n, r) = (cpu.world(), cpu.rank());
+    let blk = |i: usize| i * block..(i + 1) * block;
+    let mut prims = Prims::new(cpu, Func::AllToAll, send, buf, red);
+    send_to_each(&mut prims, (n, r), Src::Input, blk)?;
+    recv_from_each(&mut prims, (n, r), blk)
 }

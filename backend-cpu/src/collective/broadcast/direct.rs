@@ -2,30 +2,24 @@
 
 use crate::collective::direct::send_to_each;
 use crate::cpu::Cpu;
-use crate::record::{self, Dir, How};
-use crate::tuner::Algorithm;
-use anyhow::{Context, Result};
+use crate::element::Reduction;
+use crate::prims::{Prims, Src};
+use crate::record;
+use anyhow::Result;
 use workbook_runtime::Func;
 
 /// A small broadcast, direct: the root sends its buffer to every other rank itself, one
 /// message time where the chain takes n - 1 (NCCL's tree makes a similar trade).
-pub fn broadcast(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize) -> Result<()> {
-    let (r, tag) = (cpu.rank(), Func::Broadcast.tag());
-    cpu.ran(Func::Broadcast, buf.len(), Algorithm::Direct);
+pub fn broadcast(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize, red: Reduction) -> Result<()> {
+    let (n, r, all) = (cpu.world(), cpu.rank(), 0..buf.len());
+    let mut prims = Prims::new(cpu, Func::Broadcast, root_src, buf, red);
     if r != root {
-        let t = record::clock();
-        cpu.link(root)
-            .recv_into(tag, buf)
-            .map_err(|e| cpu.lost(e, root))
-            .with_context(|| format!("broadcast from rank {root}: receiving {}", cpu.peer_name(root)))?;
-        record::op(t, "recv", &[(Dir::Recv, root, buf, How::Copy)]);
-        return Ok(());
+        return prims.recv_from(root, all);
     }
-    let out = root_src.unwrap_or(buf);
-    send_to_each(cpu, tag, "broadcast", |_| out)?;
+    send_to_each(&mut prims, (n, r), Src::Input, |_| all.clone())?;
     if let Some(mine) = root_src {
-        buf.copy_from_slice(mine);
-        record::wrote(buf);
+        prims.output().copy_from_slice(mine);
+        record::wrote(prims.output());
     }
     Ok(())
 }

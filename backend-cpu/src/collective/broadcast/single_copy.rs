@@ -3,7 +3,6 @@
 
 use crate::cpu::{Cpu, Signal, keep};
 use crate::record::{self, Dir, How};
-use crate::tuner::Algorithm;
 use anyhow::{Context, Result};
 use workbook_runtime::Func;
 
@@ -17,7 +16,6 @@ pub fn broadcast(cpu: &Cpu, root_src: Option<&[u8]>, buf: &mut [u8], root: usize
     let (n, r, tag) = (cpu.world(), cpu.rank(), Func::Broadcast.tag());
     let streaming = cpu.streams(buf.len());
     let others = || (1..n).map(move |k| (root + k) % n);
-    cpu.ran(Func::Broadcast, buf.len(), Algorithm::SingleCopy);
     let context = || format!("broadcast from rank {root}");
     if r != root {
         let t = record::clock();

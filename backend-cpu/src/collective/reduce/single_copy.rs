@@ -5,7 +5,6 @@ use crate::collective::single_copy::reduce_into;
 use crate::cpu::{Cpu, Signal};
 use crate::element::Reduction;
 use crate::record::{self, Dir, How};
-use crate::tuner::Algorithm;
 use anyhow::{Context, Result};
 use std::iter::once;
 use workbook_runtime::Func;
@@ -24,7 +23,6 @@ pub fn reduce(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], root: usize, red: 
     let (n, r, tag) = (cpu.world(), cpu.rank(), Func::Reduce.tag());
     let len = buf.len();
     let context = || format!("reduce to rank {root}");
-    cpu.ran(Func::Reduce, len, Algorithm::SingleCopy);
     if r != root {
         let mine = send.unwrap_or(buf);
         if cpu.announce(tag, &[mine], once(root)).with_context(context)? {

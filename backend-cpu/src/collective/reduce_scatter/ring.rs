@@ -2,7 +2,6 @@
 
 use crate::cpu::{Cpu, split_two};
 use crate::element::Reduction;
-use crate::tuner::Algorithm;
 use anyhow::{Context, Result};
 use workbook_runtime::Func;
 
@@ -18,7 +17,6 @@ use workbook_runtime::Func;
 pub fn reduce_scatter(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], block: usize, red: Reduction) -> Result<()> {
     let (n, r) = (cpu.world(), cpu.rank());
     let blk = |i: usize| i * block..(i + 1) * block;
-    cpu.ran(Func::ReduceScatter, n * block, Algorithm::Ring);
     let mut working = cpu.scratch(block);
     let (a, b) = &mut *working;
     let (mut out, mut into) = (&mut a[..block], &mut b[..block]);
