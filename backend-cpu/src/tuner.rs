@@ -23,7 +23,7 @@
 use crate::SMALL;
 use crate::collective::Row;
 pub use crate::transport::protocol::Protocol;
-use workbook_runtime::Func;
+use workbook_runtime::{Func, nccl};
 
 /// One way of running a collective on the CPU backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -357,42 +357,19 @@ fn parse_list<const N: usize>(
     other: impl Fn(&str, bool) -> Result<(), String>,
 ) -> Result<[[bool; N]; Func::ALL.len()], String> {
     let mut per = [[true; N]; Func::ALL.len()];
-    for (k, entry) in text.split(';').enumerate() {
-        let entry = entry.trim();
-        if entry.is_empty() {
-            continue;
-        }
-        let (prefix, list) = match entry.split_once(':') {
-            Some((p, l)) => (Some(p.trim()), l.trim()),
-            None if k == 0 => (None, entry),
-            None => {
-                return Err(format!(
-                    "'{entry}': every list but the first must name its collective (allreduce:{})",
-                    names[0]
-                ));
-            }
-        };
-        let (exclude, list) = match list.strip_prefix('^') {
-            Some(rest) => (true, rest),
-            None => (false, list),
-        };
+    for list in nccl::list::parse(text)? {
         let mut named = [false; N];
-        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let squashed = name.replace(['-', '_'], "");
-            match names
-                .iter()
-                .position(|f| f.replace('-', "").eq_ignore_ascii_case(&squashed))
-            {
+        for name in list.names {
+            match names.iter().position(|known| nccl::list::same(name, known)) {
                 Some(f) => named[f] = true,
-                None => other(name, exclude)?,
+                None => other(name, list.exclude)?,
             }
         }
-        let row = named.map(|n| n != exclude);
-        let squashed = |s: &str| s.replace(['-', '_'], "").to_lowercase();
-        let which: Vec<usize> = match prefix {
-            None => (0..Func::ALL.len()).collect(),
-            Some(p) => match Func::ALL.iter().find(|f| squashed(f.nccl_func()) == squashed(p)) {
-                Some(f) => vec![f.index()],
+        let row = named.map(|n| n != list.exclude);
+        match list.func {
+            None => per = [row; Func::ALL.len()],
+            Some(p) => match Func::ALL.iter().find(|f| nccl::list::same(p, f.nccl_func())) {
+                Some(f) => per[f.index()] = row,
                 None => {
                     return Err(format!(
                         "unknown collective '{p}': one of {}",
@@ -400,9 +377,6 @@ fn parse_list<const N: usize>(
                     ));
                 }
             },
-        };
-        for i in which {
-            per[i] = row;
         }
     }
     Ok(per)

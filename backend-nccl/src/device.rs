@@ -184,9 +184,8 @@ pub fn choose(choice: BackendChoice, p: &Probe) -> Result<(Kind, String)> {
     } else if let Some(e) = &p.nccl_error {
         Some(format!("found {} but libnccl failed: {e}", gpus(p.gpus)))
     } else if let Some(lib) = too_old {
-        let (a, b, c) = OLDEST;
         Some(format!(
-            "found {} but {} is older than NCCL {a}.{b}.{c}, the oldest this workbook supports: \
+            "found {} but {} is older than NCCL {OLDEST}, the oldest this workbook supports: \
              load a newer NCCL: `pip install nvidia-nccl-cu12` in an active virtual or conda environment \
              (searched before the libnccl.so the loader finds), or NCCL_LIBRARY=<a newer libnccl.so.2>",
             gpus(p.gpus),

@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 /// `nccl-02018`). Everything called here is in it: the non-blocking communicator and
 /// `ncclCommGetAsyncError` (2.14), `ncclCommFinalize` (2.14), `ncclConfig_t` as laid out
 /// in 2.17, `ncclGetLastError` (2.13), and `ncclCommSplit` (2.18).
-pub const OLDEST: (u32, u32, u32) = (2, 18, 0);
+pub const OLDEST: workbook_runtime::nccl::Version = workbook_runtime::nccl::Version::new(2, 18, 0);
 
 /// The NCCL a process has loaded: its version and its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,24 +70,13 @@ impl Loaded {
 /// file that holds `ncclGetVersion`.
 pub fn loaded() -> Result<Loaded> {
     let code = cudarc::nccl::result::get_nccl_version().map_err(|e| anyhow!("ncclGetVersion failed: {:?}", e.0))?;
-    let (major, minor, patch) = split_version(code);
+    let version = workbook_runtime::nccl::Version::from_code(code);
     let path = cudarc_file();
     Ok(Loaded {
-        version: format!("{major}.{minor}.{patch}"),
-        supported: (major, minor, patch) >= OLDEST,
+        version: version.to_string(),
+        supported: version >= OLDEST,
         path: path.map(|p| p.canonicalize().unwrap_or(p)),
     })
-}
-
-/// NCCL's version code as (major, minor, patch): 2.18.3 is 21803 (and versions before
-/// 2.9 were written 2903-style, in thousands).
-pub fn split_version(code: c_int) -> (u32, u32, u32) {
-    let code = code.max(0) as u32;
-    if code >= 10000 {
-        (code / 10000, (code / 100) % 100, code % 100)
-    } else {
-        (code / 1000, (code / 100) % 10, code % 100)
-    }
 }
 
 /// The file of the loaded object that contains `addr` (`dladdr`).

@@ -6,6 +6,8 @@
 //! ignored, and a collective left with no algorithm fails when called; per-collective
 //! lists (`allreduce:tree;broadcast:ring`) exist from 2.24 only.
 
+use workbook_runtime::nccl::{self, Version};
+
 /// NCCL's collectives (`ncclFuncStr`), as per-collective lists name them.
 const FUNCS: [&str; 5] = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
 /// NCCL's algorithms (`ncclAlgoStr`, 2.18 to 2.28; PAT from 2.23).
@@ -24,8 +26,13 @@ pub(crate) const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
 /// Checks `NCCL_ALGO` and `NCCL_PROTO` (read with `var`) against NCCL `version`
 /// (`major.minor.patch`): one line saying what is wrong, if anything.
 pub fn check(version: &str, var: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
-    let code = version_code(version);
-    let algos: &[&str] = if code >= (2, 23, 0) { &ALGOS } else { &ALGOS[..6] };
+    // What cannot be read as a version is taken as the newest.
+    let code = Version::parse(version).unwrap_or(Version::new(u32::MAX, 0, 0));
+    let algos: &[&str] = if code >= Version::new(2, 23, 0) {
+        &ALGOS
+    } else {
+        &ALGOS[..6]
+    };
     for (name, known, what) in [
         ("NCCL_ALGO", algos, "algorithm"),
         ("NCCL_PROTO", &PROTOS[..], "protocol"),
@@ -45,15 +52,10 @@ pub fn check_one(version: &str, name: &str, value: &str) -> Result<(), String> {
 }
 
 /// One variable's value, as NCCL `version` reads it.
-fn check_list(text: &str, known: &[&str], what: &str, code: (u32, u32, u32), version: &str) -> Result<(), String> {
-    let names = known.join(", ");
-    for (k, entry) in text.split(';').filter(|e| !e.trim().is_empty()).enumerate() {
-        let (prefix, list) = match entry.split_once(':') {
-            Some((p, l)) => (Some(p.trim()), l.trim()),
-            None => (None, entry.trim()),
-        };
-        match prefix {
-            Some(p) if code < (2, 24, 0) => {
+fn check_list(text: &str, known: &[&str], what: &str, code: Version, version: &str) -> Result<(), String> {
+    for list in nccl::list::parse(text)? {
+        match list.func {
+            Some(p) if code < Version::new(2, 24, 0) => {
                 return Err(format!(
                     "NCCL {version} takes one list for every collective; lists per collective ('{p}:…') need NCCL \
                      2.24 or later"
@@ -65,28 +67,20 @@ fn check_list(text: &str, known: &[&str], what: &str, code: (u32, u32, u32), ver
                     FUNCS.join(", ")
                 ));
             }
-            None if k > 0 => {
-                return Err("every list but the first must name its collective (allreduce:tree)".into());
-            }
             _ => {}
         }
-        let list = list.strip_prefix('^').unwrap_or(list);
-        for token in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            if !known.iter().any(|n| n.eq_ignore_ascii_case(token)) {
-                return Err(format!("NCCL {version} has no {what} '{token}' (it knows {names})"));
-            }
+        if let Some(token) = list
+            .names
+            .iter()
+            .find(|t| !known.iter().any(|n| n.eq_ignore_ascii_case(t)))
+        {
+            return Err(format!(
+                "NCCL {version} has no {what} '{token}' (it knows {})",
+                known.join(", ")
+            ));
         }
     }
     Ok(())
-}
-
-/// `2.28.3` as `(2, 28, 3)`; what cannot be read as the newest.
-fn version_code(version: &str) -> (u32, u32, u32) {
-    let mut parts = version.split('.').map(|p| p.trim().parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten(), parts.next().flatten()) {
-        (Some(a), Some(b), c) => (a, b, c.unwrap_or(0)),
-        _ => (u32::MAX, 0, 0),
-    }
 }
 
 #[cfg(test)]

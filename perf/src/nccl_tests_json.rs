@@ -73,9 +73,7 @@ pub fn now() -> String {
 
 /// NCCL's version code (`2.28.3` is 22803), as `ncclGetVersion` gives it.
 fn version_code(version: &str) -> Option<u64> {
-    let mut parts = version.split(['.', '+', '-']).map(|p| p.parse::<u64>().ok());
-    let (major, minor, patch) = (parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0));
-    Some(major * 10000 + minor * 100 + patch)
+    workbook_runtime::nccl::Version::parse(version).map(|v| u64::from(v.code()))
 }
 
 /// A boolean as nccl-tests writes it: a string.

@@ -20,6 +20,7 @@ pub mod heartbeat;
 pub mod launch;
 pub mod launcher;
 pub mod limits;
+pub mod nccl;
 pub mod rank;
 pub mod record;
 pub mod rendezvous;
