@@ -6,6 +6,7 @@
 
 pub mod comm;
 pub mod host_memory;
+mod machine;
 pub mod transport;
 
 pub use comm::{Comm, SEND_RECV_TAG, SMALL};
