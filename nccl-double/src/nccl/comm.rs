@@ -104,7 +104,7 @@ impl State {
 /// on connections to set up), so every call says `ncclInProgress`, and the next call is
 /// refused until `ncclCommGetAsyncError` says `ncclSuccess`.
 pub fn helper_per_call() -> bool {
-    super::version() >= 22304
+    crate::version::version() >= 22304
 }
 
 /// How many helper threads this process started (`NCCL_DOUBLE_STATS` says it at exit).
@@ -503,7 +503,7 @@ fn ensure_ready(c: &Comm, call: &str, note: &str) -> Result<(), NcclResult> {
     let s = c.shared.state();
     let refusal = match &s.async_error {
         Some((code, why)) => {
-            let nccl_says = if super::version() < 22700 {
+            let nccl_says = if crate::version::version() < 22700 {
                 ": Attempt to use communicator before the previous operation returned ncclSuccess"
             } else {
                 ""

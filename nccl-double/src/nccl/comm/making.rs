@@ -99,7 +99,7 @@ pub unsafe extern "C" fn ncclCommSplit(
         // and NULL after a failure.
         unsafe { *newcomm = std::ptr::null_mut() };
         // The parent's asynchronous error is the split's (ncclCommEnsureReady, from 2.19).
-        let note = if crate::nccl::version() < 21900 {
+        let note = if crate::version::version() < 21900 {
             " from 2.19 on. NCCL 2.18's ncclCommSplit does not look: it would run the split's allgather over a \
              job that already failed (which then fails or hangs); the double refuses it as 2.19 does"
         } else {
@@ -426,7 +426,7 @@ fn join(shared: &Shared, call: &str, mine: &Card) -> Result<(), Halt> {
     // refuse; 2.30.3 and 2.30.4 too (`ncclCheckMultiRank`), 2.30.7 (from 2.30.5 here)
     // UUIDs (a GPU's partitions are GPUs of their own), both unless
     // NCCL_MULTI_RANK_GPU_ENABLE is set, each with its own message.
-    let version = crate::nccl::version();
+    let version = crate::version::version();
     let allowed = version >= 23000 && devices::multi_rank_gpu_enabled();
     let by_uuid = version >= 23005;
     let same_gpu = |a: &Card, b: &Card| {
