@@ -6,28 +6,28 @@
 //! left. Every link carries the same amount at the same time, so no rank is a
 //! bottleneck, whatever the number of ranks.
 
+//! How a rank connects (the links it makes, and what it says of them at its end) is in
+//! [`connect`]; how a step's message is cut into slices and, when its link cannot buffer
+//! it, sent by the communicator's send thread, in [`sending`]; what the machine says of
+//! its cores and caches, in [`crate::machine`].
+
+mod connect;
+mod sending;
+
+pub use crate::machine::cache_room;
+
+use self::connect::ChannelReport;
+use self::sending::{SendJob, slices};
 use crate::element::{Element, as_bytes, as_bytes_mut};
-use crate::error::SharedError;
 use crate::heartbeat::Heartbeat;
 use crate::host_memory::{self, HostMem, PeerArena};
-use crate::launch::Identity;
-use crate::rendezvous::Store;
 use crate::transport::shm::copy_around_cache;
-use crate::transport::simulated::{Network, SimulatedLink};
-use crate::transport::{self, TransportChoice, Via, shm, tcp};
 use crate::transport::{Link, Mismatch, Unconnected};
-use crate::units;
 use anyhow::{Context, Result, anyhow};
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::thread;
-use std::time::Duration;
 
-/// The last-level cache assumed where the machine does not say (`/sys`): 32 MiB.
-const LLC_DEFAULT: usize = 32 << 20;
-/// A link that buffers at least this much gets ring steps in slices, in one thread.
-const MIN_SLICE: usize = 256 << 10;
 /// Messages up to this size may go straight from every rank to every rank that needs
 /// them (one message time, the tuner's `Direct`), not round the ring (2(n - 1) message
 /// times for an all-reduce): for them the time per message, α, is all there is, and the
@@ -527,29 +527,6 @@ impl Comm {
         })
     }
 
-    /// Hands `out` to this communicator's send thread for `to`, started on first use
-    /// (a thread started per step cost about 300 µs a step where 8 ranks share 2 cores, as
-    /// much as the step's message). `None` where the thread cannot be had: the caller
-    /// sends from a thread of its own.
-    fn send_aside<'a>(&self, tag: u8, out: &'a [u8], to: usize) -> Option<Sending<'a>> {
-        let jobs = self.send_thread.get_or_init(start_send_thread).as_ref()?;
-        let link = self.links[to].clone()?;
-        let (done, result) = mpsc::sync_channel(1);
-        let job = SendJob {
-            link,
-            tag,
-            data: out.as_ptr(),
-            len: out.len(),
-            done,
-        };
-        jobs.send(job).ok()?;
-        Some(Sending {
-            result,
-            waited: false,
-            _out: std::marker::PhantomData,
-        })
-    }
-
     /// Receives a message of `len` bytes from `from` and, in the same pass, writes the
     /// message to `to`: `make(out, offset, piece)` fills `out` from each `piece` as it
     /// arrives, straight into the transport's buffer (a reduction's result needs no copy
@@ -628,40 +605,6 @@ impl Comm {
     }
 }
 
-/// With `NCCL_DEBUG=INFO`, a rank with shared-memory or TCP links says at its end how
-/// many channels or connections it made: the pairs connect on first use ([`shm::connect`],
-/// [`tcp::connect`]), so this is what the job's collectives really used (a ring
-/// all-reduce: one per rank).
-struct ChannelReport {
-    rank: usize,
-    shm: bool,
-    tcp: bool,
-}
-
-impl Drop for ChannelReport {
-    fn drop(&mut self) {
-        if !debug_info() {
-            return;
-        }
-        let made = [
-            (self.shm, shm::channels_made(), "shared-memory channel(s)"),
-            (self.tcp, tcp::connections_made(), "TCP connection(s)"),
-        ];
-        let lines: String = made
-            .iter()
-            .filter(|(used, _, _)| *used)
-            .map(|(_, count, what)| {
-                format!(
-                    "cpu INFO rank {}: {count} {what} made (pairs connect on first use)\n",
-                    self.rank
-                )
-            })
-            .collect();
-        // One write, so that the ranks' lines do not interleave.
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), lines.as_bytes());
-    }
-}
-
 /// What a rank tells another during a single-copy algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
@@ -680,249 +623,6 @@ impl Signal {
             Signal::Done => "that it has read what it needed from this rank",
             Signal::Here => "that it reached the timed runs",
         }
-    }
-}
-
-impl Comm {
-    /// Connects a CPU-backend rank to its peers, as NCCL's init does for its ranks: the links, shared memory to the ranks on its machine and TCP
-    /// to the others (or as `--transport` says), the choice for every pair ("0-1": shm), and
-    /// whether every neighbour pair of the ring (i, i + 1) shares memory, so that the
-    /// all-reduce may run piece by piece.
-    /// Every rank takes part in both setups, even with no peer of that kind, because each
-    /// setup gathers from every rank through the store.
-    /// `via` is `--transport`; every wait lasts at most `timeout`; `network` (`--link`)
-    /// makes every TCP link take the time of a simulated network's ([`SimulatedLink`]).
-    pub fn connect(
-        store: &mut Store,
-        id: &Identity,
-        host: &str,
-        via: TransportChoice,
-        timeout: Duration,
-        network: Option<Network>,
-        names: fn(u8) -> &'static str,
-    ) -> Result<(Comm, BTreeMap<String, Via>)> {
-        let (rank, world) = (id.rank, id.world_size);
-        // Beats from now on, on a thread and a store connection of its own: a rank stopped
-        // from here on is named as such by the others (no heartbeat), never confused with
-        // the ranks that wait for it. Not rank 0: it hosts the store, which stops with it
-        // (the others then say so), and it holds the most descriptors already.
-        let heartbeat = (rank > 0).then(|| Heartbeat::start(store, id, timeout)).flatten();
-        let cores = cores().map_err(|message| SharedError { message, usage: true })?;
-        // One machine = one host name and one boot: two containers may share a name, not a
-        // boot id. Each rank says how many cores it may run on, after its machine.
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let machine = format!("{host} {}\n{cores}", boot.trim());
-        let said = store.share("cpu/machine", rank, world, machine.as_bytes(), "every rank's machine")?;
-        let said: Vec<(String, usize)> = said
-            .iter()
-            .map(|k| {
-                let text = String::from_utf8_lossy(k);
-                let (machine, cores) = text.rsplit_once('\n').unwrap_or((&text, "1"));
-                (machine.to_string(), cores.parse().unwrap_or(1))
-            })
-            .collect();
-        let keys: Vec<String> = said.iter().map(|(k, _)| k.clone()).collect();
-        // Some machine runs more ranks than the fewest cores any of its ranks may use: the
-        // same answer on every rank, from what every rank said.
-        let oversubscribed = said.iter().any(|(k, c)| keys.iter().filter(|o| *o == k).count() > *c);
-        let table = transport::choose(&keys, via).map_err(|message| SharedError { message, usage: true })?;
-        let every = || table.iter().flatten().flatten();
-        if let Some(net) = network {
-            simulable(&keys, every().any(|v| *v == Via::Tcp), &net)
-                .map_err(|message| SharedError { message, usage: true })?;
-        }
-
-        let mut links: Vec<Option<Arc<dyn Link>>> = (0..world).map(|_| None).collect();
-        if every().any(|v| *v == Via::Tcp) {
-            let wanted: Vec<bool> = table[rank].iter().map(|v| *v == Some(Via::Tcp)).collect();
-            let ip = tcp::local_ip_towards(&id.master_addr, id.store_port)?;
-            for (peer, link) in tcp::connect(store, rank, &id.job_id, &wanted, ip, timeout)?
-                .into_iter()
-                .enumerate()
-            {
-                links[peer] = match (link, network) {
-                    (Some(link), Some(net)) => Some(Arc::new(SimulatedLink::new(Box::new(link), net))),
-                    (Some(link), None) => Some(Arc::new(link)),
-                    (None, _) => None,
-                };
-            }
-        }
-        let any_shm = every().any(|v| *v == Via::Shm);
-        if any_shm {
-            shm::available()?;
-            let peers: Vec<usize> = (0..world).filter(|p| table[rank][*p] == Some(Via::Shm)).collect();
-            for link in shm::connect(store, rank, world, &peers, timeout)? {
-                let peer = link.peer();
-                links[peer] = Some(Arc::new(link));
-            }
-        }
-        let mut pairs = BTreeMap::new();
-        for (a, row) in table.iter().enumerate() {
-            for (b, via) in row.iter().enumerate().skip(a + 1) {
-                if let Some(via) = via {
-                    pairs.insert(format!("{a}-{b}"), *via);
-                }
-            }
-        }
-        let ring_in_memory = (0..world).all(|a| world == 1 || table[a][(a + 1) % world] == Some(Via::Shm));
-        // Results stream around the cache once the buffers of every rank on this host
-        // together outgrow its last-level cache.
-        let local = keys.iter().filter(|k| **k == keys[rank]).count();
-        let llc = last_level_cache().map_err(|message| SharedError { message, usage: true })?;
-        let core = core_cache(local, cores).map_err(|message| SharedError { message, usage: true })?;
-        // One host for the whole job: each rank's large buffers go where the others can read them.
-        let arenas = match world > 1 && every().all(|v| *v == Via::Shm) {
-            true => host_memory::connect(store, rank, world)?,
-            false => None,
-        };
-        let mut comm = Comm::new(rank, world, links, ring_in_memory, names, llc / local);
-        comm.report.shm = any_shm;
-        comm.report.tcp = table[rank].contains(&Some(Via::Tcp));
-        comm.heartbeat = heartbeat.map(Arc::new);
-        comm.shm_on_node = via != TransportChoice::Tcp;
-        let comm = comm
-            .with_core_cache(core.filter(|_| world > 1 && every().all(|v| *v == Via::Shm)))
-            .with_peer_arenas(arenas)
-            .oversubscribed_by(oversubscribed)
-            .with_protocols(world > 1 && every().all(|v| *v == Via::Shm))
-            .on_nodes(number_machines(&keys));
-        Ok((comm, pairs))
-    }
-}
-
-/// Whether `--link` can simulate this job's network: some pair of ranks must talk over
-/// TCP (the simulated links are TCP's), and every rank must run under one kernel, whose
-/// clock both ends of a link read (`keys`: each rank's `host boot-id`). Same answer on
-/// every rank.
-fn simulable(keys: &[String], tcp: bool, net: &Network) -> Result<(), String> {
-    let link = format!("--link ({})", net.describe());
-    if !tcp {
-        return Err(format!(
-            "{link}: no pair of ranks talks over TCP here (they share memory): run them as emulated nodes \
-             (--nnodes, a host name each) or with --transport tcp"
-        ));
-    }
-    let boot = |k: &String| k.rsplit(' ').next().unwrap_or_default().to_string();
-    if keys.iter().any(|k| boot(k) != boot(&keys[0])) {
-        return Err(format!(
-            "{link} simulates the network between emulated nodes on one machine; these ranks run on several \
-             machines, which have a real one: leave --link out"
-        ));
-    }
-    Ok(())
-}
-
-/// Each machine's number, in the order of its first rank: `["b", "a", "b"]` is `[0, 1, 0]`.
-fn number_machines(keys: &[String]) -> Vec<usize> {
-    let mut seen: Vec<&String> = vec![];
-    keys.iter()
-        .map(|k| match seen.iter().position(|s| *s == k) {
-            Some(i) => i,
-            None => {
-                seen.push(k);
-                seen.len() - 1
-            }
-        })
-        .collect()
-}
-
-/// How a message of `len` bytes over `link` is cut: into slices the link can buffer
-/// when that is a useful amount (at least [`MIN_SLICE`]), else whole. Both ends of a link
-/// cut alike, since they see the same kind of link. Always at least one slice, maybe empty.
-fn slices(len: usize, link: &dyn Link) -> Slices {
-    let size = match link.eager_limit() {
-        e if e >= MIN_SLICE => e,
-        _ => len.max(1),
-    };
-    Slices { len, size }
-}
-
-/// One message for the send thread ([`Comm::send_aside`]): `len` bytes at `data`, for
-/// `link`, and where to say how it went.
-struct SendJob {
-    link: Arc<dyn Link>,
-    tag: u8,
-    data: *const u8,
-    len: usize,
-    done: mpsc::SyncSender<std::io::Result<()>>,
-}
-
-// SAFETY: `data` points to `len` bytes that the [`Sending`] made with the job borrows for
-// its whole life, and a `Sending` does not end (even while unwinding) before the thread
-// has answered on `done` or is gone: the bytes live, unchanged, while the thread reads
-// them. The rest of the job is `Send` as it is.
-unsafe impl Send for SendJob {}
-
-/// A message being sent by the send thread: [`Sending::wait`] says how it went. Borrows
-/// the message's bytes until then; dropped unwaited (a receive that panicked), it still
-/// waits, so that the thread never reads bytes given back.
-struct Sending<'a> {
-    result: mpsc::Receiver<std::io::Result<()>>,
-    waited: bool,
-    _out: std::marker::PhantomData<&'a [u8]>,
-}
-
-impl Sending<'_> {
-    /// Waits until the message is sent, or its send failed.
-    fn wait(mut self) -> std::io::Result<()> {
-        self.waited = true;
-        self.result
-            .recv()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the sending thread stopped")))
-    }
-}
-
-impl Drop for Sending<'_> {
-    fn drop(&mut self) {
-        if !self.waited {
-            // The thread answers, or drops `done` if it stops: either ends the wait.
-            let _ = self.result.recv();
-        }
-    }
-}
-
-/// The send thread of a communicator: sends each job's message in turn and answers how
-/// it went, until the communicator drops its end. `None` where no thread can be started.
-fn start_send_thread() -> Option<mpsc::Sender<SendJob>> {
-    let (jobs, queue) = mpsc::channel::<SendJob>();
-    thread::Builder::new()
-        .name("send".into())
-        .spawn(move || {
-            for job in queue {
-                // SAFETY: as `SendJob` says, the bytes live and stay unchanged until the
-                // answer below.
-                let data = unsafe { std::slice::from_raw_parts(job.data, job.len) };
-                let sent = job.link.send(job.tag, data);
-                let _ = job.done.send(sent);
-            }
-        })
-        .ok()?;
-    Some(jobs)
-}
-
-/// A message of `len` bytes cut in slices of `size` (the last may be shorter; an empty
-/// message is one empty slice). Computed, not collected: an exchange of a few bytes
-/// costs less than an allocation.
-#[derive(Clone, Copy)]
-struct Slices {
-    len: usize,
-    size: usize,
-}
-
-impl Slices {
-    /// How many slices.
-    fn count(self) -> usize {
-        self.len.div_ceil(self.size).max(1)
-    }
-
-    /// Slice `k`, if there is one.
-    fn get(self, k: usize) -> Option<Range<usize>> {
-        (k < self.count()).then(|| (k * self.size).min(self.len)..((k + 1) * self.size).min(self.len))
-    }
-
-    /// Every slice, in order.
-    fn iter(self) -> impl Iterator<Item = Range<usize>> {
-        (0..self.count()).filter_map(move |k| self.get(k))
     }
 }
 
@@ -956,19 +656,6 @@ pub fn keep(dst: &mut [u8], from: &[u8], streaming: bool) {
     }
 }
 
-/// The cores this rank may run on: `NCCL_WORKBOOK_CORES` where set (a test, or a
-/// machine whose cores are shared with other work), else what the system lets this
-/// process use. A value the variable cannot mean is the user's error, said in one line.
-fn cores() -> Result<usize, String> {
-    match std::env::var("NCCL_WORKBOOK_CORES") {
-        Ok(text) => match text.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("NCCL_WORKBOOK_CORES={text}: a number of cores, at least 1")),
-        },
-        Err(_) => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
-    }
-}
-
 /// Whether `NCCL_DEBUG` asks for NCCL's INFO lines (INFO or TRACE), as NCCL reads it.
 pub fn debug_info() -> bool {
     workbook_runtime::users_nccl_debug().is_some_and(|v| info_level(&v))
@@ -980,120 +667,10 @@ pub fn info_level(level: &str) -> bool {
     matches!(level.trim().to_uppercase().as_str(), "INFO" | "TRACE")
 }
 
-/// The size of this machine's last-level cache: `NCCL_WORKBOOK_LLC` where set (`32M`: a
-/// machine whose cache is shared with other guests, or a test), else the largest of the
-/// highest-level caches `/sys` lists for CPU 0, else [`LLC_DEFAULT`]. A value the
-/// variable cannot mean is the user's error, said in one line.
-fn last_level_cache() -> Result<usize, String> {
-    if let Ok(text) = std::env::var("NCCL_WORKBOOK_LLC") {
-        return units::parse_size(&text)
-            .map(|b| b as usize)
-            .map_err(|why| format!("NCCL_WORKBOOK_LLC: {why}"));
-    }
-    let largest = sys_caches().into_iter().map(|c| (c.level, c.size)).max();
-    Ok(largest.map_or(LLC_DEFAULT, |(_, size)| size))
-}
-
-/// How much of a rank's `share` of the last-level cache its buffers can fill and still
-/// run from the cache: 3/4 (the rest holds other lines, and lines do not leave in the
-/// order they came; glibc's `memcpy` goes around the cache from 3/4 of it too,
-/// `__x86_shared_non_temporal_threshold`). The benchmark's `--fit` counts a size's rows
-/// as from memory from there.
-pub fn cache_room(share: usize) -> usize {
-    share / 4 * 3
-}
-
-/// One cache `/sys` lists for CPU 0: its level, its size, and how many CPUs share it.
-struct SysCache {
-    level: u32,
-    size: usize,
-    sharing: usize,
-}
-
-/// The caches `/sys` lists for CPU 0 (none where it lists none, or is hidden), each
-/// entry that cannot be read left out.
-fn sys_caches() -> Vec<SysCache> {
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
-        return vec![];
-    };
-    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
-    dir.flatten()
-        .filter_map(|e| {
-            let p = e.path();
-            Some(SysCache {
-                level: read(&p, "level")?.trim().parse().ok()?,
-                size: units::parse_size(&read(&p, "size")?).ok()? as usize,
-                sharing: read(&p, "shared_cpu_list").map_or(1, |l| cpu_count(l.trim()).max(1)),
-            })
-        })
-        .collect()
-}
-
-/// This rank's share of its core's own cache, one of `local` ranks on a host where it
-/// may run on `cores` CPUs ([`cores`]): `NCCL_WORKBOOK_L2` where set (`0`: none), else
-/// the largest cache `/sys` lists for CPU 0 below the last level (an L2), over the ranks
-/// that share it (the ranks spread over those CPUs, each pinned to its own where it can
-/// be; a cache shared by several CPUs is shared by their ranks). `None` where `/sys` lists
-/// one level or none.
-fn core_cache(local: usize, cores: usize) -> Result<Option<usize>, String> {
-    if let Ok(text) = std::env::var("NCCL_WORKBOOK_L2") {
-        if text.trim() == "0" {
-            return Ok(None);
-        }
-        return units::parse_size(&text)
-            .map(|b| Some(b as usize))
-            .map_err(|why| format!("NCCL_WORKBOOK_L2 (a size, or 0 for none): {why}"));
-    }
-    let caches = sys_caches();
-    let Some(last) = caches.iter().map(|c| c.level).max() else {
-        return Ok(None);
-    };
-    let Some(below) = caches
-        .iter()
-        .filter(|c| c.level < last)
-        .max_by_key(|c| (c.level, c.size))
-    else {
-        return Ok(None);
-    };
-    let caches_in_use = (cores / below.sharing).max(1);
-    Ok(Some(below.size / local.max(1).div_ceil(caches_in_use)))
-}
-
-/// How many CPUs a `/sys` CPU list names (`0-3,8`: 5); a part it cannot read counts
-/// none.
-fn cpu_count(list: &str) -> usize {
-    let number = |t: &str| t.trim().parse::<usize>().ok();
-    list.split(',')
-        .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => number(b)?.checked_sub(number(a)?).map(|d| d + 1),
-            None => number(part).map(|_| 1),
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cpu_list_is_counted() {
-        assert_eq!(cpu_count("0"), 1);
-        assert_eq!(cpu_count("0-3,8"), 5);
-        assert_eq!(cpu_count("0,64"), 2);
-        assert_eq!(cpu_count(""), 0);
-        assert_eq!(cpu_count("5-3,x,7"), 1, "a backwards range or a word counts none");
-    }
-
-    #[test]
-    fn a_message_is_cut_in_whole_slices_and_an_empty_one_is_one_empty_slice() {
-        let cut = |len, size| Slices { len, size }.iter().collect::<Vec<_>>();
-        assert_eq!(cut(10, 4), vec![0..4, 4..8, 8..10]);
-        assert_eq!(cut(8, 4), vec![0..4, 4..8]);
-        assert_eq!(cut(3, 4), vec![0..3]);
-        assert_eq!(cut(0, 1), vec![0..0]);
-        let s = Slices { len: 10, size: 4 };
-        assert_eq!((s.count(), s.get(2), s.get(3)), (3, Some(8..10), None));
-    }
+    use crate::machine::LLC_DEFAULT;
 
     #[test]
     fn a_mismatch_on_a_link_names_both_collectives() {
@@ -1110,13 +687,6 @@ mod tests {
             other.to_string().contains("rank 1 sent 3 bytes where 4 were expected"),
             "{other}"
         );
-    }
-
-    #[test]
-    fn machines_are_numbered_in_the_order_of_their_first_rank() {
-        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(number_machines(&keys(&["b", "a", "b", "c", "a"])), [0, 1, 0, 2, 1]);
-        assert_eq!(number_machines(&keys(&["x"])), [0]);
     }
 
     #[test]

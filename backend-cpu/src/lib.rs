@@ -8,6 +8,7 @@ pub mod collective;
 pub mod comm;
 pub mod cpu;
 pub mod host_memory;
+mod machine;
 pub mod prims;
 pub mod transport;
 pub mod tuner;

@@ -96,7 +96,7 @@ impl Card {
     pub fn mine(nranks: usize, bus_id: String) -> Self {
         Self {
             nranks,
-            version: crate::nccl::version(),
+            version: crate::version::version(),
             pid: std::process::id(),
             uuid: crate::devices::uuid_of_bus(&bus_id),
             bus_id,

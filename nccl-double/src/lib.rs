@@ -49,6 +49,7 @@ mod reduce;
 mod result;
 mod stream;
 mod teardown;
+mod version;
 
 use std::collections::BTreeSet;
 use std::ffi::{CString, c_char, c_int};

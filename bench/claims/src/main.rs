@@ -82,7 +82,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let all = claims::all();
+    let all = match claims::all() {
+        Ok(all) => all,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let chosen: Vec<&Claim> = all
         .iter()
         .filter(|c| opts.only.is_empty() || opts.only.iter().any(|o| c.id.starts_with(o.as_str())))

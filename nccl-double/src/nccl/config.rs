@@ -28,8 +28,9 @@
 //! version, where the played NCCL reads a field, are not what NCCL's initializer puts
 //! there: real NCCL would take them as settings.
 
-use super::{INVALID_ARGUMENT, version};
+use super::INVALID_ARGUMENT;
 use crate::exchange::Failure;
+use crate::version::version;
 
 /// `NCCL_CONFIG_UNDEF_INT`: "NCCL decides".
 pub const UNDEF_INT: i32 = i32::MIN;

@@ -253,7 +253,7 @@ fn host() -> &'static str {
             .filter(|n| !n.is_empty())
             .unwrap_or("localhost")
             .to_string();
-        if super::version() >= 22900 {
+        if crate::version::version() >= 22900 {
             name.replace(['%', '/'], "-")
         } else {
             name

@@ -89,7 +89,7 @@ pub fn failed(code: super::NcclResult) {
 /// Queues the freeing of `comm` (its ncclCommAbort) into the open group, as NCCL 2.22 and
 /// later do; `false` if no group is open or the played NCCL is older (it frees at once).
 pub fn defer_abort(comm: usize) -> bool {
-    if super::version() < 22200 {
+    if crate::version::version() < 22200 {
         return false;
     }
     GROUP.with(|g| {

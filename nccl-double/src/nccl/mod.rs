@@ -72,25 +72,6 @@ use std::sync::OnceLock;
 
 pub use crate::result::*;
 
-/// The NCCL version this process plays: `NCCL_DOUBLE_VERSION` (an NCCL version code such
-/// as 21803 for 2.18.3, or 22105 for 2.21.5), by default 21803.
-pub fn version() -> u32 {
-    static V: OnceLock<u32> = OnceLock::new();
-    *V.get_or_init(|| {
-        let v = crate::env_number("NCCL_DOUBLE_VERSION", 21803);
-        u32::try_from(v)
-            .ok()
-            .filter(|&v| v > 0 && v <= i32::MAX as u32)
-            .unwrap_or_else(|| {
-                warn(
-                    None,
-                    &format!("NCCL_DOUBLE_VERSION={v} is not a version code: using 21803"),
-                );
-                21803
-            })
-    })
-}
-
 /// `ncclUniqueId`: 128 bytes, passed by value to ncclCommInitRank. The double's ids are
 /// `MAGIC`, 16 random bytes, the pid of the process that made it (with the random bytes,
 /// the meeting folder's name: `<pid>-<hex>`), then who made it, for humans.
@@ -146,7 +127,7 @@ pub fn stats_at_exit() {
     }
 }
 
-/// The NCCL version code ([`version`]).
+/// The NCCL version code ([`version`](crate::version::version)).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGetVersion(version_out: *mut c_int) -> NcclResult {
     entry("ncclGetVersion", INTERNAL_ERROR, || {
@@ -157,7 +138,7 @@ pub unsafe extern "C" fn ncclGetVersion(version_out: *mut c_int) -> NcclResult {
             return fail(INVALID_ARGUMENT, None, "ncclGetVersion: version is NULL");
         }
         // SAFETY: `version_out` was checked non-null above; it is the caller's out-parameter, writable (the API's contract).
-        unsafe { *version_out = version() as c_int };
+        unsafe { *version_out = crate::version::version() as c_int };
         SUCCESS
     })
 }

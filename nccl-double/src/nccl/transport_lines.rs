@@ -180,7 +180,7 @@ pub fn print(device: usize, me: usize, cards: &[Card]) {
         return;
     }
     let peers: Vec<Peer> = cards.iter().map(Peer::from).collect();
-    for (subsys, text) in lines(me, &peers, super::version(), Disabled::from_env()) {
+    for (subsys, text) in lines(me, &peers, crate::version::version(), Disabled::from_env()) {
         if super::debug::subsys("INIT") || super::debug::subsys(subsys) {
             super::debug::info(device, &text);
         }

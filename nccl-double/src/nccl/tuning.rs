@@ -40,9 +40,10 @@
 
 use super::model::{self, ALL_GATHER, ALL_REDUCE, Model, PAT, REDUCE_SCATTER, RING, TREE};
 use super::work::{Call, Kind};
-use super::{INTERNAL_ERROR, INVALID_USAGE, version};
+use super::{INTERNAL_ERROR, INVALID_USAGE};
 use crate::exchange::Failure;
 use crate::reduce::{DataType, Op};
+use crate::version::version;
 
 /// NCCL's collectives as `ncclFuncStr` names them (2.18 to 2.30); `ncclFuncToString`
 /// names them alike.
