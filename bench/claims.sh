@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns every figure and comparison that README.md, docs/ and EXERCISES.md state, on
 # this machine, and prints the text's figures beside the measured ones with the direction
-# of each comparison checked (bench/claims/src/claims.rs lists them). Run it after any
+# of each comparison checked (bench/claims/claims.json lists them). Run it after any
 # change to the CPU backend, and rewrite the text from what it prints.
 #   bench/claims.sh                 every claim, medians of 5 rounds (about 15 minutes)
 #   bench/claims.sh ch7 ch4         the claims whose id starts so

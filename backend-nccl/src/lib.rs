@@ -6,8 +6,8 @@
 //! Names for Nsight Systems come from [`nvtx`]; `NCCL_ALGO` and `NCCL_PROTO` are checked
 //! against the NCCL that loads by [`tuning`] (and changed between the benchmark's sweeps
 //! by [`per_sweep`]); NCCL's other variables are read as NCCL reads them by [`nccl_env`];
-//! what NCCL chose is read back from its own lines by [`nccl_log`]. The collectives'
-//! NCCL calls live with their collective in `common`.
+//! what NCCL chose is read back from its own lines by [`nccl_log`]. Each collective's
+//! NCCL call is in [`collectives`].
 
 pub mod calls;
 pub mod collectives;

@@ -142,7 +142,7 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
         timeout: run.timeout,
     };
     // cudarc's calls block, and NCCL waits for a lost peer for ever: the whole lesson
-    // gets one deadline (the workbook's own backend polls instead: backend-nccl/src/nccl.rs).
+    // gets one deadline (the workbook's own backend polls instead: backend-nccl/src/nccl/)
     // When it passes, the deadline's watcher ends the process at once, without
     // destructors: the CUDA runtime's would wait for the lesson's thread, stuck in NCCL.
     let limit = run.timeout;

@@ -166,7 +166,7 @@ fn write_page(page: &std::path::Path, machine: &str, runs: usize, rows: &[Row]) 
     let mut text = format!(
         "# Measured figures\n\n\
          What the text's comparisons measure on one machine: every claim of README.md, docs/ and \
-         EXERCISES.md that `bench/claims/src/claims.rs` lists, rerun by `bench/claims.sh --write \
+         EXERCISES.md that `bench/claims/claims.json` lists, rerun by `bench/claims.sh --write \
          docs/measured.md`. This page is generated: never edit it by hand; rerun the script.\n\n\
          Measured on {machine}: medians of {runs} round{}, the lowest and highest in brackets. \
          Laptops and VMs differ: directions and orders of magnitude carry over, single figures do not.\n\n\
