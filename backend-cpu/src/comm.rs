@@ -27,6 +27,7 @@ use anyhow::{Context, Result, anyhow};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::thread;
+use workbook_runtime::failure::{Fact, WithFact};
 
 /// Messages up to this size may go straight from every rank to every rank that needs
 /// them (one message time, the tuner's `Direct`), not round the ring (2(n - 1) message
@@ -456,6 +457,7 @@ impl Comm {
     pub fn send<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
         self.send_tagged(SEND_RECV_TAG, as_bytes(data), peer)
             .with_context(|| format!("sending {} elements to {}", data.len(), self.peer_name(peer)))
+            .fact(|| self.waiting(true, peer))
     }
 
     /// Sends `data` to `peer` as one message of the collective with `tag`: a failure
@@ -472,6 +474,16 @@ impl Comm {
             .recv_into(SEND_RECV_TAG, as_bytes_mut(data))
             .map_err(|e| self.lost(e, peer))
             .with_context(|| format!("receiving {n} elements from {}", self.peer_name(peer)))
+            .fact(|| self.waiting(false, peer))
+    }
+
+    /// The failure record's fact of a send (`sending`) or receive with `peer` that failed.
+    fn waiting(&self, sending: bool, peer: usize) -> Fact {
+        Fact::Waiting {
+            sending,
+            peer: self.world_ranks[peer],
+            on_gpu: false,
+        }
     }
 
     /// One step of an algorithm: send `out` to `to` while `receive` reads `in_len` bytes

@@ -22,6 +22,7 @@ use crate::record::{self, Dir, How};
 use anyhow::{Context, Result};
 use std::ops::Range;
 use workbook_runtime::Func;
+use workbook_runtime::failure::{Fact, WithFact};
 
 /// Which buffer a primitive reads what it sends from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +96,8 @@ impl<'a> Prims<'a> {
         let out = &self.input()[at.clone()];
         self.cpu
             .send_tagged(self.func.tag(), out, self.next)
-            .with_context(|| self.failed("send", &at))?;
+            .with_context(|| self.failed("send", &at))
+            .fact(|| Fact::Collective(self.func.name()))?;
         record::op(t, "send", &[(Dir::Send, self.next, out, How::Copy)]);
         Ok(())
     }
@@ -110,7 +112,8 @@ impl<'a> Prims<'a> {
         let out = &input[at.clone()];
         self.cpu
             .send_tagged(self.func.tag(), out, self.next)
-            .with_context(|| self.failed("copySend", &at))?;
+            .with_context(|| self.failed("copySend", &at))
+            .fact(|| Fact::Collective(self.func.name()))?;
         keep(&mut self.output[at.clone()], out, self.streaming);
         record::op(t, "copySend", &[(Dir::Send, self.next, out, How::Copy)]);
         record::wrote(&self.output[at]);
@@ -127,7 +130,8 @@ impl<'a> Prims<'a> {
             false => link.recv_into(tag, dst),
         }
         .map_err(|e| self.cpu.lost(e, prev))
-        .with_context(|| self.failed("recv", &at))?;
+        .with_context(|| self.failed("recv", &at))
+        .fact(|| Fact::Collective(self.func.name()))?;
         record::op(t, "recv", &[(Dir::Recv, prev, &self.output[at], How::Copy)]);
         Ok(())
     }
@@ -141,7 +145,8 @@ impl<'a> Prims<'a> {
             .recv_then_send(self.func.tag(), (self.prev, self.next), mine.len(), |out, off, inp| {
                 (red.combine)(out, &mine[off..], inp)
             })
-            .with_context(|| self.failed("recvReduceSend", &at))?;
+            .with_context(|| self.failed("recvReduceSend", &at))
+            .fact(|| Fact::Collective(self.func.name()))?;
         let parts = [
             (Dir::Recv, self.prev, mine, How::Partial),
             (Dir::Send, self.next, mine, How::Partial),
@@ -164,7 +169,8 @@ impl<'a> Prims<'a> {
                 red.finish(out, n);
                 keep(&mut output[here], out, streaming);
             })
-            .with_context(|| self.failed("recvReduceCopySend", &at))?;
+            .with_context(|| self.failed("recvReduceCopySend", &at))
+            .fact(|| Fact::Collective(self.func.name()))?;
         let done = &self.output[at];
         let parts = [
             (Dir::Recv, self.prev, done, How::Reduce),
@@ -189,7 +195,8 @@ impl<'a> Prims<'a> {
                 }
             })
             .map_err(|e| self.cpu.lost(e, prev))
-            .with_context(|| self.failed("recvReduceCopy", &at))?;
+            .with_context(|| self.failed("recvReduceCopy", &at))
+            .fact(|| Fact::Collective(self.func.name()))?;
         red.finish(&mut self.output[at.clone()], self.cpu.world());
         record::op(t, "recvReduceCopy", &[(Dir::Recv, prev, &self.output[at], How::Reduce)]);
         Ok(())
@@ -205,7 +212,8 @@ impl<'a> Prims<'a> {
                 out.copy_from_slice(inp);
                 keep(&mut dst[off..], inp, streaming);
             })
-            .with_context(|| self.failed("recvCopySend", &at))?;
+            .with_context(|| self.failed("recvCopySend", &at))
+            .fact(|| Fact::Collective(self.func.name()))?;
         let dst = &self.output[at];
         record::op(
             t,
@@ -228,7 +236,8 @@ impl<'a> Prims<'a> {
         };
         self.cpu
             .send_tagged(self.func.tag(), out, peer)
-            .with_context(|| self.failed_between("send", &at, peer, self.cpu.rank()))?;
+            .with_context(|| self.failed_between("send", &at, peer, self.cpu.rank()))
+            .fact(|| Fact::Collective(self.func.name()))?;
         record::op(t, "send", &[(Dir::Send, peer, out, How::Copy)]);
         Ok(())
     }
@@ -240,7 +249,8 @@ impl<'a> Prims<'a> {
             .link(peer)
             .recv_into(tag, &mut self.output[at.clone()])
             .map_err(|e| self.cpu.lost(e, peer))
-            .with_context(|| self.failed_between("recv", &at, self.cpu.rank(), peer))?;
+            .with_context(|| self.failed_between("recv", &at, self.cpu.rank(), peer))
+            .fact(|| Fact::Collective(self.func.name()))?;
         record::op(t, "recv", &[(Dir::Recv, peer, &self.output[at], How::Copy)]);
         Ok(())
     }
@@ -256,7 +266,8 @@ impl<'a> Prims<'a> {
                 (red.accumulate)(&mut dst[off..off + piece.len()], piece)
             })
             .map_err(|e| self.cpu.lost(e, peer))
-            .with_context(|| self.failed_between("recvReduce", &at, self.cpu.rank(), peer))?;
+            .with_context(|| self.failed_between("recvReduce", &at, self.cpu.rank(), peer))
+            .fact(|| Fact::Collective(self.func.name()))?;
         record::op(t, "recv", &[(Dir::Recv, peer, &self.output[at], How::Reduce)]);
         Ok(())
     }
@@ -277,7 +288,8 @@ impl<'a> Prims<'a> {
                 }
             })
             .map_err(|e| self.cpu.lost(e, peer))
-            .with_context(|| self.failed_between("recvReduceCopy", &at, self.cpu.rank(), peer))?;
+            .with_context(|| self.failed_between("recvReduceCopy", &at, self.cpu.rank(), peer))
+            .fact(|| Fact::Collective(self.func.name()))?;
         record::op(t, "recv", &[(Dir::Recv, peer, &self.output[at], How::Reduce)]);
         Ok(())
     }
@@ -304,7 +316,8 @@ impl<'a> Prims<'a> {
             true => link.recv_into_streaming(tag, &mut dst[slice]),
             false => link.recv_into(tag, &mut dst[slice]),
         })
-        .with_context(|| self.failed_between("send/recv", &into, to, peer))?;
+        .with_context(|| self.failed_between("send/recv", &into, to, peer))
+        .fact(|| Fact::Collective(self.func.name()))?;
         let (sent, dst) = apart(self.input, self.output, from, &out, &into);
         record::op(
             t,
@@ -331,7 +344,8 @@ impl<'a> Prims<'a> {
                 }
             })
         })
-        .with_context(|| self.failed("send/recv", &into))?;
+        .with_context(|| self.failed("send/recv", &into))
+        .fact(|| Fact::Collective(self.func.name()))?;
         let (sent, acc) = apart(self.input, self.output, from, &out, &into);
         record::op(
             t,

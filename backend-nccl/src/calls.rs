@@ -17,6 +17,8 @@ pub struct Call {
     function: &'static str,
     args: Vec<(&'static str, String)>,
     bytes: u64,
+    /// The rank a send or receive is with, as the world numbers it ([`Call::peer`]).
+    peer: Option<usize>,
 }
 
 impl Call {
@@ -27,7 +29,15 @@ impl Call {
             function,
             args: Vec::new(),
             bytes: 0,
+            peer: None,
         }
+    }
+
+    /// The rank a send or receive is with: what a rank stuck in it waits for (its
+    /// failure's record, `workbook_runtime::failure`).
+    pub fn peer(mut self, peer: usize) -> Call {
+        self.peer = Some(peer);
+        self
     }
 
     /// The bytes the call moves (its buffer), for its span on `--trace`.
@@ -76,6 +86,7 @@ impl Call {
         Label {
             doing: self.doing.clone(),
             function: self.function,
+            peer: self.peer,
         }
     }
 
@@ -98,6 +109,7 @@ impl Call {
 pub struct Label {
     doing: Cow<'static, str>,
     function: &'static str,
+    peer: Option<usize>,
 }
 
 impl Label {
@@ -106,12 +118,23 @@ impl Label {
         Label {
             doing: doing.into(),
             function: "",
+            peer: None,
         }
     }
 
     /// The NCCL or CUDA function called (`ncclSend`), empty for what is not a call.
     pub fn function(&self) -> &'static str {
         self.function
+    }
+
+    /// The send (`ncclSend`) or receive (`ncclRecv`) this is, and its peer, for a stuck
+    /// rank's failure record: `(sending, peer)`.
+    pub fn send_or_recv(&self) -> Option<(bool, usize)> {
+        match self.function {
+            "ncclSend" => Some((true, self.peer?)),
+            "ncclRecv" => Some((false, self.peer?)),
+            _ => None,
+        }
     }
 }
 

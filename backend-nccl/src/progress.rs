@@ -151,6 +151,12 @@ impl Progress {
         }
     }
 
+    /// The send or receive waited for, if the oldest operation not seen finished is one:
+    /// `(sending, peer)`.
+    pub fn waited_send_or_recv(&self) -> Option<(bool, usize)> {
+        self.ops.front()?.what.send_or_recv()
+    }
+
     /// Destroys the events (the context must be current): at the end of the rank.
     pub fn release(&mut self) {
         self.all_done();

@@ -20,6 +20,7 @@ use crate::error::Culprit;
 use crate::rendezvous::Store;
 use anyhow::Result;
 use std::time::{Duration, Instant};
+use workbook_runtime::failure::{self, Fact};
 
 /// How long one look at the store may take: a store that does not answer in this time
 /// is itself a sign that rank 0, which hosts it, is frozen.
@@ -99,7 +100,8 @@ impl Watchdog {
                 Ok(Some((r, how))) if r != self.rank => {
                     let text = format!("{nccl:#}");
                     let said = text.strip_prefix(&format!("rank {}: ", self.rank)).unwrap_or(&text);
-                    return Culprit(format!("{}; NCCL then said: {said}", lost(r, &how, what))).into();
+                    let e = Culprit(format!("{}; NCCL then said: {said}", lost(r, &how, what))).into();
+                    return failure::attach(e, Fact::PeerLost(r));
                 }
                 Ok(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
                 _ => return nccl,
@@ -143,11 +145,11 @@ impl Watchdog {
             if self.rank == 0 {
                 e.context(format!("while waiting for {what}"))
             } else {
-                Culprit(format!(
+                let e = Culprit(format!(
                     "rank 0, which hosts the store, stopped answering or is gone ({e:#}) while this rank was \
                      waiting for {what}"
-                ))
-                .into()
+                ));
+                failure::attach(e.into(), Fact::PeerLost(0))
             }
         };
         self.beats += 1;
@@ -158,7 +160,7 @@ impl Watchdog {
         if let Some((r, how)) = self.store.first_lost().map_err(store_gone)?
             && r != self.rank
         {
-            return Err(Culprit(lost(r, &how, what)).into());
+            return Err(failure::attach(Culprit(lost(r, &how, what)).into(), Fact::PeerLost(r)));
         }
         // Heartbeats matter only if the wait is long: read them from half the deadline on.
         if now - progressed >= self.timeout / 2 {
@@ -228,7 +230,9 @@ impl Watchdog {
                 )
             }
         };
-        Culprit(said).into()
+        // Its own deadline ran out; the silent ranks, if any, are whom it waited for.
+        let e = failure::attach(Culprit(said).into(), Fact::Awaited(silent));
+        failure::attach(e, Fact::Deadline)
     }
 
     /// Since when `r` has been silent, as far as this rank knows.
@@ -338,12 +342,12 @@ mod tests {
         };
         // Nobody lost: NCCL's words alone, after the grace.
         let e = dog.name_the_lost(nccl(), "the GPU", Duration::from_millis(200));
-        assert!(e.downcast_ref::<Culprit>().is_none(), "{e:#}");
+        assert!(!crate::error::names_culprit(&e), "{e:#}");
         // Rank 2's process died: named, NCCL's words kept.
         drop(join(port, 2));
         let e = dog.name_the_lost(nccl(), "the GPU to finish all-reduce", Duration::from_secs(2));
         let said = format!("{e:#}");
-        assert!(e.downcast_ref::<Culprit>().is_some(), "{said}");
+        assert!(crate::error::names_culprit(&e), "{said}");
         assert!(said.starts_with("rank 2 failed ("), "{said}");
         assert!(
             said.contains("; NCCL then said: NCCL failed in all-reduce (ncclAllReduce) with ncclRemoteError"),

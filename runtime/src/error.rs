@@ -155,7 +155,8 @@ pub fn line(rank: Option<usize>, e: &anyhow::Error) -> String {
     let parts: Vec<String> = e
         .chain()
         .map(|c| c.to_string())
-        .filter(|c| c != bare)
+        // A fact for programs ([`crate::failure::Fact`]) says nothing here.
+        .filter(|c| c != bare && !c.is_empty())
         .map(|c| c.strip_prefix(&who).map(str::to_string).unwrap_or(c))
         .collect();
     format!("error: {who}{}", parts.join(": "))

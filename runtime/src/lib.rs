@@ -14,6 +14,7 @@ pub mod clock;
 pub mod deadline;
 pub mod element;
 pub mod error;
+pub mod failure;
 pub mod fault;
 pub mod func;
 pub mod heartbeat;

@@ -34,6 +34,7 @@ impl Nccl {
     pub fn send<T: Element>(&self, buf: &CudaSlice<T>, peer: usize) -> Result<()> {
         let (src, _read) = buf.device_ptr(self.stream.as_ref());
         let call = Call::new(format!("send to rank {peer}"), "ncclSend")
+            .peer(peer)
             .ptr("sendbuff", src as *const c_void)
             .arg("count", buf.len())
             .named("datatype", T::as_nccl_type())
@@ -52,6 +53,7 @@ impl Nccl {
         let count = buf.len();
         let (dst, _written) = buf.device_ptr_mut(self.stream.as_ref());
         let call = Call::new(format!("receive from rank {peer}"), "ncclRecv")
+            .peer(peer)
             .ptr("recvbuff", dst as *const c_void)
             .arg("count", count)
             .named("datatype", T::as_nccl_type())

@@ -8,6 +8,7 @@ use crate::calls::Call;
 use anyhow::{Result, anyhow};
 use cudarc::nccl::sys::{self, ncclResult_t};
 use std::time::{Duration, Instant};
+use workbook_runtime::failure::{self, Fact};
 
 /// How long a rank whose NCCL failed asks the store whether a peer died (and caused it).
 pub(super) const LOST_GRACE: Duration = Duration::from_secs(1);
@@ -92,11 +93,22 @@ impl Nccl {
                 Err(e) => {
                     // NCCL's own error (a peer's socket closed) often comes before the
                     // store's word that the peer died: ask the store, briefly, who.
-                    let e = match e.downcast_ref::<crate::error::Culprit>() {
-                        None => dog.name_the_lost(e, &waited_for, LOST_GRACE),
-                        Some(_) => e,
+                    let e = match crate::error::names_culprit(&e) {
+                        false => dog.name_the_lost(e, &waited_for, LOST_GRACE),
+                        true => e,
                     };
-                    let e = e.context(format!("rank {}", self.rank));
+                    let mut e = e.context(format!("rank {}", self.rank));
+                    // The send or receive stuck, for the failure's record.
+                    if let Some((sending, peer)) = self.progress.borrow().waited_send_or_recv() {
+                        e = failure::attach(
+                            e,
+                            Fact::Waiting {
+                                sending,
+                                peer,
+                                on_gpu: true,
+                            },
+                        );
+                    }
                     self.abort(Some(&e));
                     return Err(e);
                 }

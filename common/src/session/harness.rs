@@ -11,6 +11,7 @@ use crate::units::human_bytes;
 use anyhow::{Result, anyhow};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use workbook_runtime::failure::{self, Fact};
 
 impl Session {
     /// Checks, before anything is allocated, that `bytes` per rank (its buffers at their
@@ -357,7 +358,7 @@ impl Session {
             print_out(&serde_json::to_string_pretty(&self.report)?);
         }
         // A message sent and never received: one line each, said by its sender.
-        let mut said = unreceived.into_iter().map(|line| anyhow!(line)).collect::<Vec<_>>();
+        let mut said = unreceived.into_iter().map(|u| u.error()).collect::<Vec<_>>();
         let last = match self.failed {
             Some(message) => Some(SharedError { message, usage: false }.into()),
             None => said.pop(),
@@ -391,13 +392,17 @@ impl Session {
                 0 => err,
                 _ => {
                     tell_launcher(0, STORE_GONE);
-                    err.context(format!("rank 0, {STORE_GONE}"))
+                    failure::attach(err.context(format!("rank 0, {STORE_GONE}")), Fact::PeerLost(0))
                 }
             };
         }
         // A message this rank sent and a peer went on without receiving: the cause.
-        if let Some(line) = self.unreceived_at_failure() {
-            return err.context(line);
+        if let Some((line, unreceived)) = self.unreceived_at_failure() {
+            let err = err.context(line);
+            return match unreceived {
+                Some(to) => failure::attach(err, Fact::Unreceived { to }),
+                None => err,
+            };
         }
         // Already named (the NCCL backend's watchdog): the launcher hears it too.
         if crate::error::names_culprit(&err) {
@@ -436,14 +441,14 @@ impl Session {
             match store.blame(quiet) {
                 Ok(Some((r, why))) if r != me => {
                     tell_launcher(r, &why);
-                    return err.context(format!("rank {r} {why}"));
+                    return failure::attach(err.context(format!("rank {r} {why}")), Fact::Awaited(vec![r]));
                 }
                 Ok(Some(_)) => return err,
                 Ok(None) if asked_at.elapsed() < patience => std::thread::sleep(Duration::from_millis(50)),
                 Ok(None) => return err,
                 Err(_) if me != 0 => {
                     tell_launcher(0, STORE_GONE);
-                    return err.context(format!("rank 0, {STORE_GONE}"));
+                    return failure::attach(err.context(format!("rank 0, {STORE_GONE}")), Fact::PeerLost(0));
                 }
                 Err(_) => return err,
             }

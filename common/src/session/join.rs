@@ -151,8 +151,10 @@ impl Session {
             local_rank,
             local_world,
         } = device::place(&mut store, &id)?;
+        let backend_name = if kind == Kind::Nccl { "nccl" } else { "cpu" };
+        let _ = crate::BACKEND.set(backend_name);
         let choice = Choice {
-            backend: if kind == Kind::Nccl { "nccl" } else { "cpu" }.into(),
+            backend: backend_name.into(),
             reason: reason.clone(),
             nccl: probe
                 .nccl

@@ -39,6 +39,7 @@ use std::thread;
 use std::time::Duration;
 use workbook_cpu::Cpu;
 use workbook_cpu::comm::split_two;
+use workbook_runtime::failure::{self, Fact};
 
 /// Parts up to this size are sent before receiving, with no helper thread: the socket's
 /// buffers hold them, so two ranks sending to each other at once cannot deadlock.
@@ -148,7 +149,32 @@ impl Ledger {
 /// `None` when it is not known (a rank gone); `only_gone_on` leaves out receivers that are
 /// themselves inside a send or receive (stuck in a deadlock: the deadlock is the story).
 /// `nccl`: the job runs on NCCL, where such a send waits for ever (else: it would).
-pub(crate) fn unmatched(ledgers: &[Option<Ledger>], only_gone_on: bool, nccl: bool) -> Vec<(usize, String)> {
+/// One pair of ranks whose accounts differ ([`unmatched`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Unmatched {
+    /// The sender.
+    pub from: usize,
+    /// The receiver.
+    pub to: usize,
+    /// Whether `from` sent what `to` never received (else the sizes or counts differ).
+    pub unreceived: bool,
+    /// The line that says it.
+    pub line: String,
+}
+
+impl Unmatched {
+    /// Its line as an error, with the fact for the sender's failure record
+    /// ([`workbook_runtime::failure`]).
+    pub(crate) fn error(self) -> anyhow::Error {
+        let e = anyhow::anyhow!(self.line);
+        match self.unreceived {
+            true => failure::attach(e, Fact::Unreceived { to: self.to }),
+            false => e,
+        }
+    }
+}
+
+pub(crate) fn unmatched(ledgers: &[Option<Ledger>], only_gone_on: bool, nccl: bool) -> Vec<Unmatched> {
     let mut lines = Vec::new();
     for (from, a) in ledgers.iter().enumerate() {
         let Some(a) = a else { continue };
@@ -164,7 +190,12 @@ pub(crate) fn unmatched(ledgers: &[Option<Ledger>], only_gone_on: bool, nccl: bo
             if sent == got || (only_gone_on && sent.messages <= got.messages) {
                 continue;
             }
-            lines.push((from, mismatch(from, to, sent, got, nccl)));
+            lines.push(Unmatched {
+                from,
+                to,
+                unreceived: sent.messages > got.messages && sent.bytes >= got.bytes,
+                line: mismatch(from, to, sent, got, nccl),
+            });
         }
     }
     lines
@@ -214,7 +245,7 @@ impl Session {
     /// The end of the job: every rank's accounts, shared through the store (which is also
     /// the job's last meeting, bounded by `--timeout` as every meeting is), and the lines
     /// that this rank must say as the sender of a message nobody received.
-    pub(super) fn settle_p2p(&mut self) -> Result<Vec<String>> {
+    pub(super) fn settle_p2p(&mut self) -> Result<Vec<Unmatched>> {
         self.say_p2p()?;
         let (rank, world) = (self.rank(), self.world_size());
         let all: Vec<Ledger> =
@@ -223,8 +254,7 @@ impl Session {
         let all: Vec<Option<Ledger>> = all.into_iter().map(Some).collect();
         Ok(unmatched(&all, false, self.backend_name() == "nccl")
             .into_iter()
-            .filter(|(from, _)| *from == rank)
-            .map(|(_, line)| line)
+            .filter(|u| u.from == rank)
             .collect())
     }
 
@@ -247,7 +277,8 @@ impl Session {
     /// never received because it went on without it (a send that never returns on NCCL, or
     /// once it outgrows the CPU backend's buffers). Then the first such line, to put
     /// before the failure; else nothing. Each look at the store gives up within a second.
-    pub(super) fn unreceived_at_failure(&mut self) -> Option<String> {
+    /// With the line, the rank that never received this rank's message, if that is what it says.
+    pub(super) fn unreceived_at_failure(&mut self) -> Option<(String, Option<usize>)> {
         let rank = self.rank();
         let mut store = self.store.watcher(Duration::from_secs(1)).ok()?;
         self.ledger.failed = true;
@@ -260,7 +291,7 @@ impl Session {
         if let Some(w) = self.ledger.waits.filter(|w| w.send && self.ledger.inside)
             && let Some(line) = self.stuck_send(&mut store, w)
         {
-            return Some(line);
+            return Some((line, None));
         }
         // A peer's accounts are current if it said them failing, or if it waits in the
         // store now (it said them on its way into that meeting).
@@ -278,8 +309,8 @@ impl Session {
         known[rank] = Some(self.ledger.clone());
         unmatched(&known, true, self.backend_name() == "nccl")
             .into_iter()
-            .find(|(from, _)| *from == rank)
-            .map(|(_, line)| line)
+            .find(|u| u.from == rank)
+            .map(|u| (u.line, u.unreceived.then_some(u.to)))
     }
 }
 
@@ -687,12 +718,14 @@ mod tests {
         let lines = unmatched(&all, false, false);
         assert_eq!(
             lines,
-            [(
-                2,
-                "rank 2 sent 64 B to rank 0 that rank 0 never received (a send with no matching recv: NCCL would \
-                 hang here)"
+            [Unmatched {
+                from: 2,
+                to: 0,
+                unreceived: true,
+                line: "rank 2 sent 64 B to rank 0 that rank 0 never received (a send with no matching recv: NCCL \
+                       would hang here)"
                     .to_string()
-            )]
+            }]
         );
         // Accounts that match say nothing; a receiver not known says nothing either.
         assert!(unmatched(&all[..2], false, false).is_empty());
@@ -700,7 +733,7 @@ mod tests {
         // Two of three received: the rest, and how many there were.
         let all = [ledger(2, &[(1, 8), (1, 8), (1, 8)], &[]), ledger(2, &[], &[(0, 8)])];
         assert_eq!(
-            unmatched(&all, false, true)[0].1,
+            unmatched(&all, false, true)[0].line,
             "rank 0 sent 2 messages (16 B) to rank 1 that rank 1 never received (of 3 messages (24 B) sent, it \
              received 8 B) (sends with no matching recv: NCCL hangs here)"
         );

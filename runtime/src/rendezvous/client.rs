@@ -232,7 +232,7 @@ impl Store {
         let (reply, body) = wire::read_frame(&mut Until::new(&self.conn, reply_by), MAX_FRAME).map_err(lost)?;
         match reply {
             OK => Ok(body),
-            ERR => Err(StoreSaid(String::from_utf8_lossy(&body).into_owned()).into()),
+            ERR => Err(StoreSaid::from_wire(&body).into()),
             other => Err(anyhow!(
                 "the store sent an unknown reply kind {other} to a request about '{about}'"
             )),

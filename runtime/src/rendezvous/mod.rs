@@ -140,13 +140,46 @@ pub fn lost_the_store(err: &anyhow::Error) -> bool {
 
 /// What the store answered to a request it could not grant: a wait whose ranks never
 /// came or are gone, a refusal. Typed, so that a rank tells a failure that other ranks
-/// caused (it then asks whom to blame) from its own.
+/// caused (it then asks whom to blame) from its own, and knows whom it waited for.
 #[derive(Debug)]
-pub struct StoreSaid(String);
+pub struct StoreSaid {
+    /// What to say.
+    said: String,
+    /// The ranks the wait was for that did not come (alive but busy elsewhere, or gone).
+    awaited: Vec<usize>,
+}
+
+impl StoreSaid {
+    /// The store's answer as it travels: the sentence, then, after [`AWAITED`], the ranks
+    /// a wait waited for.
+    pub(crate) fn from_wire(body: &[u8]) -> StoreSaid {
+        let text = String::from_utf8_lossy(body);
+        let (said, ranks) = text.split_once(AWAITED).unwrap_or((&text, ""));
+        StoreSaid {
+            said: said.to_string(),
+            awaited: ranks.split(',').filter_map(|r| r.parse().ok()).collect(),
+        }
+    }
+}
+
+/// What separates the store's sentence from the ranks it waited for, on the wire.
+const AWAITED: char = '\u{1f}';
+
+/// `said`, with the ranks a wait waited for, as the store sends it ([`StoreSaid::from_wire`]).
+pub(crate) fn with_awaited(said: String, ranks: &[usize]) -> String {
+    let ranks: Vec<String> = ranks.iter().map(usize::to_string).collect();
+    format!("{said}{AWAITED}{}", ranks.join(","))
+}
+
+/// The ranks a store's answer (`cause`, one link of an error's chain) says a wait waited
+/// for, if it is one: for the failure's record ([`crate::failure::Record`]).
+pub fn store_awaited<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a [usize]> {
+    cause.downcast_ref::<StoreSaid>().map(|s| s.awaited.as_slice())
+}
 
 impl std::fmt::Display for StoreSaid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.said)
     }
 }
 

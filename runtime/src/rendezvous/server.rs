@@ -397,9 +397,8 @@ impl Shared {
                 .collect();
             // A rank that is gone will never set its key: fail now rather than at the deadline.
             if let Some((rank, how)) = missing.iter().find_map(|r| st.lost.get_key_value(&(*r as usize))) {
-                return Err(format!(
-                    "rank {rank} is gone ({how}; it crashed or was killed) while waiting for {what}"
-                ));
+                let said = format!("rank {rank} is gone ({how}; it crashed or was killed) while waiting for {what}");
+                return Err(super::with_awaited(said, &[*rank]));
             }
             if missing.is_empty() {
                 let mut e = Encoder::default();
@@ -410,11 +409,12 @@ impl Shared {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(format!(
-                    "timed out after {} waiting for {what}: {}",
-                    crate::units::human_duration(timeout),
-                    missing_ranks(&st, &missing)
-                ));
+                let (why, busy) = missing_ranks(&st, &missing);
+                let said = format!(
+                    "timed out after {} waiting for {what}: {why}",
+                    crate::units::human_duration(timeout)
+                );
+                return Err(super::with_awaited(said, &busy));
             }
             st = self
                 .changed
@@ -455,7 +455,9 @@ fn culprit(st: &State, asker: usize, quiet: Duration, now: Instant) -> Option<(u
 /// alive but busy elsewhere (in a send or receive, on the GPU: not waiting in the store),
 /// then ranks that are themselves waiting in the store for something else (they wait
 /// too, and are no cause), then ranks that never joined.
-fn missing_ranks(st: &State, missing: &[u64]) -> String {
+/// Also returns the ranks that are alive but busy elsewhere: those the waiting ranks wait
+/// for ([`super::with_awaited`]).
+fn missing_ranks(st: &State, missing: &[u64]) -> (String, Vec<usize>) {
     let (mut busy, mut waiting, mut never) = (Vec::new(), Vec::new(), Vec::new());
     for r in missing {
         let rank = *r as usize;
@@ -494,5 +496,5 @@ fn missing_ranks(st: &State, missing: &[u64]) -> String {
         };
         said.push(format!("{} not there{hint}", crate::rank::list(&never)));
     }
-    said.join("; ")
+    (said.join("; "), busy.iter().map(|r| *r as usize).collect())
 }
