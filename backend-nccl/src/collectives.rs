@@ -4,12 +4,12 @@
 //! ([`Func`]); what a collective's buffers must hold is `common`'s description of it.
 
 use crate::calls::Call;
-use crate::nccl::Nccl;
+use crate::nccl::{Nccl, NcclName};
 use anyhow::Result;
 use cudarc::nccl::sys;
 use std::ffi::{c_int, c_void};
 use workbook_runtime::Func;
-use workbook_runtime::element::ReduceOp;
+use workbook_runtime::element::{DataType, ReduceOp};
 
 /// A collective on NCCL: device pointers (in place, both into the one buffer) and the
 /// arguments of NCCL's call.
@@ -22,8 +22,8 @@ pub struct DeviceCall {
     pub count: usize,
     /// Bytes per element.
     pub elem: usize,
-    /// `datatype`.
-    pub datatype: sys::ncclDataType_t,
+    /// `datatype`, by the workbook's name (NCCL's constant is [`NcclName::nccl`]'s).
+    pub datatype: DataType,
     /// `op`.
     pub op: ReduceOp,
     /// `root`.
@@ -39,7 +39,7 @@ impl DeviceCall {
             .ptr("sendbuff", self.send)
             .ptr("recvbuff", self.recv)
             .arg(count, self.count)
-            .named("datatype", self.datatype)
+            .named("datatype", self.datatype.nccl())
             .bytes(self.count * self.elem);
         if func.reduces() {
             call = call.named("op", self.op.nccl());
@@ -56,8 +56,8 @@ impl DeviceCall {
 /// # Safety
 ///
 /// `c.send` and `c.recv` must point into device memory of this rank's GPU, which holds at
-/// least the elements the collective's buffers need for `c.count` on the communicator's
-/// ranks (in place, at NCCL's offsets: `common`'s `Collective::counts` and `in_place`),
+/// least the elements (of `c.datatype`, `c.elem` bytes each) the collective's buffers need
+/// for `c.count` on the communicator's ranks (in place, at NCCL's offsets: `common`'s `Collective::counts` and `in_place`),
 /// and that memory must stay allocated until the stream has run the call. NCCL reads and
 /// writes it from the GPU, unchecked.
 pub unsafe fn run(n: &Nccl, func: Func, c: &DeviceCall) -> Result<()> {
@@ -82,7 +82,7 @@ unsafe fn broadcast(n: &Nccl, c: &DeviceCall) -> Result<()> {
         // SAFETY: the pointers are as this function's contract says (device memory of this
         // GPU, large enough for the count, alive until the stream has run the call); comm
         // and stream are the live communicator and its stream, which Nccl::call passes.
-        unsafe { sys::ncclBroadcast(c.send, c.recv, c.count, c.datatype, c.root, comm, stream) }
+        unsafe { sys::ncclBroadcast(c.send, c.recv, c.count, c.datatype.nccl(), c.root, comm, stream) }
     })
 }
 
@@ -94,7 +94,18 @@ unsafe fn reduce(n: &Nccl, c: &DeviceCall) -> Result<()> {
         // SAFETY: the pointers are as this function's contract says (device memory of this
         // GPU, large enough for the count, alive until the stream has run the call); comm
         // and stream are the live communicator and its stream, which Nccl::call passes.
-        unsafe { sys::ncclReduce(c.send, c.recv, c.count, c.datatype, c.op.nccl(), c.root, comm, stream) }
+        unsafe {
+            sys::ncclReduce(
+                c.send,
+                c.recv,
+                c.count,
+                c.datatype.nccl(),
+                c.op.nccl(),
+                c.root,
+                comm,
+                stream,
+            )
+        }
     })
 }
 
@@ -106,7 +117,7 @@ unsafe fn all_reduce(n: &Nccl, c: &DeviceCall) -> Result<()> {
         // SAFETY: the pointers are as this function's contract says (device memory of this
         // GPU, large enough for the count, alive until the stream has run the call); comm
         // and stream are the live communicator and its stream, which Nccl::call passes.
-        unsafe { sys::ncclAllReduce(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream) }
+        unsafe { sys::ncclAllReduce(c.send, c.recv, c.count, c.datatype.nccl(), c.op.nccl(), comm, stream) }
     })
 }
 
@@ -118,7 +129,7 @@ unsafe fn all_gather(n: &Nccl, c: &DeviceCall) -> Result<()> {
         // SAFETY: the pointers are as this function's contract says (device memory of this
         // GPU, large enough for the count, alive until the stream has run the call); comm
         // and stream are the live communicator and its stream, which Nccl::call passes.
-        unsafe { sys::ncclAllGather(c.send, c.recv, c.count, c.datatype, comm, stream) }
+        unsafe { sys::ncclAllGather(c.send, c.recv, c.count, c.datatype.nccl(), comm, stream) }
     })
 }
 
@@ -130,7 +141,7 @@ unsafe fn reduce_scatter(n: &Nccl, c: &DeviceCall) -> Result<()> {
         // SAFETY: the pointers are as this function's contract says (device memory of this
         // GPU, large enough for the count, alive until the stream has run the call); comm
         // and stream are the live communicator and its stream, which Nccl::call passes.
-        unsafe { sys::ncclReduceScatter(c.send, c.recv, c.count, c.datatype, c.op.nccl(), comm, stream) }
+        unsafe { sys::ncclReduceScatter(c.send, c.recv, c.count, c.datatype.nccl(), c.op.nccl(), comm, stream) }
     })
 }
 
@@ -154,7 +165,7 @@ unsafe fn all_to_all(n: &Nccl, c: &DeviceCall) -> Result<()> {
             Call::new(doing, function)
                 .ptr(buff, at)
                 .arg("count", c.count)
-                .named("datatype", c.datatype)
+                .named("datatype", c.datatype.nccl())
                 .arg("peer", peer)
                 .bytes(bytes)
         };
@@ -168,7 +179,7 @@ unsafe fn all_to_all(n: &Nccl, c: &DeviceCall) -> Result<()> {
             // SAFETY: block `peer` of the send buffer (or of the copy aside, which this rank
             // keeps until the stream has used it): `count` elements inside the buffer this
             // function's contract vouches for; comm and stream are Nccl::call's, live.
-            unsafe { sys::ncclSend(block(send), c.count, c.datatype, peer as c_int, comm, stream) }
+            unsafe { sys::ncclSend(block(send), c.count, c.datatype.nccl(), peer as c_int, comm, stream) }
         });
         let what = call(
             format!("all-to-all: receive from rank {peer}"),
@@ -184,7 +195,7 @@ unsafe fn all_to_all(n: &Nccl, c: &DeviceCall) -> Result<()> {
                     sys::ncclRecv(
                         block(c.recv).cast_mut(),
                         c.count,
-                        c.datatype,
+                        c.datatype.nccl(),
                         peer as c_int,
                         comm,
                         stream,

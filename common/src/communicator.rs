@@ -89,7 +89,7 @@ impl Communicator {
                         recv,
                         count,
                         elem: size_of::<T>(),
-                        datatype: T::TYPE.nccl(),
+                        datatype: T::TYPE,
                         op,
                         root: root as std::ffi::c_int,
                     };
@@ -148,8 +148,8 @@ impl Communicator {
             Communicator::Cpu(_) => Ok(Buffer {
                 storage: Storage::Host(host_memory::HostMem::new(host)),
             }),
-            Communicator::Nccl(n) => n.upload(host).map(|slice| Buffer {
-                storage: Storage::Device(slice),
+            Communicator::Nccl(n) => n.upload(host).map(|memory| Buffer {
+                storage: Storage::Device(memory),
             }),
         }
     }

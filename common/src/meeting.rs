@@ -1,16 +1,20 @@
 //! For a lesson that calls NCCL itself (`08-cudarc-allreduce`): the harness launches the
 //! ranks and lets them meet through the store, and does nothing more. No backend, no
 //! tables: the lesson makes its own context, communicator and buffers with cudarc, as a
-//! program outside the workbook would.
+//! program outside the workbook would. What here touches CUDA is the NCCL backend's
+//! (`workbook_nccl::device::gpu::OpenGpu`, [`NcclResult`]): this crate names no cudarc.
 
 use crate::args::RunArgs;
 use crate::device;
 use crate::launch::Identity;
 use crate::rendezvous::{Store, StoreServer};
-use anyhow::{Context, Result, anyhow};
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
+use anyhow::{Context, Result};
 use std::time::Duration;
+use workbook_nccl::device::gpu::OpenGpu;
+
+/// cudarc's NCCL errors named by call and result code (the NCCL backend's, where cudarc is):
+/// `use common::meeting::NcclResult` gives a lesson `.nccl("ncclAllReduce")`.
+pub use workbook_nccl::nccl::NcclResult;
 
 /// One rank, met with the others: who it is, and the store they share.
 pub struct Meeting {
@@ -19,7 +23,7 @@ pub struct Meeting {
     device: usize,
     /// This rank's GPU, held open from the check that no other rank shares it until the
     /// end (the lesson's `CudaContext::new` takes the same primary context).
-    _context: Arc<CudaContext>,
+    _context: OpenGpu,
     store: Store,
     server: Option<StoreServer>,
     timeout: Duration,
@@ -69,18 +73,6 @@ impl Meeting {
     }
 }
 
-/// cudarc's NCCL errors say only "NcclError": this names the call and NCCL's result code.
-pub trait NcclResult<T> {
-    /// The error as "NCCL failed in `what` with ncclInvalidUsage".
-    fn nccl(self, what: &str) -> Result<T>;
-}
-
-impl<T> NcclResult<T> for std::result::Result<T, cudarc::nccl::result::NcclError> {
-    fn nccl(self, what: &str) -> Result<T> {
-        self.map_err(|e| anyhow!("NCCL failed in {what} with {:?}", e.0))
-    }
-}
-
 /// The rank's part of [`crate::meet`]: find the GPUs, meet the others, run `lesson`.
 pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting) -> Result<()>) -> Result<()> {
     let rank = id.rank;
@@ -122,8 +114,9 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     // the check the workbook's NCCL backend makes, before the lesson makes its communicator.
     let place = device::place(&mut store, &id)?;
     let dev = device::device_for(run.device_rule, rank, place.local_rank, probe.gpus);
-    let context = CudaContext::new(dev).with_context(|| format!("rank {rank}: opening CUDA device {dev}"))?;
-    let gpu = device::gpu::identify(&context, &place.host)
+    let context = OpenGpu::open(dev).with_context(|| format!("rank {rank}: opening CUDA device {dev}"))?;
+    let gpu = context
+        .identify(&place.host)
         .with_context(|| format!("rank {rank}: reading device {dev}'s identity"))?;
     device::gpu::one_rank_per_gpu(&mut store, (rank, id.world_size), &gpu)?;
     if run.show_calls.is_some_and(|s| s.shows(rank)) {

@@ -6,7 +6,6 @@
 //! written once for every type.
 
 use clap::ValueEnum;
-use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
 
 /// NCCL's element types, with nccl-tests' names (`-d float`).
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,17 +42,6 @@ impl DataType {
             DataType::Half | DataType::Bfloat16 => 2,
         }
     }
-
-    /// NCCL's constant for it.
-    pub fn nccl(self) -> ncclDataType_t {
-        match self {
-            DataType::Float => ncclDataType_t::ncclFloat32,
-            DataType::Double => ncclDataType_t::ncclFloat64,
-            DataType::Int32 => ncclDataType_t::ncclInt32,
-            DataType::Half => ncclDataType_t::ncclFloat16,
-            DataType::Bfloat16 => ncclDataType_t::ncclBfloat16,
-        }
-    }
 }
 
 /// NCCL's reduction operators (`ncclRedOp_t`), with nccl-tests' names (`-o sum`).
@@ -81,17 +69,6 @@ impl ReduceOp {
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
             ReduceOp::Avg => "avg",
-        }
-    }
-
-    /// NCCL's constant for it.
-    pub fn nccl(self) -> ncclRedOp_t {
-        match self {
-            ReduceOp::Sum => ncclRedOp_t::ncclSum,
-            ReduceOp::Prod => ncclRedOp_t::ncclProd,
-            ReduceOp::Max => ncclRedOp_t::ncclMax,
-            ReduceOp::Min => ncclRedOp_t::ncclMin,
-            ReduceOp::Avg => ncclRedOp_t::ncclAvg,
         }
     }
 
@@ -125,22 +102,16 @@ impl ReduceOp {
 
 /// A number type the collectives can carry and reduce.
 ///
+/// NCCL's constant for each type and operator is the NCCL backend's to name
+/// (`workbook_nccl::nccl::NcclName`): this layer knows no CUDA and no NCCL library.
+///
 /// # Safety
-/// Only for plain numbers whose every bit pattern is a valid value (the CPU backend
-/// moves and reduces them as bytes).
+/// Only for plain numbers with no padding whose every bit pattern is a valid value, and
+/// whose size is [`DataType::size`] of [`Element::TYPE`]: both backends move them as
+/// bytes (the CPU backend reduces them as bytes; the NCCL backend copies them to and from
+/// the GPU as bytes, and NCCL's kernels read them as `TYPE`).
 pub unsafe trait Element:
-    Copy
-    + Default
-    + PartialEq
-    + PartialOrd
-    + Send
-    + Sync
-    + std::fmt::Display
-    + std::fmt::Debug
-    + cudarc::driver::DeviceRepr
-    + cudarc::driver::ValidAsZeroBits
-    + cudarc::nccl::NcclType
-    + 'static
+    Copy + Default + PartialEq + PartialOrd + Send + Sync + std::fmt::Display + std::fmt::Debug + 'static
 {
     /// Which of NCCL's types it is.
     const TYPE: DataType;
@@ -161,7 +132,7 @@ pub unsafe trait Element:
 macro_rules! float_element {
     ($t:ty, $ty:expr, $tol:expr, $to:expr, $from:expr) => {
         // SAFETY: `half`'s 16-bit floats are `repr(transparent)` over a `u16`: plain data,
-        // every one of the 65,536 bit patterns a value (NaNs included).
+        // 2 bytes (TYPE's size), every one of the 65,536 bit patterns a value (NaNs included).
         unsafe impl Element for $t {
             const TYPE: DataType = $ty;
             fn matches(self, expected: Self) -> bool {
@@ -207,7 +178,7 @@ float_element!(
     half::bf16::from_f64
 );
 
-// SAFETY: a plain 32-bit number; every bit pattern is an f32 (NaNs included).
+// SAFETY: a plain 32-bit number (4 bytes, TYPE's size); every bit pattern is an f32 (NaNs included).
 unsafe impl Element for f32 {
     const TYPE: DataType = DataType::Float;
     fn matches(self, expected: f32) -> bool {
@@ -236,7 +207,7 @@ unsafe impl Element for f32 {
     }
 }
 
-// SAFETY: a plain 64-bit number; every bit pattern is an f64 (NaNs included).
+// SAFETY: a plain 64-bit number (8 bytes, TYPE's size); every bit pattern is an f64 (NaNs included).
 unsafe impl Element for f64 {
     const TYPE: DataType = DataType::Double;
     fn matches(self, expected: f64) -> bool {
@@ -264,7 +235,7 @@ unsafe impl Element for f64 {
     }
 }
 
-// SAFETY: a plain 32-bit integer; every bit pattern is an i32.
+// SAFETY: a plain 32-bit integer (4 bytes, TYPE's size); every bit pattern is an i32.
 unsafe impl Element for i32 {
     const TYPE: DataType = DataType::Int32;
     fn matches(self, expected: i32) -> bool {
@@ -399,6 +370,23 @@ fn divide_bytes<T: Element>(data: &mut [u8], n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_element_is_as_large_as_its_type_says() {
+        // What the NCCL backend relies on: NCCL reads `count` elements of `TYPE`.
+        fn size<T: Element>() -> (usize, usize) {
+            (size_of::<T>(), T::TYPE.size())
+        }
+        for (rust, nccl) in [
+            size::<f32>(),
+            size::<f64>(),
+            size::<i32>(),
+            size::<half::f16>(),
+            size::<half::bf16>(),
+        ] {
+            assert_eq!(rust, nccl);
+        }
+    }
 
     #[test]
     fn matching_allows_each_types_rounding_only() {

@@ -16,6 +16,7 @@ use anyhow::{Result, anyhow};
 use cudarc::driver::CudaContext;
 use serde::{Deserialize, Serialize};
 use std::ffi::{CStr, c_char, c_int};
+use std::sync::Arc;
 
 /// A physical GPU, as NCCL tells GPUs apart: the same device number on two ranks may be
 /// two GPUs (each Slurm task sees its own GPU as device 0), two ranks on one GPU is an error.
@@ -102,6 +103,25 @@ impl Rule {
                 Rule::Uuid => a.uuid == b.uuid,
                 _ => a.bus_id == b.bus_id && (a.hostid_set() || a.uuid == b.uuid),
             }
+    }
+}
+
+/// A GPU's primary context, held open: for a lesson that calls NCCL itself (`common::meet`
+/// opens it and checks that no other rank has the GPU, and the lesson's own
+/// `CudaContext::new` then takes the same primary context). Opaque, so that the layers
+/// above the NCCL backend never name cudarc.
+pub struct OpenGpu(Arc<CudaContext>);
+
+impl OpenGpu {
+    /// Opens device `device` (cudarc's `CudaContext::new`: its primary context, current on
+    /// this thread).
+    pub fn open(device: usize) -> Result<OpenGpu> {
+        Ok(OpenGpu(CudaContext::new(device)?))
+    }
+
+    /// Its identity, as [`identify`] reads it.
+    pub fn identify(&self, host: &str) -> Result<Gpu> {
+        identify(&self.0, host)
     }
 }
 

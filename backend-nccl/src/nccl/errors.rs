@@ -60,3 +60,18 @@ pub fn cuda_error(e: cudarc::driver::DriverError) -> anyhow::Error {
     };
     anyhow!("{words} ({:?}){hint}", e.0)
 }
+
+/// cudarc's NCCL errors say only "NcclError": this names the call and NCCL's result code.
+/// For a lesson that calls NCCL through cudarc itself (`08-cudarc-allreduce`, through
+/// `common::meeting::NcclResult`): here, beside the backend's own NCCL errors, so that
+/// `common` never names cudarc.
+pub trait NcclResult<T> {
+    /// The error as "NCCL failed in `what` with ncclInvalidUsage".
+    fn nccl(self, what: &str) -> anyhow::Result<T>;
+}
+
+impl<T> NcclResult<T> for std::result::Result<T, cudarc::nccl::result::NcclError> {
+    fn nccl(self, what: &str) -> anyhow::Result<T> {
+        self.map_err(|e| anyhow!("NCCL failed in {what} with {:?}", e.0))
+    }
+}

@@ -1,22 +1,50 @@
-//! The rank's GPU memory: buffers uploaded and downloaded on the stream, a collective's
-//! device pointers, inputs set aside on the GPU, and the CUDA calls cudarc makes for
-//! them, shown with `--show-calls`.
+//! The rank's GPU memory: its buffers ([`DeviceBuffer`]), uploaded and downloaded on the
+//! stream, a collective's device pointers, inputs set aside on the GPU, and the CUDA
+//! calls cudarc makes for them, shown with `--show-calls`.
 
 use super::errors::cuda_error;
 use super::{CUDA_SUCCESS, Nccl};
 use crate::calls::{Call, Label};
-use crate::element::Element;
+use crate::element::{Element, as_bytes, as_bytes_mut};
 use anyhow::{Context, Result, anyhow};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use std::ffi::c_void;
+use std::marker::PhantomData;
+
+/// A buffer of `T`s in this rank's GPU memory: what `common`'s `Buffer` holds on the NCCL
+/// backend. Opaque, so that the layers above name no CUDA type: the memory is cudarc's
+/// bytes (a `CudaSlice<u8>`, freed in stream order when dropped), and the element type is
+/// only this type's parameter. The elements go in and out as bytes
+/// ([`Element`]'s contract: plain numbers, any bytes a value, `T::TYPE.size()` bytes
+/// each), and NCCL reads them as `T::TYPE`. Alignment: cudarc allocates with
+/// `cuMemAllocAsync` or `cuMemAlloc`, whose memory is aligned to at least 256 bytes,
+/// more than any element type needs (8 bytes at most); offsets into it are whole
+/// elements.
+pub struct DeviceBuffer<T> {
+    /// The memory: `len() * size_of::<T>()` bytes.
+    pub(super) bytes: CudaSlice<u8>,
+    _elements: PhantomData<T>,
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / size_of::<T>()
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
 
 impl Nccl {
     /// A copy of `host` in this GPU's memory, queued on the stream.
-    pub fn upload<T: Element>(&self, host: Vec<T>) -> Result<CudaSlice<T>> {
+    pub fn upload<T: Element>(&self, host: Vec<T>) -> Result<DeviceBuffer<T>> {
         self.synchronize()?;
         let slice = self
             .stream
-            .clone_htod(&host)
+            .clone_htod(as_bytes(&host))
             .map_err(cuda_error)
             .with_context(|| format!("rank {}: copying to the GPU", self.rank))?;
         let bytes = std::mem::size_of_val(host.as_slice());
@@ -31,21 +59,28 @@ impl Nccl {
             "...and the host's values copied into it, queued on the stream",
         );
         drop(_written);
-        Ok(slice)
+        Ok(DeviceBuffer {
+            bytes: slice,
+            _elements: PhantomData,
+        })
     }
 
     /// Elements `range` of `buf`, read back after every queued operation is done.
-    pub fn download<T: Element>(&self, buf: &CudaSlice<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
+    pub fn download<T: Element>(&self, buf: &DeviceBuffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
         // The copy would wait for the queued collectives without a deadline: wait here first.
         self.synchronize()?;
         let n = range.len();
         if n == 0 {
             return Ok(vec![]);
         }
-        let view = buf.slice(range);
-        let host = self
-            .stream
-            .clone_dtoh(&view)
+        let elem = size_of::<T>();
+        let view = buf.bytes.slice(range.start * elem..range.end * elem);
+        // cudarc's clone_dtoh is this: a host vector, then memcpy_dtoh into it; here the
+        // vector is of elements, filled as bytes. The CUDA calls, and so the note
+        // --show-calls prints, are clone_dtoh's.
+        let mut host = vec![T::default(); n];
+        self.stream
+            .memcpy_dtoh(&view, as_bytes_mut(&mut host))
             .map_err(cuda_error)
             .with_context(|| format!("rank {}: copying {n} elements back from the GPU", self.rank))?;
         let (src, _read) = view.device_ptr(self.stream.as_ref());
@@ -69,18 +104,18 @@ impl Nccl {
     /// stream.
     pub fn with_pointers<T: Element, R>(
         &self,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&DeviceBuffer<T>>,
+        recv: &mut DeviceBuffer<T>,
         in_place: (usize, usize),
         f: impl FnOnce(*const c_void, *mut c_void) -> R,
     ) -> R {
         let stream = self.stream.as_ref();
         let elem = size_of::<T>();
         // The guards record, when dropped after the call, that the stream used the buffers.
-        let (dst, _written) = recv.device_ptr_mut(stream);
+        let (dst, _written) = recv.bytes.device_ptr_mut(stream);
         let (src, _read) = match send {
             Some(s) => {
-                let (p, guard) = s.device_ptr(stream);
+                let (p, guard) = s.bytes.device_ptr(stream);
                 (p, Some(guard))
             }
             None => (dst + (in_place.0 * elem) as u64, None),

@@ -22,19 +22,23 @@
 //! The parts, a file each: the communicator's life, from init and split to close and
 //! abort ([`life`]), with the config it is made with ([`config`]); the calls queued on
 //! the stream, groups, sends and receives ([`queue`]); the polled waits ([`wait`]); GPU
-//! memory, uploads and downloads ([`memory`]); and NCCL's and CUDA's errors in words
-//! ([`errors`]).
+//! memory, uploads and downloads ([`memory`], its buffers [`DeviceBuffer`]); NCCL's and
+//! CUDA's errors in words ([`errors`]); and NCCL's constants for the workbook's types and
+//! operators ([`names`]).
 
 mod config;
 mod errors;
 mod life;
 mod memory;
+mod names;
 mod queue;
 mod wait;
 
 pub use config::check_config_env;
-pub use errors::cuda_error;
+pub use errors::{NcclResult, cuda_error};
 pub use life::NOCOLOR;
+pub use memory::DeviceBuffer;
+pub use names::NcclName;
 pub use queue::GROUP_END;
 
 use crate::calls::{Label, Shown};

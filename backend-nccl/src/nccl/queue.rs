@@ -3,12 +3,12 @@
 //! wait can tell progress from a hang, at most [`MAX_QUEUED`] in flight, groups
 //! (`ncclGroupStart`/`ncclGroupEnd`), sends and receives.
 
-use super::Nccl;
 use super::wait::{LOST_GRACE, Poll};
+use super::{DeviceBuffer, Nccl, NcclName};
 use crate::calls::{Call, Label};
 use crate::element::Element;
 use anyhow::{Context, Result, anyhow};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
 use cudarc::nccl::sys::{self, ncclResult_t};
 use std::ffi::{c_int, c_void};
 
@@ -31,39 +31,41 @@ pub(super) const LOG_EVERY: u64 = 1024;
 
 impl Nccl {
     /// Sends the whole buffer to `peer` (`ncclSend`).
-    pub fn send<T: Element>(&self, buf: &CudaSlice<T>, peer: usize) -> Result<()> {
-        let (src, _read) = buf.device_ptr(self.stream.as_ref());
+    pub fn send<T: Element>(&self, buf: &DeviceBuffer<T>, peer: usize) -> Result<()> {
+        let count = buf.len();
+        let (src, _read) = buf.bytes.device_ptr(self.stream.as_ref());
         let call = Call::new(format!("send to rank {peer}"), "ncclSend")
             .peer(peer)
             .ptr("sendbuff", src as *const c_void)
-            .arg("count", buf.len())
-            .named("datatype", T::as_nccl_type())
+            .arg("count", count)
+            .named("datatype", T::TYPE.nccl())
             .arg("peer", peer)
-            .bytes(buf.len() * size_of::<T>());
+            .bytes(count * size_of::<T>());
         self.call(call, |comm, stream| {
-            // SAFETY: `src` is `buf`'s device memory on this GPU, `buf.len()` elements of T,
-            // recorded as read by the stream (cudarc frees it in stream order, after the
-            // send); comm and stream are Nccl::call's, live.
-            unsafe { sys::ncclSend(src as _, buf.len(), T::as_nccl_type(), peer as c_int, comm, stream) }
+            // SAFETY: `src` is `buf`'s device memory on this GPU, `count` elements of T
+            // (NCCL reads them as T::TYPE: Element's contract), recorded as read by the
+            // stream (cudarc frees it in stream order, after the send); comm and stream are
+            // Nccl::call's, live.
+            unsafe { sys::ncclSend(src as _, count, T::TYPE.nccl(), peer as c_int, comm, stream) }
         })
     }
 
     /// Receives the whole buffer from `peer` (`ncclRecv`).
-    pub fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, peer: usize) -> Result<()> {
+    pub fn recv<T: Element>(&self, buf: &mut DeviceBuffer<T>, peer: usize) -> Result<()> {
         let count = buf.len();
-        let (dst, _written) = buf.device_ptr_mut(self.stream.as_ref());
+        let (dst, _written) = buf.bytes.device_ptr_mut(self.stream.as_ref());
         let call = Call::new(format!("receive from rank {peer}"), "ncclRecv")
             .peer(peer)
             .ptr("recvbuff", dst as *const c_void)
             .arg("count", count)
-            .named("datatype", T::as_nccl_type())
+            .named("datatype", T::TYPE.nccl())
             .arg("peer", peer)
             .bytes(count * size_of::<T>());
         self.call(call, |comm, stream| {
-            // SAFETY: `dst` is `buf`'s device memory on this GPU, `count` elements of T, held
-            // mutably for this call and recorded as written by the stream; comm and stream
-            // are Nccl::call's, live.
-            unsafe { sys::ncclRecv(dst as _, count, T::as_nccl_type(), peer as c_int, comm, stream) }
+            // SAFETY: `dst` is `buf`'s device memory on this GPU, `count` elements of T
+            // (NCCL writes them as T::TYPE: Element's contract), held mutably for this call
+            // and recorded as written by the stream; comm and stream are Nccl::call's, live.
+            unsafe { sys::ncclRecv(dst as _, count, T::TYPE.nccl(), peer as c_int, comm, stream) }
         })
     }
 

@@ -17,16 +17,17 @@ pub use workbook_cpu::host_memory;
 pub use workbook_nccl::{calls, nccl, nccl_log, per_sweep, progress, watchdog};
 
 use crate::element::Element;
+use workbook_nccl::nccl::DeviceBuffer;
 
 /// A rank's buffer: host memory on the CPU backend (in its shared arena when large),
-/// device memory on NCCL.
+/// device memory on NCCL (the NCCL backend's [`DeviceBuffer`]: this crate names no CUDA type).
 pub struct Buffer<T: Element> {
     pub(crate) storage: Storage<T>,
 }
 
 pub(crate) enum Storage<T: Element> {
     Host(host_memory::HostMem<T>),
-    Device(cudarc::driver::CudaSlice<T>),
+    Device(DeviceBuffer<T>),
 }
 
 impl<T: Element> Buffer<T> {
@@ -61,7 +62,7 @@ pub(crate) fn host_mut<T: Element>(buf: &mut Buffer<T>) -> &mut [T] {
 }
 
 /// A device buffer's memory (NCCL's buffers).
-pub(crate) fn device<T: Element>(buf: &Buffer<T>) -> &cudarc::driver::CudaSlice<T> {
+pub(crate) fn device<T: Element>(buf: &Buffer<T>) -> &DeviceBuffer<T> {
     match &buf.storage {
         Storage::Device(s) => s,
         Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
@@ -69,7 +70,7 @@ pub(crate) fn device<T: Element>(buf: &Buffer<T>) -> &cudarc::driver::CudaSlice<
 }
 
 /// A device buffer's memory, writable.
-pub(crate) fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut cudarc::driver::CudaSlice<T> {
+pub(crate) fn device_mut<T: Element>(buf: &mut Buffer<T>) -> &mut DeviceBuffer<T> {
     match &mut buf.storage {
         Storage::Device(s) => s,
         Storage::Host(_) => unreachable!("NCCL buffers live on the device"),
