@@ -7,7 +7,7 @@
 //! here fails or panics. Without a profiler attached, NVTX's calls return at once.
 //!
 //! ```ignore
-//! let _range = common::nvtx::range("ncclAllReduce"); // popped when dropped
+//! let _range = workbook_nccl::nvtx::range("ncclAllReduce"); // popped when dropped
 //! ```
 
 use std::ffi::{CString, c_char, c_int};

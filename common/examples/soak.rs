@@ -54,7 +54,7 @@ fn soak(session: &mut Session, args: &Args) -> anyhow::Result<()> {
             session.check(&buf, (n * (n + 1) / 2) as f32)?;
         }
         let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
-        let channels = common::transport::shm::channels_made() as usize;
+        let channels = workbook_cpu::transport::shm::channels_made() as usize;
         if round == 0 {
             fds_after_first = fds;
             channels_after_first = channels;

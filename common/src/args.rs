@@ -1,13 +1,13 @@
 //! The command line every example shares: how to launch, which backend, how to print
 //! ([`RunArgs`]), and what data to move ([`DataArgs`]).
 
-pub use crate::device::{BackendChoice, DeviceRule};
-use crate::launch;
-pub use crate::transport::TransportChoice;
-use crate::transport::simulated::Network;
-use crate::units::{parse_duration, parse_size};
 use clap::{Args, ValueEnum};
 use std::time::Duration;
+pub use workbook_cpu::transport::TransportChoice;
+use workbook_cpu::transport::simulated::Network;
+pub use workbook_nccl::device::{BackendChoice, DeviceRule};
+use workbook_runtime::launch;
+use workbook_runtime::units::{parse_duration, parse_size};
 
 /// How the ranks are started, which backend moves the data, and how results are printed.
 #[derive(Args, Debug, Clone)]
@@ -108,7 +108,7 @@ pub struct RunArgs {
 
     /// NCCL's variables the program changes between its sweeps (the benchmark's `-A`
     /// and `-P`), each with its first sweep's value: on NCCL a rank makes them ready
-    /// before NCCL loads ([`crate::backend::per_sweep`]). Not a flag.
+    /// before NCCL loads ([`workbook_nccl::per_sweep`]). Not a flag.
     #[arg(skip)]
     pub nccl_env_per_sweep: Vec<(&'static str, String)>,
 }
@@ -153,7 +153,7 @@ impl ShowCalls {
     pub fn check(self, world: usize) -> Result<(), String> {
         match self {
             ShowCalls::All => Ok(()),
-            ShowCalls::Rank(r) => crate::rank::check(r, world, "--show-calls"),
+            ShowCalls::Rank(r) => workbook_runtime::rank::check(r, world, "--show-calls"),
         }
     }
 }
@@ -213,7 +213,7 @@ impl DataArgs {
     /// The flag that set the buffers' size, as the user gave it (for messages).
     pub fn what(&self) -> String {
         match self.size {
-            Some(bytes) => format!("--size {}", crate::units::typed_size(bytes)),
+            Some(bytes) => format!("--size {}", workbook_runtime::units::typed_size(bytes)),
             None => format!("--count {}", self.count),
         }
     }

@@ -2,14 +2,15 @@
 //! either backend ([`crate::backend`]). The session holds the world's and checks every
 //! call at its edge; this runs the call, on the buffers' own memory.
 
-use crate::backend::{Buffer, Storage, device, device_mut, host, host_memory, host_mut};
+use crate::backend::{Buffer, Storage, device, device_mut, host, host_mut};
 use crate::collective::Collective;
-use crate::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
 use anyhow::Result;
 use workbook_cpu::Cpu;
 use workbook_cpu::collective::HostCall;
+use workbook_cpu::host_memory;
 use workbook_nccl::collectives::DeviceCall;
 use workbook_nccl::nccl::Nccl;
+use workbook_runtime::element::{Element, ReduceOp, Reduction, as_bytes, as_bytes_mut};
 
 /// A rank's communicator: the ranks it runs collectives with and the backend that moves
 /// their data. One type per layer: the CPU backend's [`Comm`](workbook_cpu::Comm) (links
@@ -65,9 +66,9 @@ impl Communicator {
         let (rank, world) = (self.rank(), self.world());
         match self {
             Communicator::Cpu(cpu) => {
-                crate::record::watch(title, host(recv), send.map(host), true);
+                workbook_runtime::record::watch(title, host(recv), send.map(host), true);
                 if coll.reduces() {
-                    crate::record::combining(op.name());
+                    workbook_runtime::record::combining(op.name());
                 }
                 workbook_cpu::collective::run(
                     cpu,
@@ -113,7 +114,7 @@ impl Communicator {
         &self,
         (color, key): (i32, i32),
         members: &[usize],
-        watchdog: impl FnOnce() -> Result<crate::backend::watchdog::Watchdog>,
+        watchdog: impl FnOnce() -> Result<workbook_nccl::watchdog::Watchdog>,
     ) -> Result<Option<Communicator>> {
         match self {
             Communicator::Cpu(_) if members.is_empty() => Ok(None),
@@ -163,7 +164,7 @@ impl Communicator {
     pub fn download_range<T: Element>(&self, buf: &Buffer<T>, range: std::ops::Range<usize>) -> Result<Vec<T>> {
         let range = range.start.min(buf.len())..range.end.min(buf.len());
         match (&buf.storage, self) {
-            (Storage::Host(v), _) => crate::limits::try_copy(&v[range], "a copy of a buffer to read"),
+            (Storage::Host(v), _) => workbook_runtime::limits::try_copy(&v[range], "a copy of a buffer to read"),
             (Storage::Device(s), Communicator::Nccl(nc)) => nc.download(s, range),
             (Storage::Device(_), Communicator::Cpu(_)) => unreachable!("device buffers only come from NCCL"),
         }
@@ -173,7 +174,7 @@ impl Communicator {
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         match (self, &buf.storage) {
             (Communicator::Cpu(c), Storage::Host(v)) => {
-                use crate::record::{self, Dir, How};
+                use workbook_runtime::record::{self, Dir, How};
                 record::watch(record::P2P, v, None, false);
                 let t = record::clock();
                 c.send(v, peer)
@@ -188,7 +189,7 @@ impl Communicator {
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         match self {
             Communicator::Cpu(c) => {
-                use crate::record::{self, Dir, How};
+                use workbook_runtime::record::{self, Dir, How};
                 let v = host_mut(buf);
                 record::watch(record::P2P, v, None, false);
                 let t = record::clock();

@@ -3,8 +3,8 @@
 //! data-parallel groups (across nodes). Lesson 09 splits the world along both; exercise
 //! 12's hierarchy is the same grid, a node per row.
 
-use crate::error::SharedError;
 use anyhow::Result;
+use workbook_runtime::error::SharedError;
 
 /// The length of a row: `given` by `flag` (`--tp`), else `per_node` (the ranks of one
 /// node, so that each row stays inside a node). It must divide the `world`'s ranks into

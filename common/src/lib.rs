@@ -21,22 +21,15 @@ pub mod steps;
 pub mod table;
 pub mod trace;
 
-// The layers below, under the names the harness has always used (`common::launch`,
-// `common::transport`, ...): the lessons' page shows the API above, not these.
-#[doc(hidden)]
-pub use workbook_cpu::transport;
-#[doc(hidden)]
-pub use workbook_nccl::{device, nccl_library, nvtx, simulate};
-#[doc(hidden)]
-pub use workbook_runtime::{
-    clock, deadline, element, error, fault, launch, launcher, limits, rank, record, rendezvous, units, wire,
-};
+use workbook_cpu::transport;
+use workbook_nccl::{device, nccl_library, simulate};
+use workbook_runtime::{error, launch, launcher, limits, rank, units};
 
 pub use args::{DataArgs, Init, RunArgs};
 pub use backend::Buffer;
 pub use communicator::Communicator;
-pub use element::{DataType, Element, ReduceOp};
 pub use session::{Group, SPLIT_NOCOLOR, Session, Split};
+pub use workbook_runtime::element::{DataType, Element, ReduceOp};
 
 use anyhow::Result;
 use clap::Parser;
@@ -151,8 +144,8 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
             // A rank on NCCL asks NCCL for its own account of what it chose (before NCCL
             // loads, while this is the process's one thread; a launcher asks for nothing).
             if run.backend != args::BackendChoice::Cpu {
-                backend::nccl_log::capture();
-                backend::per_sweep::prepare(&run.nccl_env_per_sweep);
+                workbook_nccl::nccl_log::capture();
+                workbook_nccl::per_sweep::prepare(&run.nccl_env_per_sweep);
             }
             let (rank, source) = (id.rank, id.source);
             // Said before the rank runs out of descriptors (a launcher said it already).

@@ -5,12 +5,12 @@
 //! (`workbook_nccl::device::gpu::OpenGpu`, [`NcclResult`]): this crate names no cudarc.
 
 use crate::args::RunArgs;
-use crate::device;
-use crate::launch::Identity;
-use crate::rendezvous::{Store, StoreServer};
 use anyhow::{Context, Result};
 use std::time::Duration;
+use workbook_nccl::device;
 use workbook_nccl::device::gpu::OpenGpu;
+use workbook_runtime::launch::Identity;
+use workbook_runtime::rendezvous::{Store, StoreServer};
 
 /// cudarc's NCCL errors named by call and result code (the NCCL backend's, where cudarc is):
 /// `use common::meeting::NcclResult` gives a lesson `.nccl("ncclAllReduce")`.
@@ -68,7 +68,7 @@ impl Meeting {
     /// Waits until every rank is done, so that none leaves while another still needs it.
     fn finish(mut self) -> Result<()> {
         self.store.barrier("end", self.rank, self.world)?;
-        crate::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
+        workbook_runtime::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
         Ok(())
     }
 }
@@ -81,14 +81,14 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     let (kind, reason) = device::choose(crate::args::BackendChoice::Nccl, &probe)?;
     crate::session::check_nccl_tuning(&probe)?;
     if kind != device::Kind::Nccl {
-        return Err(crate::error::usage(format!(
+        return Err(workbook_runtime::error::usage(format!(
             "this lesson calls NCCL itself, and {reason}"
         )));
     }
     if let Some(shown) = run.show_calls {
         shown
             .check(id.world_size)
-            .map_err(|message| crate::error::SharedError { message, usage: true })?;
+            .map_err(|message| workbook_runtime::error::SharedError { message, usage: true })?;
     }
     if rank == 0 {
         println!("{reason}");
@@ -97,7 +97,7 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
                 crate::args::ShowCalls::All => "every rank".to_string(),
                 crate::args::ShowCalls::Rank(r) => format!("rank {r}"),
             };
-            let simulated = match crate::simulate::gpus() {
+            let simulated = match workbook_nccl::simulate::gpus() {
                 Some(_) => "; on --simulate-gpus the simulator prints them as NCCL does",
                 None => "",
             };
@@ -109,7 +109,7 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
             );
         }
     }
-    let (mut store, server) = crate::rendezvous::meet(&id, run.timeout)?;
+    let (mut store, server) = workbook_runtime::rendezvous::meet(&id, run.timeout)?;
     // The device by the same rule as every lesson's, and no GPU shared by two ranks:
     // the check the workbook's NCCL backend makes, before the lesson makes its communicator.
     let place = device::place(&mut store, &id)?;
@@ -139,12 +139,12 @@ pub(crate) fn run(id: Identity, run: &RunArgs, lesson: impl FnOnce(&mut Meeting)
     // When it passes, the deadline's watcher ends the process at once, without
     // destructors: the CUDA runtime's would wait for the lesson's thread, stuck in NCCL.
     let limit = run.timeout;
-    let _deadline = crate::deadline::arm(
+    let _deadline = workbook_runtime::deadline::arm(
         limit,
         format!(
             "error: rank {rank}: not done after --timeout {}: cudarc's NCCL calls block with no deadline of their \
              own, so a rank stuck in NCCL (or waiting for a lost peer) is stopped here",
-            crate::units::human_duration(limit)
+            workbook_runtime::units::human_duration(limit)
         ),
     );
     lesson(&mut meeting)?;
@@ -161,8 +161,8 @@ pub(crate) fn show_nccl_calls(run: &RunArgs) {
     let Some(shown) = run.show_calls else {
         return;
     };
-    let role = crate::launch::resolve(&run.launch(), &|name| std::env::var(name).ok());
-    let Ok(crate::launch::Role::Rank(id)) = role else {
+    let role = workbook_runtime::launch::resolve(&run.launch(), &|name| std::env::var(name).ok());
+    let Ok(workbook_runtime::launch::Role::Rank(id)) = role else {
         return;
     };
     if !shown.shows(id.rank) {

@@ -1,9 +1,9 @@
 //! Reports: the result check, the timing with nccl-tests' bandwidth formulas, and the
 //! JSON document that `--format json` prints for programs and tests.
 
-use crate::transport::Via;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use workbook_cpu::transport::Via;
 
 /// The whole run, as one JSON document (printed by rank 0 at the end).
 #[derive(Serialize, Default, Debug)]

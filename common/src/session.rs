@@ -37,15 +37,15 @@ use crate::Communicator;
 use crate::args::Format;
 use crate::backend::Buffer;
 use crate::collective::Collective;
-use crate::device;
-use crate::element::{Element, ReduceOp};
-use crate::error::SharedError;
-use crate::launch::Identity;
-use crate::rendezvous::{Store, StoreServer};
 use crate::report::Report;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use workbook_nccl::device;
+use workbook_runtime::element::{Element, ReduceOp};
+use workbook_runtime::error::SharedError;
+use workbook_runtime::launch::Identity;
+use workbook_runtime::rendezvous::{Store, StoreServer};
 
 /// What each rank tells the others about itself at the rendezvous.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -154,13 +154,13 @@ impl Session {
     #[inline]
     fn rank_here(&self, rank: usize, what: &str) -> Result<(), String> {
         match &self.scope {
-            Some(s) => crate::rank::check_in(
+            Some(s) => workbook_runtime::rank::check_in(
                 rank,
                 self.comm.world(),
                 what,
                 &format!("the communicator of color {}", s.color),
             ),
-            None => crate::rank::check(rank, self.comm.world(), what),
+            None => workbook_runtime::rank::check(rank, self.comm.world(), what),
         }
     }
 
@@ -169,9 +169,9 @@ impl Session {
     pub(crate) fn ensure_peer(&self, peer: usize) -> Result<()> {
         let who = self.who();
         self.rank_here(peer, "peer")
-            .map_err(|m| crate::error::usage(format!("{who}: {m}")))?;
+            .map_err(|m| workbook_runtime::error::usage(format!("{who}: {m}")))?;
         if peer == self.comm.rank() {
-            return Err(crate::error::usage(format!(
+            return Err(workbook_runtime::error::usage(format!(
                 "{who} cannot send to or receive from itself"
             )));
         }
@@ -225,7 +225,7 @@ impl Session {
         };
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
-            .map_err(|why| crate::error::usage(format!("{}: {why}", self.who())))?;
+            .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.who())))?;
         self.run_checked(coll.title(), coll, send, recv, count, root, op)
     }
 
@@ -247,13 +247,13 @@ impl Session {
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();
         self.last_op = Some((coll, bytes));
-        crate::fault::late(rank);
+        workbook_runtime::fault::late(rank);
         // The trace names the communicator a collective ran on, inside Session::on.
         let span = match &self.scope {
             Some(s) => std::borrow::Cow::Owned(format!("{title} (color {})", s.color)),
             None => std::borrow::Cow::Borrowed(title),
         };
-        let _span = crate::record::collective(&span, bytes as u64);
+        let _span = workbook_runtime::record::collective(&span, bytes as u64);
         let _range = self.nvtx(coll.nccl_name());
         let done = self.comm.collective(title, coll, send, recv, count, root, op);
         done.with_context(|| self.who())
@@ -263,7 +263,7 @@ impl Session {
     pub fn barrier(&mut self) -> Result<()> {
         self.say_p2p()?;
         let key = self.next_key("barrier");
-        let _span = crate::record::wait("barrier");
+        let _span = workbook_runtime::record::wait("barrier");
         self.share_here(&format!("barrier/{key}"), &[], &format!("every rank to reach '{key}'"))
             .map(drop)
     }
@@ -271,7 +271,8 @@ impl Session {
     /// Waits until every operation this rank queued has finished (NCCL runs them
     /// asynchronously; the CPU backend's are done when they return).
     pub fn synchronize(&self) -> Result<()> {
-        let _span = (self.comm.name() == "nccl").then(|| crate::record::wait("synchronize (the GPU's queue)"));
+        let _span =
+            (self.comm.name() == "nccl").then(|| workbook_runtime::record::wait("synchronize (the GPU's queue)"));
         self.comm.synchronize()
     }
 

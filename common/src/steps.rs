@@ -1,5 +1,5 @@
 //! `--steps`: every step of a small collective, rank by rank, as text, from what each
-//! rank's recorder ([`crate::record`]) noted.
+//! rank's recorder ([`workbook_runtime::record`]) noted.
 //!
 //! A *step* is one message on every link at once: at step t a rank sends its t-th
 //! message and receives its left neighbour's t-th. Each rank notes its operations in
@@ -8,9 +8,9 @@
 //! receive opens the next step. The ring's steps come out as the lesson draws them, and
 //! so do a student's own point-to-point calls.
 
-use crate::record::{Cat, Dir, Event, How, Part};
 use colored::Colorize;
 use std::collections::{BTreeMap, BTreeSet};
+use workbook_runtime::record::{Cat, Dir, Event, How, Part};
 
 /// One rank's operations within one collective (or one batch of point-to-point calls).
 struct Segment<'a> {
@@ -448,7 +448,7 @@ fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
             .iter()
             .flat_map(|e| &e.parts)
             .map(|p| {
-                let size = crate::units::human_bytes(p.bytes as usize);
+                let size = workbook_runtime::units::human_bytes(p.bytes as usize);
                 match p.dir {
                     Dir::Send => format!("sent {size} → rank {}", p.peer),
                     Dir::Recv => format!("got {size} from rank {}", p.peer),
@@ -509,7 +509,7 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
     let name = ranks[0].name;
     let how = match (ranks[0].algorithm, name) {
         (Some(a), _) => format!(", {a}"),
-        (None, crate::record::P2P) => ", as this program called them".into(),
+        (None, workbook_runtime::record::P2P) => ", as this program called them".into(),
         (None, _) => String::new(),
     };
     let pieces = match chunks.bounds.len() - 1 {
@@ -595,7 +595,7 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Cat, Event, Part};
+    use workbook_runtime::record::{Cat, Event, Part};
 
     fn op(phase: &str, parts: Vec<Part>, values: Vec<f64>) -> Event {
         Event {

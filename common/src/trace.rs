@@ -7,7 +7,7 @@
 //! `reduce`) lies on a track of its own link (`rank 0 → rank 1`, `rank 1 ← rank 0`),
 //! with its bytes, and an arrow (a flow event) goes from each send to its receive.
 //!
-//! Every rank notes its own events ([`crate::record`]) on its own clock. At the start and
+//! Every rank notes its own events ([`workbook_runtime::record`]) on its own clock. At the start and
 //! at the end each rank measures how its clock stands against the store's (rank 0's), as
 //! NCCL's profiler and PyTorch's distributed trace do (Cristian's algorithm,
 //! [`Clock::measure`]); rank 0 gathers every rank's events through the store, moves them
@@ -21,20 +21,20 @@
 //! store takes no message over 16 MiB); rank 0 streams the file out entry by entry. What
 //! was not kept is counted, per rank, in the file and on the terminal.
 
-use crate::record::{Cat, Dir, Event, How};
-use crate::rendezvous::Store;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 pub use workbook_runtime::clock::{boot_id, monotonic_ns};
+use workbook_runtime::record::{Cat, Dir, Event, How};
+use workbook_runtime::rendezvous::Store;
 
 /// Round trips to the store per measurement: the quickest one is kept.
 const ROUNDS: usize = 16;
 
-/// The most events one rank keeps: what the recorder keeps ([`crate::record::MAX_EVENTS`]).
-pub const PER_RANK: usize = crate::record::MAX_EVENTS;
+/// The most events one rank keeps: what the recorder keeps ([`workbook_runtime::record::MAX_EVENTS`]).
+pub const PER_RANK: usize = workbook_runtime::record::MAX_EVENTS;
 /// The most events the whole job keeps: each of `world` ranks keeps its share when that
 /// is less than [`PER_RANK`]. Each event is one to a few entries of the file (a step's
 /// sends and receives, their arrows): about 600,000 entries, 100 MB, which
@@ -76,11 +76,11 @@ pub struct RankTrace {
 }
 
 impl RankTrace {
-    /// This rank's trace, one of `world`: what it recorded ([`crate::record::take_all`]),
+    /// This rank's trace, one of `world`: what it recorded ([`workbook_runtime::record::take_all`]),
     /// its first [`cap`] events kept and the others counted, and its clock, measured now
     /// through `store`.
     pub(crate) fn new(store: &mut Store, rank: usize, world: usize, host: String) -> Result<RankTrace> {
-        let (mut events, mut dropped, (origin, origin_error)) = crate::record::take_all();
+        let (mut events, mut dropped, (origin, origin_error)) = workbook_runtime::record::take_all();
         let keep = cap(world);
         if events.len() > keep {
             dropped += events.len() - keep;
@@ -188,7 +188,7 @@ impl Clock {
 /// Test hook `NCCL_WORKBOOK_FAULT=clock:RANK:US`: rank RANK's clock reads US µs ahead
 /// (behind, if negative) and is not taken for the store's: the trace must measure it.
 fn skew_ns(rank: usize) -> i64 {
-    crate::fault::asked("clock", Some(rank))
+    workbook_runtime::fault::asked("clock", Some(rank))
         .and_then(|v| v.first()?.parse::<f64>().ok())
         .map_or(0, |us| (us * 1e3) as i64)
 }
@@ -256,7 +256,7 @@ pub fn dropped_line(ranks: &[RankTrace]) -> Option<String> {
          counts them per rank (otherData.kept, and each rank's label)",
         grouped(cap(ranks.len())),
         grouped(total),
-        crate::rank::list(&who),
+        workbook_runtime::rank::list(&who),
     ))
 }
 
@@ -264,7 +264,7 @@ pub fn dropped_line(ranks: &[RankTrace]) -> Option<String> {
 /// ([`crate::output_file::check`]), in one line, exit 2.
 pub fn check_path(path: &Path) -> Result<()> {
     crate::output_file::check(path, "a trace")
-        .map_err(|why| crate::error::usage(format!("--trace {}: {why}", path.display())))
+        .map_err(|why| workbook_runtime::error::usage(format!("--trace {}: {why}", path.display())))
 }
 
 /// The thread of a rank's sends to `peer` (`Dir::Send`) or receives from it.
@@ -402,7 +402,7 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
                             (Dir::Recv, _) => (format!("recv + reduce ← rank {}", p.peer), "reduce"),
                         };
                         let name = match (e.name.as_str(), p.dir) {
-                            (crate::record::READ, Dir::Recv) => format!("{name} (read where it lies)"),
+                            (workbook_runtime::record::READ, Dir::Recv) => format!("{name} (read where it lies)"),
                             _ => name,
                         };
                         let tid = link_tid(p.dir, p.peer);
@@ -561,7 +561,7 @@ mod tests {
             algorithm: None,
             bytes: 0,
             parts: (0..parts)
-                .map(|p| crate::record::Part {
+                .map(|p| workbook_runtime::record::Part {
                     dir: Dir::Send,
                     peer: p,
                     bytes: 8,

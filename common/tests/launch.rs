@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Parser;
 use common::RunArgs;
-use common::launch::{Identity, Role, Source, resolve, slurm_port};
+use workbook_runtime::launch::{Identity, Role, Source, resolve, slurm_port};
 
 #[derive(Parser)]
 struct Cli {
@@ -132,7 +132,7 @@ fn nothing_set_means_launching() {
 fn bad_input_is_a_usage_error() {
     let msg = |r: Result<Role>| {
         let e = r.unwrap_err();
-        assert!(common::error::is_usage(&e), "{e:#} is not a usage error");
+        assert!(workbook_runtime::error::is_usage(&e), "{e:#} is not a usage error");
         e.to_string()
     };
     assert!(

@@ -7,8 +7,8 @@ use crate::{nccl_tests_json, plot};
 use clap::Args;
 use clap::builder::TypedValueParser;
 use common::collective::{self, Collective};
-use common::element::{DataType, ReduceOp};
-use common::units::parse_size;
+use workbook_runtime::element::{DataType, ReduceOp};
+use workbook_runtime::units::parse_size;
 
 /// The sweep, with nccl-tests' flags (`-b 4 -e 100M -f 2`) and their long names.
 #[derive(Args, Debug, Clone)]

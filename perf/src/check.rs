@@ -5,7 +5,7 @@
 
 use crate::sweep::Sweep;
 use common::collective::{Collective, Shape, Source};
-use common::element::{Element, ReduceOp};
+use workbook_runtime::element::{Element, ReduceOp};
 
 /// The value element `i` of `rank`'s send buffer starts from: small whole numbers, so
 /// that results over any number of ranks are exact in every type (products of 1s and 2s

@@ -18,7 +18,7 @@
 //! collectives' β moves little there).
 
 use common::report::{AlgoFit, CacheSide, Fit, Perf, PerfRow};
-use common::units::human_bytes;
+use workbook_runtime::units::human_bytes;
 
 /// A run of a sweep's sizes that one line should follow: one algorithm, and one side of
 /// the cache (`None` where the sweep's sizes stay on one side).

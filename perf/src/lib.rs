@@ -25,12 +25,12 @@ pub use sweep::{combine, sizes};
 
 use anyhow::Result;
 use args::{PLOT_FACTOR, plot_sweep};
-use common::element::ReduceOp;
-use common::error::SharedError;
 use common::session::Session;
-use common::units;
 use output::header;
 use sweep::sweeps;
+use workbook_runtime::element::ReduceOp;
+use workbook_runtime::error::SharedError;
+use workbook_runtime::units;
 
 /// Runs the sweep(s) that `args` describes, prints each as nccl-tests does, and fails at
 /// the end (after the report) if any element was wrong. Under `NCCL_TESTS_SPLIT` (or

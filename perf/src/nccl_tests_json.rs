@@ -169,10 +169,10 @@ pub fn document(report: &Report, args: &PerfArgs, sweeps: &[Perf], started: &str
     let env: Vec<String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
         .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || ENV_NAMES.contains(&k.as_str()))
-        .filter(|(k, _)| !common::backend::nccl_log::set_here(k))
+        .filter(|(k, _)| !workbook_nccl::nccl_log::set_here(k))
         // -A and -P on NCCL: the user's value (each sweep's is its `nccl_algo`, `nccl_proto`).
-        .filter_map(|(k, v)| match common::backend::per_sweep::prepared(&k) {
-            true => common::backend::per_sweep::user_var(&k).map(|user| (k, user)),
+        .filter_map(|(k, v)| match workbook_nccl::per_sweep::prepared(&k) {
+            true => workbook_nccl::per_sweep::user_var(&k).map(|user| (k, user)),
             false => Some((k, v)),
         })
         .map(|(k, v)| format!("{k}={v}"))

@@ -6,11 +6,11 @@
 use crate::args::PerfArgs;
 use crate::sweep::Sweep;
 use crate::{plot, split};
-use common::element::DataType;
 use common::report::{Perf, PerfRow, Placement};
 use common::session::Session;
-use common::transport::Via;
 use std::time::Instant;
+use workbook_cpu::transport::Via;
+use workbook_runtime::element::DataType;
 
 /// Rank 0 draws this run's sweeps (measured on `ranks` ranks: its communicator's), and
 /// the results saved before, after the table; a picture that cannot be written fails the
@@ -25,8 +25,8 @@ pub(crate) fn plot(session: &mut Session, target: &plot::Target, saved: &[plot::
         name: "this run".into(),
         ranks,
         transport: vias.into_iter().collect::<Vec<_>>().join("+"),
-        backend: plot::backend_label(session.backend_name(), common::simulate::gpus()),
-        host: common::launch::hostname(),
+        backend: plot::backend_label(session.backend_name(), workbook_nccl::simulate::gpus()),
+        host: workbook_runtime::launch::hostname(),
         sweeps: sweeps.iter().map(Into::into).collect(),
     };
     let runs: Vec<plot::Run> = std::iter::once(this).chain(saved.iter().cloned()).collect();
@@ -117,11 +117,11 @@ pub(crate) fn header(session: &Session, args: &PerfArgs, memcpy: f64, in_cache: 
         }
     }
     if session.backend_name() == "nccl"
-        && let Some(n) = common::simulate::gpus()
+        && let Some(n) = workbook_nccl::simulate::gpus()
     {
         lines.push(format!(
             "# {} (--simulate-gpus {n}): every time and bandwidth below is the host's",
-            common::simulate::NOTE
+            workbook_nccl::simulate::NOTE
         ));
     }
     if let Some(spec) = split {

@@ -28,10 +28,10 @@ pub use runs::{RESULT_MAX_BYTES, Run, Sweep, backend_label, load};
 
 use clap::Args;
 use clap::builder::TypedValueParser as _;
-use common::error;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use workbook_runtime::error;
 
 /// The flags that ask for a picture.
 #[derive(Args, Debug, Clone, Default)]
@@ -91,9 +91,9 @@ pub fn draw_saved(args: &PlotArgs) -> ExitCode {
     };
     match draw(target, &args.plot_with) {
         Ok(n) => {
-            common::error::print_line(
+            workbook_runtime::error::print_line(
                 &format!("# Plot: {} ({})", target.path.display(), lines(n)),
-                common::error::OnClosed::Drop,
+                workbook_runtime::error::OnClosed::Drop,
             );
             ExitCode::SUCCESS
         }

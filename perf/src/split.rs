@@ -92,7 +92,7 @@ pub fn from_env() -> Result<Option<Spec>, String> {
 /// `NCCL_TESTS_SPLIT`'s value: `MOD 2`, `%2`, `and 0x3`, `DIV 0b100`.
 pub fn parse_split(text: &str) -> Result<Spec, String> {
     let text = text.trim();
-    let quoted = format!("{SPLIT_VAR}='{}'", common::error::cut(text, 40));
+    let quoted = format!("{SPLIT_VAR}='{}'", workbook_runtime::error::cut(text, 40));
     const OPS: [(&str, &str, Op); 4] = [
         ("AND", "&", Op::And),
         ("OR", "|", Op::Or),
@@ -141,7 +141,7 @@ pub fn parse_mask(text: &str) -> Result<Spec, String> {
         .ok_or_else(|| {
             format!(
                 "{MASK_VAR}='{}': not a hexadecimal mask (e.g. 0x3, or 3: nccl-tests reads it in hexadecimal)",
-                common::error::cut(text, 40)
+                workbook_runtime::error::cut(text, 40)
             )
         })?;
     if value > MAX {
@@ -175,7 +175,7 @@ fn number(s: &str) -> Result<u32, String> {
     let bad = || {
         format!(
             "'{}' is not a number: decimal, 0x hexadecimal, 0b binary (or octal with a leading 0)",
-            common::error::cut(s, 40)
+            workbook_runtime::error::cut(s, 40)
         )
     };
     if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {

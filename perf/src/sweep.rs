@@ -9,9 +9,9 @@ use crate::fit;
 use crate::output::{columns, format_row, single_calls_row};
 use anyhow::Result;
 use common::collective::Collective;
-use common::element::{DataType, Element, ReduceOp};
 use common::report::{Perf, PerfRow, Placement, Timing};
 use common::session::Session;
+use workbook_runtime::element::{DataType, Element, ReduceOp};
 
 /// The sizes of the sweep, in bytes: from `min` to `max`, times `factor` or plus `step`.
 pub fn sizes(min: u64, max: u64, factor: Option<u64>, step: Option<u64>) -> Vec<u64> {
@@ -103,7 +103,7 @@ pub(crate) fn sweeps(session: &mut Session, args: &PerfArgs, memcpy_gbps: f64) -
                         perf.fits = fit::by_run(&perf);
                         let costs = session.nccl_costs(coll);
                         perf.nccl_costs = costs.clone().unwrap_or_default();
-                        let why_none = match (session.communicator().world(), common::backend::nccl_log::captured()) {
+                        let why_none = match (session.communicator().world(), workbook_nccl::nccl_log::captured()) {
                             (1, _) => "one rank: NCCL tunes nothing",
                             (_, false) => "NCCL_DEBUG is yours: NCCL printed its TUNING table where you asked for it",
                             (_, true) => "NCCL printed no TUNING table on this rank",
@@ -250,7 +250,7 @@ impl Sweep {
         let once = |s: &mut Session, recv: &mut common::Buffer<T>| s.run(coll, send.as_ref(), recv, root, op);
 
         // Steps sent by each protocol during the timed runs: the one that ran shows.
-        let sent = || common::transport::protocol::Protocol::ALL.map(common::transport::shm::sent_by);
+        let sent = || workbook_cpu::transport::protocol::Protocol::ALL.map(workbook_cpu::transport::shm::sent_by);
         let before = sent();
         let runs = s.time_runs(args.iters, args.warmup, |s| once(s, &mut recv))?;
         let after = sent();

@@ -373,7 +373,7 @@ fn hierarchical_cases(max: usize) -> Vec<Case> {
 
 /// What the CPU backend's shared-memory channel from one rank to another holds: a send
 /// of more waits for its receiver.
-const SHM_CHANNEL: usize = common::transport::shm::SLOT_BYTES * common::transport::shm::SLOTS;
+const SHM_CHANNEL: usize = workbook_cpu::transport::shm::SLOT_BYTES * workbook_cpu::transport::shm::SLOTS;
 
 /// Exercise 4's large case: 16 MiB, more than [`SHM_CHANNEL`] (checked below).
 const LARGER_THAN_A_CHANNEL: &str = "--size 16M";

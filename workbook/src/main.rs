@@ -11,10 +11,10 @@
 /// ends the checker quietly, with status 0, rather than with a panic.
 macro_rules! println {
     () => {
-        common::error::print_line("", common::error::OnClosed::Exit)
+        workbook_runtime::error::print_line("", workbook_runtime::error::OnClosed::Exit)
     };
     ($($arg:tt)*) => {
-        common::error::print_line(&format!($($arg)*), common::error::OnClosed::Exit)
+        workbook_runtime::error::print_line(&format!($($arg)*), workbook_runtime::error::OnClosed::Exit)
     };
 }
 
@@ -34,7 +34,7 @@ struct Cli {
     #[command(subcommand)]
     command: Cmd,
     /// How long a rank may wait for another before the job fails (the programs' --timeout).
-    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = common::units::parse_duration)]
+    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = workbook_runtime::units::parse_duration)]
     timeout: std::time::Duration,
 }
 
@@ -193,7 +193,9 @@ fn main() -> ExitCode {
                 return check_all(&all, &opts);
             }
             let Some(number) = number else {
-                common::error::say_line("error: say which exercise to check (check 5), or --all (see --help)");
+                workbook_runtime::error::say_line(
+                    "error: say which exercise to check (check 5), or --all (see --help)",
+                );
                 return ExitCode::from(2);
             };
             match find(&all, number) {
@@ -207,7 +209,7 @@ fn main() -> ExitCode {
 
 fn find(all: &[Exercise], number: u32) -> Result<&Exercise, ExitCode> {
     all.iter().find(|e| e.number == number).ok_or_else(|| {
-        common::error::say_line(&format!(
+        workbook_runtime::error::say_line(&format!(
             "error: there is no exercise {number}: the exercises are 1 to {} (see `list`)",
             all.len()
         ));

@@ -6,18 +6,17 @@
 //! - the CPU backend (the crate `workbook-cpu`): ring and tree algorithms between
 //!   processes (shared memory within a host, TCP between hosts), the Gloo of this
 //!   workbook; its large buffers live where the other ranks of the host can read them
-//!   ([`host_memory`]);
-//! - [`nccl`]: NVIDIA's NCCL on GPUs, through cudarc; the crate `workbook-nccl`.
+//!   ([`workbook_cpu::host_memory`]);
+//! - [`workbook_nccl::nccl`]: NVIDIA's NCCL on GPUs, through cudarc; the crate `workbook-nccl`.
 //!
 //! The interface is shaped by the GPU case: buffers live on the device, operations may
 //! only be queued when the call returns, and a result is read back (which waits for the
 //! queue) before anything is printed.
 
-pub use workbook_cpu::host_memory;
-pub use workbook_nccl::{calls, nccl, nccl_log, per_sweep, progress, watchdog};
+use workbook_cpu::host_memory;
 
-use crate::element::Element;
 use workbook_nccl::nccl::DeviceBuffer;
+use workbook_runtime::element::Element;
 
 /// A rank's buffer: host memory on the CPU backend (in its shared arena when large),
 /// device memory on NCCL (the NCCL backend's [`DeviceBuffer`]: this crate names no CUDA type).

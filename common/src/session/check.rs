@@ -3,9 +3,9 @@
 
 use super::Session;
 use crate::backend::Buffer;
-use crate::element::{Element, ReduceOp};
 use crate::report::Check;
 use anyhow::Result;
+use workbook_runtime::element::{Element, ReduceOp};
 
 /// Test hook: `NCCL_WORKBOOK_FAULT=corrupt:RANK:INDEX` doubles one element of one
 /// rank's result before the check (tests corrupt non-zero results), so that tests can
@@ -14,7 +14,7 @@ use anyhow::Result;
 /// crate (`workbook-perf`) alone; hidden from the docs, no lesson calls it.
 #[doc(hidden)]
 pub fn corrupt_for_tests<T: Element>(rank: usize, data: &mut [T]) {
-    if let Some(at) = crate::fault::asked("corrupt", Some(rank))
+    if let Some(at) = workbook_runtime::fault::asked("corrupt", Some(rank))
         && let Some(v) = at
             .first()
             .and_then(|i| i.parse::<usize>().ok())

@@ -5,8 +5,8 @@
 use super::Session;
 use crate::backend::Buffer;
 use crate::collective::{ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE, REDUCE_SCATTER};
-use crate::element::{Element, ReduceOp};
 use anyhow::Result;
+use workbook_runtime::element::{Element, ReduceOp};
 
 impl Session {
     /// Broadcast (`ncclBroadcast`): `root`'s buffer is copied into every rank's buffer.

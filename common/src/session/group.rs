@@ -42,9 +42,6 @@ use super::Session;
 use crate::Communicator;
 use crate::backend::{Buffer, host, host_mut};
 use crate::collective::{ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, Collective, REDUCE, REDUCE_SCATTER};
-use crate::element::{DataType, Element, ReduceOp, as_bytes, as_bytes_mut};
-use crate::record::{self, Dir, How};
-use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +50,9 @@ use std::sync::Mutex;
 use std::thread;
 use workbook_cpu::Cpu;
 use workbook_cpu::collective::packed;
+use workbook_runtime::element::{DataType, Element, ReduceOp, as_bytes, as_bytes_mut};
+use workbook_runtime::record::{self, Dir, How};
+use workbook_runtime::units::human_bytes;
 
 /// A group of calls, from [`Session::group`] to [`Group::end`]: see the [module's
 /// documentation](self).
@@ -166,7 +166,8 @@ fn packed_buffer<T: Element>(s: &mut Session, len: usize, what: &str) -> Result<
         return Ok(*b);
     }
     drop(kept);
-    s.comm.upload(crate::limits::try_collect(len, what, |_| T::default())?)
+    s.comm
+        .upload(workbook_runtime::limits::try_collect(len, what, |_| T::default())?)
 }
 
 /// Keeps `buf` for a later group ([`KEPT`]).
@@ -451,7 +452,7 @@ impl<'a> Group<'a> {
         };
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
-            .map_err(|why| crate::error::usage(format!("{}: {why}", self.s.who())))?;
+            .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.s.who())))?;
         self.colls.push(Coll {
             coll,
             send: send.map(|s| s as &dyn Any),

@@ -4,14 +4,14 @@
 use super::{Session, print_out};
 use crate::Communicator;
 use crate::args::Format;
-use crate::device::{self};
-use crate::error::SharedError;
-use crate::transport::Via;
-use crate::units::human_bytes;
 use anyhow::{Result, anyhow};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use workbook_cpu::transport::Via;
+use workbook_nccl::device::{self};
+use workbook_runtime::error::SharedError;
 use workbook_runtime::failure::{self, Fact};
+use workbook_runtime::units::human_bytes;
 
 impl Session {
     /// Checks, before anything is allocated, that `bytes` per rank (its buffers at their
@@ -27,13 +27,13 @@ impl Session {
         }
         // The test hook `NCCL_WORKBOOK_FAULT=no-memory-check`: buffers are made unchecked,
         // so that a refused allocation can be seen failing as it must (in one line).
-        if crate::fault::asked("no-memory-check", None).is_some() {
+        if workbook_runtime::fault::asked("no-memory-check", None).is_some() {
             return Ok(());
         }
-        if let Some((limit, left)) = crate::limits::address_space_left()
+        if let Some((limit, left)) = workbook_runtime::limits::address_space_left()
             && bytes > left
         {
-            return Err(crate::error::usage(format!(
+            return Err(workbook_runtime::error::usage(format!(
                 "rank {}: {what}: a rank would hold {} in buffers, and this process's address space is limited to {} \
                  (ulimit -v, RLIMIT_AS), {} of it left: ask for less, or raise the limit",
                 self.rank(),
@@ -46,7 +46,7 @@ impl Session {
         let local = self.members.iter().filter(|m| &m.host == host).count() as u64;
         let need = bytes.saturating_mul(local);
         match device::available_memory() {
-            Some(free) if need > free => Err(crate::error::usage(format!(
+            Some(free) if need > free => Err(workbook_runtime::error::usage(format!(
                 "rank {}: {what}: {local} rank(s) on this host would hold {} in buffers, and it has {} of memory \
                  available: ask for less, or start fewer ranks per host",
                 self.rank(),
@@ -117,7 +117,7 @@ impl Session {
     }
 
     /// Whether this rank's large collectives read the other ranks' buffers where they lie
-    /// (CPU backend, one host: [`crate::backend::host_memory`]).
+    /// (CPU backend, one host: [`workbook_cpu::host_memory`]).
     #[doc(hidden)]
     pub fn single_copy(&self) -> bool {
         matches!(&self.comm, Communicator::Cpu(c) if c.reads_peers())
@@ -145,7 +145,7 @@ impl Session {
 
     /// Which algorithm ran the last collective: the tuner's name on the CPU backend
     /// ([`workbook_cpu::tuner`]); on NCCL, NCCL's own choice as it printed it
-    /// (`ring`, `tree`, ...: [`crate::backend::nccl_log`], on rank 0), else "NCCL's choice".
+    /// (`ring`, `tree`, ...: [`workbook_nccl::nccl_log`], on rank 0), else "NCCL's choice".
     #[doc(hidden)]
     pub fn algorithm(&self) -> &'static str {
         if self.hand_written {
@@ -172,11 +172,11 @@ impl Session {
     }
 
     /// NCCL's cost model for `coll`, from its TUNING table (see
-    /// [`crate::backend::nccl_log`]): `None` off NCCL, empty where NCCL printed none here.
+    /// [`workbook_nccl::nccl_log`]): `None` off NCCL, empty where NCCL printed none here.
     #[doc(hidden)]
-    pub fn nccl_costs(&self, coll: &crate::collective::Collective) -> Option<Vec<crate::backend::nccl_log::Cost>> {
+    pub fn nccl_costs(&self, coll: &crate::collective::Collective) -> Option<Vec<workbook_nccl::nccl_log::Cost>> {
         match &self.comm {
-            Communicator::Nccl(_) => Some(crate::backend::nccl_log::costs(
+            Communicator::Nccl(_) => Some(workbook_nccl::nccl_log::costs(
                 coll.nccl_name().trim_start_matches("nccl"),
             )),
             Communicator::Cpu(_) => None,
@@ -210,10 +210,10 @@ impl Session {
                 format!("-P {text}"),
             ),
             None => (
-                Protocols::from_user(crate::backend::per_sweep::user_var("NCCL_PROTO")).map_err(usage)?,
+                Protocols::from_user(workbook_nccl::per_sweep::user_var("NCCL_PROTO")).map_err(usage)?,
                 format!(
                     "NCCL_PROTO={}",
-                    crate::backend::per_sweep::user_var("NCCL_PROTO").unwrap_or_default()
+                    workbook_nccl::per_sweep::user_var("NCCL_PROTO").unwrap_or_default()
                 ),
             ),
         };
@@ -237,7 +237,7 @@ impl Session {
         };
         let allowed = match nccl_algo {
             Some(text) => Allowed::parse(text).map_err(|why| usage(format!("-A {text}: {why}")))?,
-            None => Allowed::from_user(crate::backend::per_sweep::user_var("NCCL_ALGO")).map_err(usage)?,
+            None => Allowed::from_user(workbook_nccl::per_sweep::user_var("NCCL_ALGO")).map_err(usage)?,
         };
         cpu.allow(allowed);
         Ok(())
@@ -255,11 +255,11 @@ impl Session {
     }
 
     /// Whether NCCL can take `value` for `name` per sweep: the variable was made ready
-    /// before NCCL loaded ([`crate::backend::per_sweep`]), and the NCCL that loaded knows
+    /// before NCCL loaded ([`workbook_nccl::per_sweep`]), and the NCCL that loaded knows
     /// the value's names. Else the user's mistake, in one line.
     fn nccl_value_ok(&self, name: &str, flag: &str, value: &str) -> Result<()> {
         let usage = |message: String| SharedError { message, usage: true };
-        crate::backend::per_sweep::can_set(name, value).map_err(|why| usage(format!("{flag} {value}: {why}")))?;
+        workbook_nccl::per_sweep::can_set(name, value).map_err(|why| usage(format!("{flag} {value}: {why}")))?;
         if let Some(version) = self.report.nccl_version.as_deref() {
             workbook_nccl::tuning::check_one(version, name, value)
                 .map_err(|why| usage(format!("{flag} {value}: {why}")))?;
@@ -289,7 +289,7 @@ impl Session {
         let asked = per_sweep_values(algo, proto);
         for (name, flag, value) in asked.clone() {
             self.nccl_value_ok(name, flag, value)?;
-            crate::backend::per_sweep::set(name, value).map_err(|message| SharedError { message, usage: true })?;
+            workbook_nccl::per_sweep::set(name, value).map_err(|message| SharedError { message, usage: true })?;
         }
         let (rank, world, timeout) = (self.rank(), self.world_size(), self.timeout);
         let Communicator::Nccl(nccl) = &mut self.comm else {
@@ -303,7 +303,7 @@ impl Session {
         }
         let said: Vec<String> = asked.map(|(_, flag, value)| format!("{flag} {value}")).collect();
         let said = said.join(" ");
-        let watchdog = crate::backend::watchdog::Watchdog::new(&self.store, rank, world, timeout)?;
+        let watchdog = workbook_nccl::watchdog::Watchdog::new(&self.store, rank, world, timeout)?;
         let renewed = nccl
             .renewed(watchdog)
             .map_err(|e| e.context(format!("rank {rank}: {said}: a communicator started under it")))?;
@@ -350,7 +350,7 @@ impl Session {
         // Rank 0 reads every rank's trace from its store: every rank put it there before
         // the last meeting, and none waits for rank 0 any more.
         let trace = self.gather_trace();
-        crate::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
+        workbook_runtime::rendezvous::leave(&mut self.store, self.server.as_ref(), self.timeout);
         // Written once the others are done: a file that cannot be written is the trace's
         // failure alone, said in one line; it never fails the run.
         self.write_trace(trace);
@@ -364,7 +364,7 @@ impl Session {
             None => said.pop(),
         };
         for line in said {
-            crate::error::say_line(&crate::error::line(Some(rank), &line));
+            workbook_runtime::error::say_line(&workbook_runtime::error::line(Some(rank), &line));
         }
         match last {
             Some(e) => Err(e),
@@ -375,19 +375,19 @@ impl Session {
     /// Adds to a failure the rank at fault, when that is another rank, and tells this
     /// rank's launcher (if any) whom it blames (`workbook_runtime::blame`), so that every launcher
     /// names the same rank. The store judges for every rank alike
-    /// ([`crate::rendezvous::Store::blame`]): the first rank lost (killed, crashed), else
+    /// ([`workbook_runtime::rendezvous::Store::blame`]): the first rank lost (killed, crashed), else
     /// the rank whose heartbeat stopped (stopped or frozen). A rank whose neighbour gave up
     /// waiting for a third one then names the third, not its neighbour.
     #[doc(hidden)]
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
         use workbook_runtime::blame::{named_in, tell_launcher};
         const STORE_GONE: &str = "which hosts the store, stopped answering or is gone";
-        if crate::error::is_shared(&err) {
+        if workbook_runtime::error::is_shared(&err) {
             return err;
         }
         let me = self.rank();
         // The store itself is lost: asking it anything would wait for nothing.
-        if crate::rendezvous::lost_the_store(&err) {
+        if workbook_runtime::rendezvous::lost_the_store(&err) {
             return match me {
                 0 => err,
                 _ => {
@@ -405,10 +405,10 @@ impl Session {
             };
         }
         // Already named (the NCCL backend's watchdog): the launcher hears it too.
-        if crate::error::names_culprit(&err) {
+        if workbook_runtime::error::names_culprit(&err) {
             let named = err
                 .chain()
-                .find_map(|e| e.downcast_ref::<crate::error::Culprit>())
+                .find_map(|e| e.downcast_ref::<workbook_runtime::error::Culprit>())
                 .and_then(|c| named_in(&c.0));
             if let Some((r, why)) = named.filter(|(r, _)| *r != me) {
                 tell_launcher(r, &why);
@@ -418,8 +418,8 @@ impl Session {
         // This rank's own failure (a full /dev/shm, a refused allocation): another rank that
         // failed too, or first, is no cause of it. On the CPU backend, a failure that other
         // ranks caused comes from a link or from the store.
-        let caused_by_others = crate::error::link_failed(&err).is_some()
-            || crate::rendezvous::store_said(&err)
+        let caused_by_others = workbook_runtime::error::link_failed(&err).is_some()
+            || workbook_runtime::rendezvous::store_said(&err)
             || !matches!(self.comm, Communicator::Cpu(_));
         if !caused_by_others {
             return err;
@@ -427,7 +427,7 @@ impl Session {
         // A peer's end closed: the store may learn that a killed rank's connection closed a
         // moment after its peers do. Ask it again for up to a second (a frozen rank 0 must
         // not hold this rank's exit back: each question waits a second at most).
-        let patience = match crate::error::link_failed(&err) {
+        let patience = match workbook_runtime::error::link_failed(&err) {
             Some(link) if !link.timed_out => Duration::from_secs(1),
             _ => Duration::from_millis(100),
         };

@@ -4,14 +4,13 @@
 use super::{Choice, Member, Session, p2p, print_out};
 use crate::Communicator;
 use crate::args::{Format, RunArgs};
-use crate::backend;
-use crate::device::{self, Kind};
-use crate::error::SharedError;
-use crate::launch::Identity;
-use crate::rendezvous::Store;
 use crate::report::{RankReport, Report};
 use anyhow::Result;
 use std::collections::BTreeMap;
+use workbook_nccl::device::{self, Kind};
+use workbook_runtime::error::SharedError;
+use workbook_runtime::launch::Identity;
+use workbook_runtime::rendezvous::Store;
 
 /// Every rank must run the same backend, and on NCCL the same version: a rank on a node
 /// without GPUs (or with another NCCL) would otherwise hang or corrupt the others.
@@ -83,8 +82,8 @@ pub(super) fn same_command(store: &mut Store, rank: usize, world: usize) -> Resu
             message: format!(
                 "rank 0 runs `{}` but rank {r} runs `{}`: every rank of a job runs the same command (is it \
                  another job on this port? give each job its own --job-id or --master-port)",
-                crate::error::cut(&all[0], 200),
-                crate::error::cut(other, 200)
+                workbook_runtime::error::cut(&all[0], 200),
+                workbook_runtime::error::cut(other, 200)
             ),
             usage: true,
         }
@@ -142,7 +141,7 @@ impl Session {
         }
 
         // Rendezvous: rank 0 hosts the store on the master address; everyone joins it.
-        let (mut store, server) = crate::rendezvous::meet(&id, run.timeout)?;
+        let (mut store, server) = workbook_runtime::rendezvous::meet(&id, run.timeout)?;
         same_command(&mut store, rank, world)?;
 
         // Who is where: local ranks come from the launcher, or from comparing hosts.
@@ -176,12 +175,12 @@ impl Session {
             Kind::Nccl => {
                 // With one GPU per Slurm task, every rank's device 0 is a GPU of its own:
                 // the backend compares the GPUs themselves, not their numbers.
-                let shown = backend::calls::Shown::new(
+                let shown = workbook_nccl::calls::Shown::new(
                     rank,
                     run.show_calls.is_some_and(|s| s.shows(rank)),
                     run.format == Format::Json,
                 );
-                let nccl = backend::nccl::Nccl::init(&mut store, &id, dev, &host, run.timeout, shown)?;
+                let nccl = workbook_nccl::nccl::Nccl::init(&mut store, &id, dev, &host, run.timeout, shown)?;
                 let name = nccl.device_name();
                 (
                     Communicator::Nccl(Box::new(nccl)),
@@ -217,7 +216,7 @@ impl Session {
             backend_reason: reason.clone(),
             nccl_version: choice.nccl.as_ref().map(|(v, _)| v.clone()),
             nccl_library: choice.nccl.as_ref().map(|(_, p)| p.clone()).filter(|p| !p.is_empty()),
-            simulated_gpus: crate::simulate::gpus().filter(|_| kind == Kind::Nccl),
+            simulated_gpus: workbook_nccl::simulate::gpus().filter(|_| kind == Kind::Nccl),
             simulated_link: run.link.map(|n| n.describe()),
             split: None,
             transports,
@@ -263,7 +262,7 @@ impl Session {
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
-        crate::record::start(session.steps, session.trace.is_some());
+        workbook_runtime::record::start(session.steps, session.trace.is_some());
         if session.trace.is_some() {
             crate::trace::start(&mut session.store, session.id.rank)?;
         }
@@ -274,12 +273,12 @@ impl Session {
 /// The variables that would override the workbook's communicator configs
 /// (`NCCL_COMM_BLOCKING`, …: [`workbook_nccl::nccl::check_config_env`]), then
 /// `NCCL_ALGO` and `NCCL_PROTO` against the NCCL that loads
-/// ([`crate::device::Probe::nccl`]): a name it does not know is the user's mistake, said
+/// ([`workbook_nccl::device::Probe::nccl`]): a name it does not know is the user's mistake, said
 /// once, in one line (exit 2), before NCCL starts. The user's values first, then the
 /// first sweep's where the benchmark's `-A` or `-P` set them
-/// ([`crate::backend::per_sweep`]), named by their flag.
+/// ([`workbook_nccl::per_sweep`]), named by their flag.
 pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
-    use crate::backend::per_sweep;
+    use workbook_nccl::per_sweep;
     let Some(version) = probe.nccl.as_ref().map(|l| l.version.clone()) else {
         return Ok(());
     };
@@ -303,7 +302,7 @@ pub(crate) fn check_nccl_tuning(probe: &device::Probe) -> Result<()> {
 fn cpu_setup(run: &RunArgs, rank: usize) -> Result<workbook_cpu::cpu::Setup> {
     use workbook_cpu::tuner::{Allowed, Protocols};
     let usage = |message| SharedError { message, usage: true };
-    let user = backend::per_sweep::user_var;
+    let user = workbook_nccl::per_sweep::user_var;
     Ok(workbook_cpu::cpu::Setup {
         transport: run.transport,
         timeout: run.timeout,

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 
 impl Session {
     /// An NVTX range named `name`, on the NCCL backend (Nsight Systems shows it).
-    pub(super) fn nvtx(&self, name: &str) -> Option<crate::nvtx::Range> {
-        (self.comm.name() == "nccl").then(|| crate::nvtx::range(name))
+    pub(super) fn nvtx(&self, name: &str) -> Option<workbook_nccl::nvtx::Range> {
+        (self.comm.name() == "nccl").then(|| workbook_nccl::nvtx::range(name))
     }
 
     /// `--steps`: gathers on rank 0 what every rank recorded since the last time, and
@@ -19,14 +19,14 @@ impl Session {
         if !self.steps {
             return Ok(());
         }
-        let (events, too_big) = crate::record::take_steps();
+        let (events, too_big) = workbook_runtime::record::take_steps();
         if let Some(n) = too_big {
             self.say(&format!(
                 "--steps: the buffer has {n} elements; steps are shown for buffers of at most {} (try --count 6)",
-                crate::record::STEPS_MAX
+                workbook_runtime::record::STEPS_MAX
             ));
             self.steps = false;
-            crate::record::stop_steps();
+            workbook_runtime::record::stop_steps();
             return Ok(());
         }
         self.say_p2p()?;
@@ -34,7 +34,7 @@ impl Session {
         let world = self.world_size();
         // Shared with every rank, so that all decide alike whether steps were shown
         // (inside Session::on, every rank of the split: a rank with no color shows none).
-        let said: Vec<Vec<crate::record::Event>> = self
+        let said: Vec<Vec<workbook_runtime::record::Event>> = self
             .share_here(&key, &serde_json::to_vec(&events)?, "every rank's steps")?
             .iter()
             .map(|v| serde_json::from_slice(v))
@@ -51,7 +51,8 @@ impl Session {
         };
         let mut lines = vec![];
         for (color, members) in groups {
-            let theirs: Vec<Vec<crate::record::Event>> = members.iter().map(|&r| std::mem::take(&mut all[r])).collect();
+            let theirs: Vec<Vec<workbook_runtime::record::Event>> =
+                members.iter().map(|&r| std::mem::take(&mut all[r])).collect();
             let labels: Vec<String> = members.iter().map(|r| format!("CPU {r}")).collect();
             let steps = crate::steps::render(&theirs, &members, &labels);
             if let (Some(c), false) = (color, steps.is_empty()) {
@@ -70,7 +71,7 @@ impl Session {
         self.say(&format!("{}\n", lines.join("\n")));
         // The first steps shown are the last: a lesson's checked collective, not what follows.
         self.steps = false;
-        crate::record::stop_steps();
+        workbook_runtime::record::stop_steps();
         Ok(())
     }
 
@@ -126,7 +127,7 @@ impl Session {
                             .wait(&[(format!("trace/{r}/{i}"), r)], "every rank's trace")?
                             .pop()
                             .unwrap_or_default();
-                        let events: Vec<crate::record::Event> = serde_json::from_slice(&piece)
+                        let events: Vec<workbook_runtime::record::Event> = serde_json::from_slice(&piece)
                             .with_context(|| format!("piece {i} of rank {r}'s trace does not parse"))?;
                         t.events.extend(events);
                     }
@@ -164,14 +165,14 @@ impl Session {
                 if let Some(line) = dropped {
                     match self.format {
                         Format::Text => self.say(&line),
-                        Format::Json => crate::error::say_line(&line),
+                        Format::Json => workbook_runtime::error::say_line(&line),
                     }
                 }
             }
-            Err(e) => crate::error::say_line(&format!(
+            Err(e) => workbook_runtime::error::say_line(&format!(
                 "warning: --trace {}: the trace was not written ({}); the run itself is not affected",
                 path.display(),
-                crate::error::line(None, &e).trim_start_matches("error: ")
+                workbook_runtime::error::line(None, &e).trim_start_matches("error: ")
             )),
         }
     }

@@ -27,11 +27,7 @@ use crate::Communicator;
 use crate::args::DataArgs;
 use crate::backend::{Buffer, Storage};
 use crate::collective::Collective;
-use crate::element::{Element, ReduceOp, as_bytes};
-use crate::error::{SharedError, usage};
-use crate::record::{self, Dir, How};
 use crate::report::Timing;
-use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -39,7 +35,11 @@ use std::thread;
 use std::time::Duration;
 use workbook_cpu::Cpu;
 use workbook_cpu::comm::split_two;
+use workbook_runtime::element::{Element, ReduceOp, as_bytes};
+use workbook_runtime::error::{SharedError, usage};
 use workbook_runtime::failure::{self, Fact};
+use workbook_runtime::record::{self, Dir, How};
+use workbook_runtime::units::human_bytes;
 
 /// Parts up to this size are sent before receiving, with no helper thread: the socket's
 /// buffers hold them, so two ranks sending to each other at once cannot deadlock.
@@ -320,7 +320,7 @@ impl Session {
     /// second. One line: which send waits for which rank, and what that rank waits in.
     /// `None` when the receiver is in no send or receive (it went on without receiving:
     /// the caller's story), or its accounts do not say (it is gone, or still running).
-    fn stuck_send(&self, store: &mut crate::rendezvous::Store, w: Wait) -> Option<String> {
+    fn stuck_send(&self, store: &mut workbook_runtime::rendezvous::Store, w: Wait) -> Option<String> {
         let rank = self.rank();
         let since = std::time::Instant::now();
         let peer = loop {
@@ -407,7 +407,7 @@ impl Session {
         self.report.count = Some(count);
         let what = format!("{}: the buffer", data.what());
         self.comm
-            .upload(crate::limits::try_collect(blocks * count, &what, value)?)
+            .upload(workbook_runtime::limits::try_collect(blocks * count, &what, value)?)
     }
 
     /// A buffer holding `data`, placed where the backend computes (on NCCL, copied to the GPU).
@@ -538,7 +538,7 @@ impl Session {
                 Arrive::Replace => c.recv(dst, peer),
                 Arrive::Add => {
                     let what = format!("recv_add_part from rank {peer}: room to receive");
-                    crate::limits::try_collect(dst.len(), &what, |_| T::default())
+                    workbook_runtime::limits::try_collect(dst.len(), &what, |_| T::default())
                         .and_then(|mut tmp| c.recv(&mut tmp, peer).map(|()| add(dst, &tmp)))
                 }
             };
@@ -583,7 +583,7 @@ impl Session {
                 Arrive::Replace => cpu_exchange(c, out, to, dst, from),
                 Arrive::Add => {
                     let what = format!("exchange with rank {from}: room to receive");
-                    crate::limits::try_collect(dst.len(), &what, |_| T::default())
+                    workbook_runtime::limits::try_collect(dst.len(), &what, |_| T::default())
                         .and_then(|mut tmp| cpu_exchange(c, out, to, &mut tmp, from).map(|()| add(dst, &tmp)))
                 }
             };
@@ -613,18 +613,21 @@ impl Session {
         // NCCL moves nothing for an empty part; neither do we (no zero-sized allocations).
         let out = match &send {
             Some((r, to)) if !r.is_empty() => Some((
-                self.comm
-                    .upload(crate::limits::try_copy(&host[r.clone()], "the part to send")?)?,
+                self.comm.upload(workbook_runtime::limits::try_copy(
+                    &host[r.clone()],
+                    "the part to send",
+                )?)?,
                 *to,
             )),
             _ => None,
         };
         let mut inp = match &recv {
             Some((r, from, _)) if !r.is_empty() => Some((
-                self.comm
-                    .upload(crate::limits::try_collect(r.len(), "room to receive", |_| {
-                        T::default()
-                    })?)?,
+                self.comm.upload(workbook_runtime::limits::try_collect(
+                    r.len(),
+                    "room to receive",
+                    |_| T::default(),
+                )?)?,
                 *from,
             )),
             _ => None,

@@ -4,11 +4,11 @@
 use super::Session;
 use crate::args::{DataArgs, Format};
 use crate::backend::Buffer;
-use crate::device::{self};
-use crate::element::Element;
 use crate::table;
-use crate::transport::Via;
 use anyhow::Result;
+use workbook_cpu::transport::Via;
+use workbook_nccl::device::{self};
+use workbook_runtime::element::Element;
 
 /// Every rank's shown elements, gathered on rank 0 for one table.
 pub(super) struct Rows {
@@ -32,7 +32,7 @@ pub(super) fn cell(v: &serde_json::Value) -> String {
 
 /// Prints a line on stdout; a reader that went away (`| head`) is not an error.
 pub(super) fn print_out(line: &str) {
-    crate::error::print_line(line, crate::error::OnClosed::Drop);
+    workbook_runtime::error::print_line(line, workbook_runtime::error::OnClosed::Drop);
 }
 
 impl Session {
@@ -68,7 +68,7 @@ impl Session {
             self.say("cpu INFO P2P/single copy: every rank maps the others' buffers (NCCL_P2P_DISABLE=1 turns it off)");
         }
         // Every rank of a one-host job decides alike: rank 0's binding stands for all.
-        if let Some(core) = crate::transport::shm::bound_core() {
+        if let Some(core) = workbook_cpu::transport::shm::bound_core() {
             self.say(&format!(
                 "cpu INFO each rank bound to a core of its own (rank 0 on core {core}), as Open MPI binds ranks; \
                  NCCL_WORKBOOK_BIND=none leaves them to the scheduler"

@@ -50,7 +50,7 @@ impl Stamps {
             self.first = Some(Instant::now());
         }
         self.ticks.push(ticks());
-        self.slept.push(crate::transport::shm::waits_slept());
+        self.slept.push(workbook_cpu::transport::shm::waits_slept());
         if n + 1 == self.wanted {
             self.last = Some(Instant::now());
         }

@@ -5,9 +5,9 @@
 
 use super::Session;
 use crate::Communicator;
-use crate::error::usage;
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
+use workbook_runtime::error::usage;
 
 /// NCCL's `NCCL_SPLIT_NOCOLOR`: the color of a rank that joins no communicator of a split.
 pub const SPLIT_NOCOLOR: i32 = -1;
@@ -124,7 +124,7 @@ impl Session {
         )?;
         // The test hook `NCCL_WORKBOOK_FAULT=die-in-split:RANK`: that rank is killed here,
         // once every rank has said its color, as the others start the split itself.
-        if crate::fault::asked("die-in-split", Some(rank)).is_some() {
+        if workbook_runtime::fault::asked("die-in-split", Some(rank)).is_some() {
             // SAFETY: raise has no memory effects; the process ends at once.
             unsafe { libc::raise(libc::SIGKILL) };
         }
@@ -134,7 +134,7 @@ impl Session {
         let comm = self
             .comm
             .split((color, key), &members, || {
-                crate::backend::watchdog::Watchdog::new(store, rank, world, timeout)
+                workbook_nccl::watchdog::Watchdog::new(store, rank, world, timeout)
             })
             .with_context(|| format!("rank {rank}: splitting the communicator (color {color}, key {key})"))?;
         if comm.is_none() != (color == SPLIT_NOCOLOR) {
@@ -184,9 +184,9 @@ impl Session {
             groups: split.groups.clone(),
             participants,
         });
-        crate::record::peers_are(Some(split.members().to_vec()));
+        workbook_runtime::record::peers_are(Some(split.members().to_vec()));
         let ran = calls(self);
-        crate::record::peers_are(None);
+        workbook_runtime::record::peers_are(None);
         let scope = self.scope.take().expect("the scope set above");
         split.seq = scope.seq;
         split.comm = Some(std::mem::replace(&mut self.comm, world));
@@ -221,7 +221,7 @@ impl Session {
     }
 
     /// Every participant's `value` ([`Session::participants`], in their order), through
-    /// the store under `key`: [`crate::rendezvous::Store::share`] among them.
+    /// the store under `key`: [`workbook_runtime::rendezvous::Store::share`] among them.
     pub(super) fn share_here(&mut self, key: &str, value: &[u8], what: &str) -> Result<Vec<Vec<u8>>> {
         let rank = self.rank();
         self.store.set(&format!("{key}/{rank}"), value)?;

@@ -4,10 +4,10 @@
 use super::{Session, single_calls};
 use crate::Communicator;
 use crate::report::{SingleCalls, Timing};
-use crate::transport::Via;
-use crate::units::human_bytes;
 use anyhow::{Context, Result, anyhow};
 use std::time::Instant;
+use workbook_cpu::transport::Via;
+use workbook_runtime::units::human_bytes;
 
 /// What a timing loop measured ([`Session::time_runs`]).
 #[derive(Debug, Clone)]
@@ -70,7 +70,7 @@ impl Session {
             self.say(&format!("      {}", single_calls::line(&single)));
         }
         if self.report.simulated_gpus.is_some() {
-            self.say(&format!("      ({})", crate::simulate::NOTE));
+            self.say(&format!("      ({})", workbook_nccl::simulate::NOTE));
         }
         if let Some(link) = &self.report.simulated_link {
             self.say(&format!(
@@ -96,7 +96,7 @@ impl Session {
         // --steps shows the first, checked runs; the timed ones are not recorded.
         self.flush_steps(true)?;
         self.steps = false;
-        crate::record::stop_steps();
+        workbook_runtime::record::stop_steps();
         let _range = self.nvtx("timed runs");
         self.synchronize()?;
         self.comm.timing(true)?;
