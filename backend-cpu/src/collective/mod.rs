@@ -16,12 +16,12 @@ pub mod all_gather;
 pub mod all_reduce;
 pub mod all_to_all;
 pub mod broadcast;
-mod direct;
+pub mod direct;
 pub mod packed;
 pub mod reduce;
 pub mod reduce_scatter;
-mod ring;
-mod single_copy;
+pub mod ring;
+pub mod single_copy;
 pub mod tree;
 
 use crate::SEND_RECV_TAG;

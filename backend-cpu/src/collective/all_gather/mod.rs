@@ -5,7 +5,7 @@
 //! [`direct`], every block straight to every rank; else the [`ring`] passes the blocks
 //! round, or on one host each rank copies the others' blocks straight from their buffers
 //! ([`single_copy`]). Each starts with this rank's block in its place in the receive
-//! buffer ([`own_block`]).
+//! buffer (`own_block`).
 
 pub mod direct;
 pub mod ring;

@@ -5,7 +5,7 @@
 //! Its algorithms on the CPU backend, one file each, and their table: a small buffer
 //! [`direct`], every block straight to its rank; else the [`pairwise`] exchange, `n - 1`
 //! steps, or on one host each rank copies its blocks straight from the others' send
-//! buffers ([`single_copy`]). This rank's own block is a copy ([`own_block`]).
+//! buffers ([`single_copy`]). This rank's own block is a copy (`own_block`).
 
 pub mod direct;
 pub mod pairwise;
