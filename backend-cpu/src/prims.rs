@@ -330,29 +330,12 @@ impl<'a> Prims<'a> {
     /// One reducing step of the step-by-step ring: `from[out]` to `next` while `prev`'s
     /// partial result arrives and is reduced with `input[into]` into `output[into]`.
     pub fn send_recv_reduce(&mut self, from: Src, out: Range<usize>, into: Range<usize>) -> Result<()> {
-        let (tag, red, t, cpu) = (self.func.tag(), self.red, record::clock(), self.cpu);
-        let (next, prev) = (self.next, self.prev);
         let mine = self.input.map(|src| &src[into.clone()]);
         let (sent, acc) = apart(self.input, self.output, from, &out, &into);
-        cpu.exchange(tag, (sent, next), (acc.len(), prev), |link, slice| {
-            link.recv_pieces(tag, slice.len(), &mut |off, piece| {
-                let at = slice.start + off;
-                let dst = &mut acc[at..at + piece.len()];
-                match mine {
-                    Some(mine) => (red.combine)(dst, &mine[at..], piece),
-                    None => (red.accumulate)(dst, piece),
-                }
-            })
+        let ring = (self.cpu, self.func, self.red, (self.prev, self.next));
+        send_recv_reduce(ring, sent, acc, mine, &|| {
+            describe(self.cpu, self.func, "send/recv", &into, self.next, self.prev)
         })
-        .with_context(|| self.failed("send/recv", &into))
-        .fact(|| Fact::Collective(self.func.name()))?;
-        let (sent, acc) = apart(self.input, self.output, from, &out, &into);
-        record::op(
-            t,
-            "send/recv",
-            &[(Dir::Send, next, sent, How::Copy), (Dir::Recv, prev, acc, How::Reduce)],
-        );
-        Ok(())
     }
 
     /// Finishes `output[at]` (`ncclAvg` divides by the ranks), as NCCL's `postOp` does on
@@ -378,18 +361,7 @@ impl<'a> Prims<'a> {
     /// receive: then only the other is named).
     #[cold]
     fn failed_between(&self, prim: &str, at: &Range<usize>, to: usize, from: usize) -> String {
-        let (me, world) = (self.cpu.rank(), |r: usize| self.cpu.world_rank(r));
-        let peers = match (from == me, to == me) {
-            (true, false) => format!("to rank {}", world(to)),
-            (false, true) => format!("from rank {}", world(from)),
-            _ => format!("from rank {}, to rank {}", world(from), world(to)),
-        };
-        format!(
-            "{}: {prim} of bytes {}..{} ({peers})",
-            self.func.title(),
-            at.start,
-            at.end
-        )
+        describe(self.cpu, self.func, prim, at, to, from)
     }
 }
 
@@ -406,4 +378,50 @@ fn apart<'b>(
         (Src::Input, Some(input)) => (&input[out.clone()], &mut output[into.clone()]),
         _ => split_two(output, out.clone(), into.clone()),
     }
+}
+
+/// One reducing step of a step-by-step ring on buffers of the algorithm's own (a
+/// reduce-scatter's partial results in scratch blocks): `out` to `next` while `prev`'s
+/// partial result arrives and is reduced with `mine` into `dst` (with `None`, into what
+/// `dst` holds), at once. `what` says the step in an error. Noted for `--steps` and
+/// `--trace` as [`Prims::send_recv_reduce`] notes it.
+pub fn send_recv_reduce(
+    (cpu, func, red, (prev, next)): (&Cpu, Func, Reduction, (usize, usize)),
+    out: &[u8],
+    dst: &mut [u8],
+    mine: Option<&[u8]>,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    let (tag, t) = (func.tag(), record::clock());
+    cpu.exchange(tag, (out, next), (dst.len(), prev), |link, slice| {
+        link.recv_pieces(tag, slice.len(), &mut |off, piece| {
+            let at = slice.start + off;
+            let acc = &mut dst[at..at + piece.len()];
+            match mine {
+                Some(mine) => (red.combine)(acc, &mine[at..], piece),
+                None => (red.accumulate)(acc, piece),
+            }
+        })
+    })
+    .with_context(what)
+    .fact(|| Fact::Collective(func.name()))?;
+    record::op(
+        t,
+        "send/recv",
+        &[(Dir::Send, next, out, How::Copy), (Dir::Recv, prev, dst, How::Reduce)],
+    );
+    Ok(())
+}
+
+/// What failed, for the error: `all-reduce: recvReduceSend of bytes 0..4096 (from rank 1,
+/// to rank 3)`; where one of `from` and `to` is this rank, only the other is named.
+#[cold]
+fn describe(cpu: &Cpu, func: Func, prim: &str, at: &Range<usize>, to: usize, from: usize) -> String {
+    let (me, world) = (cpu.rank(), |r: usize| cpu.world_rank(r));
+    let peers = match (from == me, to == me) {
+        (true, false) => format!("to rank {}", world(to)),
+        (false, true) => format!("from rank {}", world(from)),
+        _ => format!("from rank {}, to rank {}", world(from), world(to)),
+    };
+    format!("{}: {prim} of bytes {}..{} ({peers})", func.title(), at.start, at.end)
 }

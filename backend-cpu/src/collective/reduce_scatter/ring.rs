@@ -2,6 +2,7 @@
 
 use crate::cpu::{Cpu, split_two};
 use crate::element::Reduction;
+use crate::prims;
 use anyhow::{Context, Result};
 use workbook_runtime::Func;
 
@@ -57,27 +58,15 @@ pub fn reduce_scatter(cpu: &Cpu, send: Option<&[u8]>, buf: &mut [u8], block: usi
 /// One ring step: `partial` goes right while the partial result arriving from the left
 /// is reduced with `mine` (or, with `None`, into what `dst` holds: in place) into `dst`.
 fn step(cpu: &Cpu, partial: &[u8], dst: &mut [u8], mine: Option<&[u8]>, red: Reduction) -> Result<()> {
-    let tag = Func::ReduceScatter.tag();
-    let (left, right) = cpu.neighbours();
-    let t = crate::record::clock();
-    cpu.exchange(tag, (partial, right), (partial.len(), left), |link, slice| {
-        link.recv_pieces(tag, slice.len(), &mut |off, piece| {
-            let at = slice.start + off;
-            let out = &mut dst[at..at + piece.len()];
-            match mine {
-                Some(mine) => (red.combine)(out, &mine[at..], piece),
-                None => (red.accumulate)(out, piece),
-            }
-        })
-    })?;
-    use crate::record::{Dir, How};
-    crate::record::op(
-        t,
-        "send/recv",
-        &[
-            (Dir::Send, right, partial, How::Copy),
-            (Dir::Recv, left, dst, How::Reduce),
-        ],
-    );
-    Ok(())
+    let (prev, next) = cpu.neighbours();
+    let what = || {
+        let world = |r: usize| cpu.world_rank(r);
+        format!(
+            "send/recv of {} bytes (from rank {}, to rank {})",
+            partial.len(),
+            world(prev),
+            world(next)
+        )
+    };
+    prims::send_recv_reduce((cpu, Func::ReduceScatter, red, (prev, next)), partial, dst, mine, &what)
 }
