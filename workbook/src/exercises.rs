@@ -77,6 +77,23 @@ impl Code {
     }
 }
 
+/// The starting file of the exercise in `dir` as shipped, kept in this binary (as
+/// rustlings keeps its exercises): what `reset` puts back. The same file the workbook's
+/// own tests check (`check --starting`), workbook/fixtures/starting/.
+pub fn starting(dir: &str) -> Option<&'static str> {
+    Some(match dir {
+        "03_average" => include_str!("../fixtures/starting/03_average.rs"),
+        "04_p2p_broadcast" => include_str!("../fixtures/starting/04_p2p_broadcast.rs"),
+        "05_ring_allreduce" => include_str!("../fixtures/starting/05_ring_allreduce.rs"),
+        "07_packed_broadcast" => include_str!("../fixtures/starting/07_packed_broadcast.rs"),
+        "08_sharded_update" => include_str!("../fixtures/starting/08_sharded_update.rs"),
+        "10_tree_allreduce" => include_str!("../fixtures/starting/10_tree_allreduce.rs"),
+        "12_hierarchical_allreduce" => include_str!("../fixtures/starting/12_hierarchical_allreduce.rs"),
+        "13_grouped_alltoall" => include_str!("../fixtures/starting/13_grouped_alltoall.rs"),
+        _ => return None,
+    })
+}
+
 /// One run of an exercise: a world size, the flags, and what the shown elements must be.
 pub struct Case {
     /// Ranks started.

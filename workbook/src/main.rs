@@ -78,6 +78,15 @@ enum Cmd {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=64))]
         max_world: Option<u32>,
     },
+    /// Puts an exercise's file back as shipped, to start it again: your version of it is
+    /// replaced (git still has it if you committed it).
+    Reset {
+        /// The exercise: its chapter in EXERCISES.md.
+        number: u32,
+        /// Write under this folder instead of the workbook's (the workbook's own tests).
+        #[arg(long, hide = true, value_name = "DIR")]
+        into: Option<PathBuf>,
+    },
     /// Shows the hint of an exercise: a nudge (which step, which peer, what to look at).
     Hint {
         /// The exercise: its chapter in EXERCISES.md.
@@ -134,6 +143,10 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Cmd::Reset { number, into } => match find(&all, number) {
+            Ok(ex) => reset(ex, &into.unwrap_or_else(workspace)),
+            Err(code) => code,
+        },
         Cmd::Hint { number, more } => match find(&all, number) {
             Ok(ex) => {
                 if more {
@@ -203,6 +216,41 @@ fn main() -> ExitCode {
                 Ok(_) => ExitCode::FAILURE,
                 Err(code) => code,
             }
+        }
+    }
+}
+
+/// `cargo workbook reset N`: the exercise's file under `root` as shipped again.
+fn reset(ex: &Exercise, root: &Path) -> ExitCode {
+    let say = workbook_runtime::error::say_line;
+    let Some((code, text)) = ex.code.as_ref().and_then(|c| Some((c, exercises::starting(c.dir)?))) else {
+        say(&format!(
+            "error: exercise {} has no code to reset: its chapter asks for runs and answers",
+            ex.number
+        ));
+        return ExitCode::from(2);
+    };
+    let file = code.file(&Source::Exercise);
+    let path = root.join(&file);
+    if std::fs::read_to_string(&path).is_ok_and(|now| now == text) {
+        println!("{file} is as shipped already: nothing to reset");
+        return ExitCode::SUCCESS;
+    }
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&path, text));
+    match written {
+        Ok(()) => {
+            println!(
+                "{file} is as shipped again: exercise {} starts over (`cargo workbook check {}` fails until you solve it)",
+                ex.number, ex.number
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say(&format!("error: writing {}: {e}", path.display()));
+            ExitCode::FAILURE
         }
     }
 }

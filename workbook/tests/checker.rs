@@ -600,3 +600,39 @@ fn an_all_to_all_without_its_group_deadlocks_on_large_blocks_and_the_checker_say
         "{said:?}:\n{r}"
     );
 }
+
+#[test]
+fn reset_puts_an_exercise_back_as_shipped_and_says_so() {
+    // Under a folder of its own, never the workbook's exercises/ (a student's work).
+    let root = std::env::temp_dir().join(format!("workbook-reset-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.to_string_lossy().into_owned();
+    let file = root.join("exercises/05_ring_allreduce/src/main.rs");
+    let shipped = include_str!("../fixtures/starting/05_ring_allreduce.rs");
+    // Written where it was missing, then left alone when it is as shipped.
+    let r = workbook(&["reset", "5", "--into", &dir]).ok();
+    assert!(
+        r.stdout
+            .contains("exercises/05_ring_allreduce/src/main.rs is as shipped again"),
+        "{r}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), shipped);
+    let r = workbook(&["reset", "5", "--into", &dir]).ok();
+    assert!(r.stdout.contains("is as shipped already: nothing to reset"), "{r}");
+    // A changed file is put back.
+    std::fs::write(&file, "fn main() {} // solved, or broken\n").unwrap();
+    let r = workbook(&["reset", "5", "--into", &dir]).ok();
+    assert!(r.stdout.contains("is as shipped again"), "{r}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), shipped);
+    // A chapter without code, and no such exercise: one line, exit 2.
+    for (n, said) in [
+        ("1", "exercise 1 has no code to reset"),
+        ("99", "there is no exercise 99"),
+    ] {
+        let r = workbook(&["reset", n, "--into", &dir]);
+        assert_eq!(r.code, Some(2), "{r}");
+        assert_eq!(r.stderr.lines().count(), 1, "{r}");
+        assert!(r.stderr.contains(said), "{r}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
