@@ -1,24 +1,25 @@
 //! What a failed rank was doing, as a record for programs: the exercises' checker reads it
 //! to tell a deadlock from a crash, rather than reading the sentences a person reads.
 //!
-//! The places that know a fact attach it to the error ([`attach`], [`WithFact::fact`]): a
-//! [`Fact`] says nothing in the error's line ([`crate::error::line`] leaves it out): a send or receive
-//! that was waiting, and for whom; a deadline that ran out; a peer that was lost; the
-//! ranks the store waited for; a message nobody received. The failed rank's one line is
-//! unchanged; where [`ENV`] is set it then writes its [`Record`], one more line on stderr
-//! starting with [`PREFIX`]. The sentences can be reworded freely: no program reads them.
+//! The places that know a fact note it on the failure's way up ([`attach`],
+//! [`WithFact::fact`]): a send or receive that was waiting, and for whom; a deadline that
+//! ran out; a peer that was lost; the ranks awaited; a message nobody received. The error
+//! itself is left as it was (every way of printing it unchanged); what the error's own
+//! types say (a link that failed, the store's answer) is read from its chain. The failed
+//! rank's one line is unchanged; where [`ENV`] is set it then writes its [`Record`], one
+//! more line on stderr starting with [`PREFIX`]. The sentences can be reworded freely: no
+//! program reads them.
 
 use crate::error::LinkFailed;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// Set (to anything) in a job's environment, each failed rank writes its [`Record`].
 pub const ENV: &str = "NCCL_WORKBOOK_FAILURE_RECORD";
 /// What starts the line of a [`Record`] on stderr (then its JSON).
 pub const PREFIX: &str = "failure-record: ";
 
-/// One fact about a failure, attached to its error where it is known ([`attach`]); the
-/// error's sentence says it for people.
+/// One fact about a failure, noted where it is known ([`note`]); the error's sentence
+/// says it for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fact {
     /// The rank was waiting in a send (`sending`) or a receive, with `peer` (the world's
@@ -47,34 +48,25 @@ pub enum Fact {
     Collective(&'static str),
 }
 
-/// A fact attached to an error ([`attach`]): it says nothing in the error's line, and
-/// the error it wraps follows it in the chain.
-#[derive(Debug)]
-struct Attached {
-    fact: Fact,
-    inner: anyhow::Error,
+/// The facts this process noted, in the order it noted them ([`note`]): a rank fails
+/// once, and every place that notes one is on the way to that failure.
+static NOTED: std::sync::Mutex<Vec<Fact>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes `fact` for this rank's record, if it fails. Kept beside the error rather than in
+/// it, so that every way of printing the error stays as it was.
+pub fn note(fact: Fact) {
+    NOTED.lock().unwrap_or_else(|p| p.into_inner()).push(fact);
 }
 
-impl fmt::Display for Attached {
-    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
-        Ok(())
-    }
-}
-
-impl std::error::Error for Attached {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(self.inner.as_ref())
-    }
-}
-
-/// `err`, with `fact` attached for its record: its line is unchanged.
+/// `err`, with `fact` noted for the record ([`note`]): the error itself is unchanged.
 pub fn attach(err: anyhow::Error, fact: Fact) -> anyhow::Error {
-    anyhow::Error::new(Attached { fact, inner: err })
+    note(fact);
+    err
 }
 
 /// [`attach`] on a result's error.
 pub trait WithFact<T> {
-    /// The error, if any, with the fact `fact()` attached.
+    /// The result as it is; if it is an error, `fact()` noted for the record.
     fn fact(self, fact: impl FnOnce() -> Fact) -> anyhow::Result<T>;
 }
 
@@ -127,8 +119,15 @@ pub struct Record {
 }
 
 impl Record {
-    /// The record of `err`, which ended `rank` on `backend`: the facts attached to it.
+    /// The record of `err`, which ended `rank` on `backend`: the facts this process noted
+    /// on its way to it, and those its error holds (a link that failed, the store's answer).
     pub fn of(rank: usize, backend: &str, err: &anyhow::Error) -> Record {
+        let noted = NOTED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Record::from_facts(rank, backend, &noted, err)
+    }
+
+    /// The record of `err` and the facts `noted` ([`Record::of`]'s).
+    pub fn from_facts(rank: usize, backend: &str, noted: &[Fact], err: &anyhow::Error) -> Record {
         let mut record = Record {
             rank,
             backend: backend.to_string(),
@@ -144,31 +143,32 @@ impl Record {
                 seen.push(r);
             }
         };
-        for cause in err.chain() {
-            if let Some(Attached { fact, .. }) = cause.downcast_ref::<Attached>() {
-                match fact {
-                    Fact::Waiting { sending, peer, on_gpu } => {
-                        record.waiting.get_or_insert(Waiting {
-                            sending: *sending,
-                            peer: *peer,
-                            on_gpu: *on_gpu,
-                        });
-                        add(*peer, &mut seen);
-                    }
-                    Fact::Deadline => record.ended = Ended::Deadline,
-                    Fact::PeerLost(peer) => {
-                        if record.ended == Ended::Other {
-                            record.ended = Ended::PeerLost;
-                        }
-                        add(*peer, &mut seen);
-                    }
-                    Fact::Awaited(ranks) => ranks.iter().for_each(|r| add(*r, &mut seen)),
-                    Fact::Unreceived { to } => record.unreceived_by = Some(*to),
-                    Fact::Collective(name) => {
-                        record.collective.get_or_insert_with(|| name.to_string());
-                    }
+        for fact in noted {
+            match fact {
+                Fact::Waiting { sending, peer, on_gpu } => {
+                    record.waiting.get_or_insert(Waiting {
+                        sending: *sending,
+                        peer: *peer,
+                        on_gpu: *on_gpu,
+                    });
+                    add(*peer, &mut seen);
                 }
-            } else if let Some(link) = cause.downcast_ref::<LinkFailed>() {
+                Fact::Deadline => record.ended = Ended::Deadline,
+                Fact::PeerLost(peer) => {
+                    if record.ended == Ended::Other {
+                        record.ended = Ended::PeerLost;
+                    }
+                    add(*peer, &mut seen);
+                }
+                Fact::Awaited(ranks) => ranks.iter().for_each(|r| add(*r, &mut seen)),
+                Fact::Unreceived { to } => record.unreceived_by = Some(*to),
+                Fact::Collective(name) => {
+                    record.collective.get_or_insert_with(|| name.to_string());
+                }
+            }
+        }
+        for cause in err.chain() {
+            if let Some(link) = cause.downcast_ref::<LinkFailed>() {
                 if record.ended == Ended::Other {
                     record.ended = if link.timed_out {
                         Ended::Deadline
@@ -209,28 +209,22 @@ mod tests {
     use anyhow::anyhow;
 
     #[test]
-    fn facts_say_nothing_in_the_line_and_make_the_record() {
+    fn the_noted_facts_and_the_errors_types_make_the_record() {
         let err = anyhow!(LinkFailed {
             peer: 2,
             timed_out: true,
             message: "nothing moved to or from rank 2 for the whole --timeout".into()
         })
         .context("sending 7 elements to (rank 2 over shared memory)");
-        let err = attach(
-            err,
+        let noted = [
             Fact::Waiting {
                 sending: true,
                 peer: 2,
                 on_gpu: false,
             },
-        );
-        let err = attach(err.context("all-reduce"), Fact::Awaited(vec![3, 2, 1]));
-        assert_eq!(
-            crate::error::line(Some(1), &err),
-            "error: rank 1: all-reduce: sending 7 elements to (rank 2 over shared memory): nothing moved to or from \
-             rank 2 for the whole --timeout"
-        );
-        let r = Record::of(1, "cpu", &err);
+            Fact::Awaited(vec![3, 2, 1]),
+        ];
+        let r = Record::from_facts(1, "cpu", &noted, &err);
         assert_eq!(
             r.waiting,
             Some(Waiting {
@@ -240,8 +234,14 @@ mod tests {
             })
         );
         assert_eq!(r.ended, Ended::Deadline);
-        assert_eq!(r.awaited, vec![3, 2]);
+        assert_eq!(r.awaited, vec![2, 3]);
         assert_eq!(Record::parse(&r.line()), Some(r));
         assert_eq!(Record::parse("error: rank 1: boom"), None);
+        // Noting leaves the error as it was, however it is printed.
+        let err = attach(err, Fact::Deadline);
+        assert_eq!(
+            format!("{err:#}"),
+            "sending 7 elements to (rank 2 over shared memory): nothing moved to or from rank 2 for the whole --timeout"
+        );
     }
 }
