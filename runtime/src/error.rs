@@ -155,8 +155,7 @@ pub fn line(rank: Option<usize>, e: &anyhow::Error) -> String {
     let parts: Vec<String> = e
         .chain()
         .map(|c| c.to_string())
-        // A fact for programs ([`crate::failure::Fact`]) says nothing here.
-        .filter(|c| c != bare && !c.is_empty())
+        .filter(|c| c != bare)
         .map(|c| c.strip_prefix(&who).map(str::to_string).unwrap_or(c))
         .collect();
     format!("error: {who}{}", parts.join(": "))
