@@ -275,7 +275,7 @@ fn quiet_panics() {
 
 /// What a panic at `at` (file, line) on `rank` says: `error: rank 1: internal error (a bug
 /// in the workbook, please report it) at common/src/x.rs:5: MSG` in the harness's crates,
-/// `error: rank 1: panicked at exercises/x/src/main.rs:5: MSG` elsewhere.
+/// `error: rank 1: panicked at exercises/src/bin/ex03-average.rs:5: MSG` elsewhere.
 fn panic_line(rank: Option<usize>, at: Option<(&str, u32)>, what: &str) -> String {
     let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
     let place = at.map(|(file, line)| format!(" at {file}:{line}")).unwrap_or_default();
@@ -320,10 +320,10 @@ mod tests {
         assert_eq!(
             panic_line(
                 Some(3),
-                Some(("exercises/03_average/src/main.rs", 30)),
+                Some(("exercises/src/bin/ex03-average.rs", 30)),
                 "index out of bounds"
             ),
-            "error: rank 3: panicked at exercises/03_average/src/main.rs:30: index out of bounds"
+            "error: rank 3: panicked at exercises/src/bin/ex03-average.rs:30: index out of bounds"
         );
         for file in [
             "runtime/src/a.rs",

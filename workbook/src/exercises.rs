@@ -18,9 +18,10 @@ pub struct Exercise {
     pub more: &'static str,
 }
 
-/// An exercise's code: the starting crate under exercises/, its solution under solutions/.
+/// An exercise's code: the student's file in exercises/src/bin/, its solution under
+/// solutions/, its starting file as shipped in workbook/starting/.
 pub struct Code {
-    /// The folder under exercises/ and solutions/.
+    /// Its name: the folder under solutions/, the file in workbook/starting/.
     pub dir: &'static str,
     /// What the checker runs, given the largest world size allowed.
     pub cases: fn(usize) -> Vec<Case>,
@@ -29,7 +30,7 @@ pub struct Code {
 /// Which copy of an exercise's code a check builds.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Source {
-    /// The student's: exercises/.
+    /// The student's: exercises/src/bin/, written from the starting file the first time.
     Exercise,
     /// The reference solution: solutions/.
     Solution,
@@ -43,25 +44,36 @@ pub enum Source {
 }
 
 impl Code {
+    /// The exercise's name in its binaries: `ring-allreduce` for `05_ring_allreduce`.
+    fn name(&self) -> String {
+        self.dir.split_once('_').map_or(self.dir, |(_, n)| n).replace('_', "-")
+    }
+
+    /// The exercise's chapter, from its name: 5 for `05_ring_allreduce`.
+    fn number(&self) -> u32 {
+        self.dir.split_once('_').and_then(|(n, _)| n.parse().ok()).unwrap_or(0)
+    }
+
     /// The package and binary of the student's code, of the solution or of the pristine
     /// starting file.
-    pub fn target(&self, number: u32, source: &Source) -> (String, String) {
-        let name = self.dir.split_once('_').map_or(self.dir, |(_, n)| n).replace('_', "-");
+    pub fn target(&self, source: &Source) -> (String, String) {
+        let (number, name) = (self.number(), self.name());
         match source {
-            Source::Exercise => (format!("exercise-{number:02}-{name}"), format!("ex{number:02}-{name}")),
+            Source::Exercise => ("exercises".into(), format!("ex{number:02}-{name}")),
             Source::Solution => (format!("solution-{number:02}-{name}"), format!("sol{number:02}-{name}")),
             Source::Starting => ("workbook-fixtures".into(), format!("start{number:02}-{name}")),
             Source::Fixture(bin) => ("workbook-fixtures".into(), bin.clone()),
         }
     }
 
-    /// The folder of the code checked, from the workspace's root, ending in `/`: a panic
-    /// whose file is in it is the student's (or the fixture's), not the workbook's.
+    /// Where the code checked is, from the workspace's root: its file, or its folder
+    /// ending in `/`. A panic whose file starts so is the student's (or the fixture's), not
+    /// the workbook's.
     pub fn folder(&self, source: &Source) -> String {
         match source {
-            Source::Exercise => format!("exercises/{}/", self.dir),
+            Source::Exercise | Source::Starting => self.file(source),
             Source::Solution => format!("solutions/{}/", self.dir),
-            Source::Starting | Source::Fixture(_) => "workbook/fixtures/".into(),
+            Source::Fixture(_) => "workbook/fixtures/".into(),
         }
     }
 
@@ -69,27 +81,28 @@ impl Code {
     /// workspace's root.
     pub fn file(&self, source: &Source) -> String {
         match source {
-            Source::Exercise => format!("exercises/{}/src/main.rs", self.dir),
+            Source::Exercise => format!("exercises/src/bin/{}.rs", self.target(source).1),
             Source::Solution => format!("solutions/{}/src/main.rs", self.dir),
-            Source::Starting => format!("workbook/fixtures/starting/{}.rs", self.dir),
+            Source::Starting => format!("workbook/starting/{}.rs", self.dir),
             Source::Fixture(bin) => format!("workbook/fixtures (the program {bin})"),
         }
     }
 }
 
 /// The starting file of the exercise in `dir` as shipped, kept in this binary (as
-/// rustlings keeps its exercises): what `reset` puts back. The same file the workbook's
-/// own tests check (`check --starting`), workbook/fixtures/starting/.
+/// rustlings keeps its exercises): what `cargo workbook` writes into exercises/src/bin/
+/// the first time, and what `reset` puts back. The one copy, workbook/starting/, which
+/// the workbook's own tests check (`check --starting`).
 pub fn starting(dir: &str) -> Option<&'static str> {
     Some(match dir {
-        "03_average" => include_str!("../fixtures/starting/03_average.rs"),
-        "04_p2p_broadcast" => include_str!("../fixtures/starting/04_p2p_broadcast.rs"),
-        "05_ring_allreduce" => include_str!("../fixtures/starting/05_ring_allreduce.rs"),
-        "07_packed_broadcast" => include_str!("../fixtures/starting/07_packed_broadcast.rs"),
-        "08_sharded_update" => include_str!("../fixtures/starting/08_sharded_update.rs"),
-        "10_tree_allreduce" => include_str!("../fixtures/starting/10_tree_allreduce.rs"),
-        "12_hierarchical_allreduce" => include_str!("../fixtures/starting/12_hierarchical_allreduce.rs"),
-        "13_grouped_alltoall" => include_str!("../fixtures/starting/13_grouped_alltoall.rs"),
+        "03_average" => include_str!("../starting/03_average.rs"),
+        "04_p2p_broadcast" => include_str!("../starting/04_p2p_broadcast.rs"),
+        "05_ring_allreduce" => include_str!("../starting/05_ring_allreduce.rs"),
+        "07_packed_broadcast" => include_str!("../starting/07_packed_broadcast.rs"),
+        "08_sharded_update" => include_str!("../starting/08_sharded_update.rs"),
+        "10_tree_allreduce" => include_str!("../starting/10_tree_allreduce.rs"),
+        "12_hierarchical_allreduce" => include_str!("../starting/12_hierarchical_allreduce.rs"),
+        "13_grouped_alltoall" => include_str!("../starting/13_grouped_alltoall.rs"),
         _ => return None,
     })
 }

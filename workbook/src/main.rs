@@ -36,6 +36,11 @@ struct Cli {
     /// How long a rank may wait for another before the job fails (the programs' --timeout).
     #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = workbook_runtime::units::parse_duration)]
     timeout: std::time::Duration,
+    /// Write and read the student's files (exercises/src/bin/) under this folder instead of
+    /// the workbook's: for the workbook's own tests, which leave a student's work alone.
+    /// Builds are still the workbook's.
+    #[arg(long, global = true, hide = true, value_name = "DIR")]
+    root: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -83,9 +88,6 @@ enum Cmd {
     Reset {
         /// The exercise: its chapter in EXERCISES.md.
         number: u32,
-        /// Write under this folder instead of the workbook's (the workbook's own tests).
-        #[arg(long, hide = true, value_name = "DIR")]
-        into: Option<PathBuf>,
     },
     /// Shows the hint of an exercise: a nudge (which step, which peer, what to look at).
     Hint {
@@ -107,6 +109,8 @@ struct Options {
     simulate_gpus: Option<u32>,
     max_world: usize,
     timeout: String,
+    /// Where the student's files are (`--root`).
+    root: PathBuf,
 }
 
 impl Options {
@@ -130,21 +134,26 @@ impl Options {
 fn main() -> ExitCode {
     let cli: Cli = common::parse_args();
     let all = exercises::all();
+    // Where the student's files are: this workbook's, or the tests' own folder.
+    let root = cli.root.clone().unwrap_or_else(workspace);
     match cli.command {
         Cmd::List => {
+            if let Err(code) = write_missing(&all, &root) {
+                return code;
+            }
             // The widest title sets the column, so that every row's code lines up.
             let width = all.iter().map(|ex| ex.title.chars().count()).max().unwrap_or(0);
             for ex in &all {
                 let what = match &ex.code {
-                    Some(code) => format!("your code: exercises/{}/src/main.rs", code.dir),
+                    Some(code) => format!("your code: {}", code.file(&Source::Exercise)),
                     None => "runs and questions, no code to check".into(),
                 };
                 println!("{:>2}. {:<width$}  {what}", ex.number, ex.title);
             }
             ExitCode::SUCCESS
         }
-        Cmd::Reset { number, into } => match find(&all, number) {
-            Ok(ex) => reset(ex, &into.unwrap_or_else(workspace)),
+        Cmd::Reset { number } => match find(&all, number) {
+            Ok(ex) => reset(ex, &root),
             Err(code) => code,
         },
         Cmd::Hint { number, more } => match find(&all, number) {
@@ -201,23 +210,66 @@ fn main() -> ExitCode {
                 // One rank per GPU: NCCL refuses two on one.
                 max_world: simulate_gpus.map_or(max_world, |n| n.min(max_world)) as usize,
                 timeout: format!("{}ms", cli.timeout.as_millis()),
+                root,
             };
-            if every {
-                return check_all(&all, &opts);
+            let chosen = match (every, number) {
+                (true, _) => None,
+                (false, Some(number)) => match find(&all, number) {
+                    Ok(ex) => Some(ex),
+                    Err(code) => return code,
+                },
+                (false, None) => {
+                    workbook_runtime::error::say_line(
+                        "error: say which exercise to check (check 5), or --all (see --help)",
+                    );
+                    return ExitCode::from(2);
+                }
+            };
+            if opts.source == Source::Exercise
+                && let Err(code) = write_missing(&all, &opts.root)
+            {
+                return code;
             }
-            let Some(number) = number else {
-                workbook_runtime::error::say_line(
-                    "error: say which exercise to check (check 5), or --all (see --help)",
-                );
-                return ExitCode::from(2);
-            };
-            match find(&all, number) {
-                Ok(ex) if check(ex, &opts) => ExitCode::SUCCESS,
-                Ok(_) => ExitCode::FAILURE,
-                Err(code) => code,
+            match chosen {
+                None => check_all(&all, &opts),
+                Some(ex) if check(ex, &opts) => ExitCode::SUCCESS,
+                Some(_) => ExitCode::FAILURE,
             }
         }
     }
+}
+
+/// Writes each exercise's starting file where the student's code goes (exercises/src/bin/
+/// under `root`) if it is not there yet, and says so: the first `cargo workbook` sets the
+/// workbook up, and a file deleted by mistake comes back. Never overwrites (that is `reset`).
+fn write_missing(all: &[Exercise], root: &Path) -> Result<(), ExitCode> {
+    let mut wrote = 0;
+    for code in all.iter().filter_map(|ex| ex.code.as_ref()) {
+        let path = root.join(code.file(&Source::Exercise));
+        let Some(text) = exercises::starting(code.dir) else {
+            continue;
+        };
+        if path.exists() {
+            continue;
+        }
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, text));
+        if let Err(e) = written {
+            workbook_runtime::error::say_line(&format!("error: writing {}: {e}", path.display()));
+            return Err(ExitCode::FAILURE);
+        }
+        wrote += 1;
+    }
+    if wrote > 0 {
+        println!(
+            "Wrote {wrote} exercise{} into exercises/src/bin/, as shipped: yours to edit (git ignores them; \
+             `cargo workbook reset N` puts one back).\n",
+            if wrote == 1 { "" } else { "s" }
+        );
+    }
+    Ok(())
 }
 
 /// `cargo workbook reset N`: the exercise's file under `root` as shipped again.
@@ -309,10 +361,10 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
     };
     let file = code.file(&opts.source);
     let folder = match opts.source {
-        Source::Exercise | Source::Solution => file.trim_end_matches("/src/main.rs").to_string(),
+        Source::Solution => file.trim_end_matches("/src/main.rs").to_string(),
         _ => file.clone(),
     };
-    let (package, bin) = code.target(ex.number, &opts.source);
+    let (package, bin) = code.target(&opts.source);
     let exe = match build(&package, &bin) {
         Ok(exe) => exe,
         Err(why) => {
@@ -339,7 +391,7 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
                 for line in lines {
                     println!("          {line}");
                 }
-                println!("          run it yourself: {}", by_hand(code, ex.number, opts, case));
+                println!("          run it yourself: {}", by_hand(code, opts, case));
                 if !opts.keep_going {
                     break;
                 }
@@ -356,7 +408,7 @@ fn check(ex: &Exercise, opts: &Options) -> bool {
             ex.number
         );
     } else {
-        let todo_left = match std::fs::read_to_string(workspace().join(&file)) {
+        let todo_left = match std::fs::read_to_string(opts.root.join(&file)) {
             Ok(text) => text.contains("TODO"),
             Err(_) => true,
         };
@@ -650,8 +702,8 @@ fn compare(report: &serde_json::Value, case: &Case) -> Vec<String> {
 }
 
 /// The command that runs `case` by hand, to see the tables.
-fn by_hand(code: &Code, number: u32, opts: &Options, case: &Case) -> String {
-    let (_, bin) = code.target(number, &opts.source);
+fn by_hand(code: &Code, opts: &Options, case: &Case) -> String {
+    let (_, bin) = code.target(&opts.source);
     let release = if cfg!(debug_assertions) { "" } else { " --release" };
     // With the checker's own deadline: a deadlocked exercise run by hand then says so in
     // seconds, not after the programs' default minute.
@@ -727,12 +779,12 @@ mod tests {
                 .filter(|l| l.starts_with("error:"))
                 .map(String::from)
                 .collect();
-            panics_first(errors, &stderr, "exercises/03_average/")
+            panics_first(errors, &stderr, "exercises/src/bin/ex03-average.rs")
         };
-        let theirs = said("exercises/03_average/src/main.rs:30");
+        let theirs = said("exercises/src/bin/ex03-average.rs:30");
         assert_eq!(
             theirs[0],
-            "error: rank 1 panicked at exercises/03_average/src/main.rs:30: boom (a panic in the code checked, not in \
+            "error: rank 1 panicked at exercises/src/bin/ex03-average.rs:30: boom (a panic in the code checked, not in \
              the workbook)"
         );
         assert!(theirs[1].starts_with("error: rank 0: "));
@@ -742,10 +794,10 @@ mod tests {
             format!("error: rank 1: {} at common/src/session.rs:12: boom", &PANIC_LINE[7..])
         );
         // Two panics: which rank printed which is not known.
-        let two = format!("{PANIC_LINE} at exercises/03_average/src/main.rs:30: a\n{PANIC_LINE}: b\n");
+        let two = format!("{PANIC_LINE} at exercises/src/bin/ex03-average.rs:30: a\n{PANIC_LINE}: b\n");
         let errors = two.lines().map(String::from).collect();
-        let both = panics_first(errors, &two, "exercises/03_average/");
-        assert!(both[0].starts_with("error: a rank panicked at exercises/03_average/src/main.rs:30: a"));
+        let both = panics_first(errors, &two, "exercises/src/bin/ex03-average.rs");
+        assert!(both[0].starts_with("error: a rank panicked at exercises/src/bin/ex03-average.rs:30: a"));
         assert_eq!(both[1], format!("{PANIC_LINE}: b"));
     }
 
@@ -753,7 +805,7 @@ mod tests {
     fn a_panic_that_names_its_rank_is_read_as_such() {
         // What common's hook prints on a rank: the rank in the line itself.
         let stderr = "error: rank 0: rank 1 failed first (its connection closed)\n\
-                      error: rank 2: panicked at exercises/03_average/src/main.rs:30: boom: really\n\
+                      error: rank 2: panicked at exercises/src/bin/ex03-average.rs:30: boom: really\n\
                       error: rank 1: internal error (a bug in the workbook, please report it) at common/src/x.rs:9: oops\n\
                       error: rank 3: panicked at 02-nccl-allreduce/src/main.rs:4: theirs\n\
                       launcher: rank 1 failed first (exit status 101)\n";
@@ -762,11 +814,11 @@ mod tests {
             .filter(|l| l.starts_with("error:"))
             .map(String::from)
             .collect();
-        let said = panics_first(errors, stderr, "exercises/03_average/");
+        let said = panics_first(errors, stderr, "exercises/src/bin/ex03-average.rs");
         assert_eq!(
             said,
             [
-                "error: rank 2 panicked at exercises/03_average/src/main.rs:30: boom: really (a panic in the code \
+                "error: rank 2 panicked at exercises/src/bin/ex03-average.rs:30: boom: really (a panic in the code \
                  checked, not in the workbook)",
                 "error: rank 1: internal error (a bug in the workbook, please report it) at common/src/x.rs:9: oops",
                 "error: rank 3: panicked at 02-nccl-allreduce/src/main.rs:4: theirs",

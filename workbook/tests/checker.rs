@@ -3,8 +3,8 @@
 //! and counts EXERCISES.md names, and the failures say which ranks and elements are wrong,
 //! and when a wrong answer deadlocks, that it is a deadlock.
 //!
-//! The starting files checked are the pristine copies in workbook/fixtures/starting/
-//! (`check N --starting`), not exercises/, which the student edits: a workbook whose
+//! The starting files checked are the pristine ones in workbook/starting/
+//! (`check N --starting`), not exercises/src/bin/, which the student edits: a workbook whose
 //! exercises are solved stays green. The wrong answers are workbook/fixtures/wrong/.
 
 mod support;
@@ -127,7 +127,7 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
                 "exercise {number}: no case '{label}':\n{r}"
             );
         }
-        assert!(r.stdout.contains("look for TODO in workbook/fixtures/starting/"), "{r}");
+        assert!(r.stdout.contains("look for TODO in workbook/starting/"), "{r}");
         assert!(!r.stdout.contains("deadlock"), "wrong values are no deadlock: {r}");
         assert!(r.stdout.contains(&format!("`cargo workbook hint {number}`")), "{r}");
     }
@@ -207,15 +207,27 @@ fn hints_list_and_bad_input() {
     );
     assert!(r.stdout.contains("send_recv"), "{r}");
 
-    let r = workbook(&["list"]).ok();
+    // The student's files under a folder of the test's own, never the workbook's (a
+    // student's work): the first run writes them and says so, the second finds them.
+    let root = std::env::temp_dir().join(format!("workbook-list-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.to_string_lossy().into_owned();
+    let r = workbook(&["list", "--root", &dir]).ok();
+    assert!(
+        r.stdout
+            .starts_with("Wrote 8 exercises into exercises/src/bin/, as shipped"),
+        "{r}"
+    );
+    assert!(root.join("exercises/src/bin/ex13-grouped-alltoall.rs").is_file(), "{r}");
+    let r = workbook(&["list", "--root", &dir]).ok();
     for (n, code) in [
-        (3, "exercises/03_average"),
-        (5, "exercises/05_ring_allreduce"),
-        (7, "exercises/07_packed_broadcast"),
-        (8, "exercises/08_sharded_update"),
-        (10, "exercises/10_tree_allreduce"),
-        (12, "exercises/12_hierarchical_allreduce"),
-        (13, "exercises/13_grouped_alltoall"),
+        (3, "exercises/src/bin/ex03-average.rs"),
+        (5, "exercises/src/bin/ex05-ring-allreduce.rs"),
+        (7, "exercises/src/bin/ex07-packed-broadcast.rs"),
+        (8, "exercises/src/bin/ex08-sharded-update.rs"),
+        (10, "exercises/src/bin/ex10-tree-allreduce.rs"),
+        (12, "exercises/src/bin/ex12-hierarchical-allreduce.rs"),
+        (13, "exercises/src/bin/ex13-grouped-alltoall.rs"),
     ] {
         assert!(
             r.stdout
@@ -239,8 +251,9 @@ fn hints_list_and_bad_input() {
         "misaligned:\n{r}"
     );
 
-    let r = workbook(&["check", "1"]).ok();
+    let r = workbook(&["check", "1", "--root", &dir]).ok();
     assert!(r.stdout.contains("there is no code to check"), "{r}");
+    std::fs::remove_dir_all(&root).unwrap();
 
     for (args, says) in [
         (
@@ -258,10 +271,12 @@ fn hints_list_and_bad_input() {
             "error: invalid value '65' for '--max-world",
         ),
     ] {
-        let r = workbook(&args);
+        let r = workbook(&[&args[..], &["--root", &dir]].concat());
         assert_eq!(r.code, Some(2), "{args:?}: {r}");
         assert_eq!(r.stderr.lines().count(), 1, "{args:?}: one line:\n{r}");
         assert!(r.stderr.starts_with(says), "{args:?}: {r}");
+        // Bad input writes nothing.
+        assert!(!root.exists(), "{args:?} wrote {}", root.display());
     }
 }
 
@@ -607,21 +622,21 @@ fn reset_puts_an_exercise_back_as_shipped_and_says_so() {
     let root = std::env::temp_dir().join(format!("workbook-reset-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let dir = root.to_string_lossy().into_owned();
-    let file = root.join("exercises/05_ring_allreduce/src/main.rs");
-    let shipped = include_str!("../fixtures/starting/05_ring_allreduce.rs");
+    let file = root.join("exercises/src/bin/ex05-ring-allreduce.rs");
+    let shipped = include_str!("../starting/05_ring_allreduce.rs");
     // Written where it was missing, then left alone when it is as shipped.
-    let r = workbook(&["reset", "5", "--into", &dir]).ok();
+    let r = workbook(&["reset", "5", "--root", &dir]).ok();
     assert!(
         r.stdout
-            .contains("exercises/05_ring_allreduce/src/main.rs is as shipped again"),
+            .contains("exercises/src/bin/ex05-ring-allreduce.rs is as shipped again"),
         "{r}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), shipped);
-    let r = workbook(&["reset", "5", "--into", &dir]).ok();
+    let r = workbook(&["reset", "5", "--root", &dir]).ok();
     assert!(r.stdout.contains("is as shipped already: nothing to reset"), "{r}");
     // A changed file is put back.
     std::fs::write(&file, "fn main() {} // solved, or broken\n").unwrap();
-    let r = workbook(&["reset", "5", "--into", &dir]).ok();
+    let r = workbook(&["reset", "5", "--root", &dir]).ok();
     assert!(r.stdout.contains("is as shipped again"), "{r}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), shipped);
     // A chapter without code, and no such exercise: one line, exit 2.
@@ -629,7 +644,7 @@ fn reset_puts_an_exercise_back_as_shipped_and_says_so() {
         ("1", "exercise 1 has no code to reset"),
         ("99", "there is no exercise 99"),
     ] {
-        let r = workbook(&["reset", n, "--into", &dir]);
+        let r = workbook(&["reset", n, "--root", &dir]);
         assert_eq!(r.code, Some(2), "{r}");
         assert_eq!(r.stderr.lines().count(), 1, "{r}");
         assert!(r.stderr.contains(said), "{r}");
