@@ -65,23 +65,7 @@ impl Communicator {
     ) -> Result<()> {
         let (rank, world) = (self.rank(), self.world());
         match self {
-            Communicator::Cpu(cpu) => {
-                workbook_runtime::record::watch(title, host(recv), send.map(host), true);
-                if coll.reduces() {
-                    workbook_runtime::record::combining(op.name());
-                }
-                workbook_cpu::collective::run(
-                    cpu,
-                    coll.func,
-                    HostCall {
-                        send: send.map(|s| as_bytes(host(s))),
-                        buf: as_bytes_mut(host_mut(recv)),
-                        count,
-                        root,
-                        reduction: Reduction::of::<T>(op),
-                    },
-                )
-            }
+            Communicator::Cpu(cpu) => cpu_collective(cpu, title, coll, send.map(host), host_mut(recv), count, root, op),
             Communicator::Nccl(nccl) => {
                 let layout = (coll.in_place)(count, world, rank);
                 nccl.with_pointers(send.map(device), device_mut(recv), layout, |send, recv| {
@@ -253,4 +237,34 @@ impl Communicator {
             Communicator::Nccl(n) => n.synchronize(),
         }
     }
+}
+
+/// [`Communicator::collective`] on the CPU backend, on host memory: the algorithm the tuner
+/// picks runs on the calling thread (a stream's thread, in [`crate::Session::overlap`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cpu_collective<T: Element>(
+    cpu: &mut Cpu,
+    title: &str,
+    coll: &'static Collective,
+    send: Option<&[T]>,
+    recv: &mut [T],
+    count: usize,
+    root: usize,
+    op: ReduceOp,
+) -> Result<()> {
+    workbook_runtime::record::watch(title, recv, send, true);
+    if coll.reduces() {
+        workbook_runtime::record::combining(op.name());
+    }
+    workbook_cpu::collective::run(
+        cpu,
+        coll.func,
+        HostCall {
+            send: send.map(as_bytes),
+            buf: as_bytes_mut(recv),
+            count,
+            root,
+            reduction: Reduction::of::<T>(op),
+        },
+    )
 }

@@ -12,6 +12,7 @@ pub mod args;
 pub mod backend;
 pub mod collective;
 pub mod communicator;
+pub mod compute;
 pub mod grid;
 pub mod meeting;
 pub mod output_file;
@@ -28,7 +29,7 @@ use workbook_runtime::{error, launch, launcher, limits, rank, units};
 pub use args::{DataArgs, Init, RunArgs};
 pub use backend::Buffer;
 pub use communicator::Communicator;
-pub use session::{Group, SPLIT_NOCOLOR, Session, Split};
+pub use session::{Group, SPLIT_NOCOLOR, Session, Split, Stream, Work};
 pub use workbook_runtime::element::{DataType, Element, ReduceOp};
 
 use anyhow::Result;

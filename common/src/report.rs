@@ -35,6 +35,9 @@ pub struct Report {
     /// world, how, and into which communicators.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<serde_json::Value>,
+    /// Lesson 10: each way of running a training step, with its times (rank 0's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overlap: Vec<serde_json::Value>,
     /// Number of ranks.
     pub world_size: usize,
     /// Elements per buffer.

@@ -18,6 +18,7 @@ mod harness;
 mod join;
 pub(crate) use join::check_nccl_tuning;
 mod observe;
+mod overlap;
 mod p2p;
 mod show;
 mod single_calls;
@@ -28,6 +29,7 @@ mod time;
 #[doc(hidden)]
 pub use check::corrupt_for_tests;
 pub use group::Group;
+pub use overlap::{Span, Stream, Work};
 use show::print_out;
 pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 pub use split::{SPLIT_NOCOLOR, Split};

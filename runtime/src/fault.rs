@@ -2,7 +2,8 @@
 //! fault happen where real processes cannot be made to fail on cue (a corrupted element,
 //! a rank held during setup, a full `/dev/shm`, a rank late to its first collective,
 //! buffers outside the shared arenas, buffers made without the memory check before start:
-//! `no-memory-check`, a rank killed in a split: `die-in-split`). Tests set it, and `bench/compare-mpi.sh` for its CPU-time
+//! `no-memory-check`, a rank killed in a split: `die-in-split`, or as it issues its second
+//! collective on a stream: `die-on-stream`). Tests set it, and `bench/compare-mpi.sh` for its CPU-time
 //! measurement; nothing else does.
 
 /// The hook's value when it names fault `name` and, if given, `rank`: the fields after

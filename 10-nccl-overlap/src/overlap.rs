@@ -1,0 +1,232 @@
+//! The lesson's bookkeeping: the four ways, what each rank's gradients and parameters
+//! hold before a step, what a step measured, and the lines that say it. The steps
+//! themselves are in main.rs.
+
+use anyhow::Result;
+use common::compute::{Compute, Model};
+use common::session::Span;
+use common::{Buffer, Session, Stream};
+use std::time::Duration;
+
+/// One way of running a step.
+#[derive(Clone, Copy)]
+pub struct Way {
+    /// Its line in the output.
+    pub name: &'static str,
+    /// DDP's backward (all-reduces of gradients), or FSDP's forward (all-gathers of
+    /// parameters).
+    ddp: bool,
+    /// DDP: one bucket of every gradient, all-reduced after the last layer.
+    one_bucket: bool,
+    /// FSDP: the next layer's gather issued before this layer computes.
+    pub prefetch: bool,
+}
+
+/// The four ways, in the order the lesson runs them.
+pub const WAYS: [Way; 4] = [
+    Way {
+        name: "DDP: backward, then one all-reduce",
+        ddp: true,
+        one_bucket: true,
+        prefetch: false,
+    },
+    Way {
+        name: "DDP: buckets all-reduced as they fill",
+        ddp: true,
+        one_bucket: false,
+        prefetch: false,
+    },
+    Way {
+        name: "FSDP: forward, gather when needed",
+        ddp: false,
+        one_bucket: false,
+        prefetch: false,
+    },
+    Way {
+        name: "FSDP: forward, next layer prefetched",
+        ddp: false,
+        one_bucket: false,
+        prefetch: true,
+    },
+];
+
+/// A DDP bucket: the gradients of `layers` consecutive layers, the last layers' first.
+pub struct Bucket {
+    /// How many layers' gradients it holds.
+    pub layers: usize,
+    /// This rank's gradients of them: (rank + 1)(layer + 1) everywhere.
+    pub gradients: Buffer<f32>,
+}
+
+/// A way's buffers, made before its step.
+pub enum Prepared {
+    /// DDP: the buckets, in the order the backward fills them.
+    Buckets(Vec<Bucket>),
+    /// FSDP: one buffer per layer, first to last, for the whole layer's parameters, with
+    /// this rank's shard of ⌈P / n⌉ in place: (rank + 1)(layer + 1) everywhere.
+    Shards(Vec<Buffer<f32>>),
+}
+
+impl Way {
+    /// This rank's buffers for the way's step; `bucket` is DDP's bucket size in bytes.
+    pub fn prepare(&self, s: &mut Session, model: &Model, bucket: usize) -> Result<Prepared> {
+        let (rank, n) = (s.rank(), s.world_size());
+        let value = |rank: usize, layer: usize| ((rank + 1) * (layer + 1)) as f32;
+        let bucket = if self.one_bucket { usize::MAX } else { bucket };
+        if self.ddp {
+            let (mut buckets, mut open, mut layers) = (Vec::new(), Vec::new(), 0);
+            for layer in (0..model.layers.len()).rev() {
+                open.extend(std::iter::repeat_n(value(rank, layer), model.layers[layer]));
+                layers += 1;
+                if open.len() * 4 >= bucket || layer == 0 {
+                    let gradients = s.from_host(std::mem::take(&mut open))?;
+                    buckets.push(Bucket { layers, gradients });
+                    layers = 0;
+                }
+            }
+            return Ok(Prepared::Buckets(buckets));
+        }
+        let mut shards = Vec::new();
+        for (layer, params) in model.layers.iter().enumerate() {
+            let shard = params.div_ceil(n);
+            let mut whole = vec![0.0; shard * n];
+            whole[rank * shard..(rank + 1) * shard].fill(value(rank, layer));
+            shards.push(s.from_host(whole)?);
+        }
+        Ok(Prepared::Shards(shards))
+    }
+
+    /// What every rank's results hold after the step, element by element: DDP, the
+    /// averaged gradients, (n + 1)(layer + 1) / 2, the last layer first; FSDP, each layer's
+    /// parameters whole, rank i's shard (i + 1)(layer + 1).
+    fn expected(&self, model: &Model, n: usize) -> Vec<f32> {
+        let mut all = Vec::new();
+        if self.ddp {
+            for (layer, &params) in model.layers.iter().enumerate().rev() {
+                let average = ((n + 1) * (layer + 1)) as f32 / 2.0;
+                all.extend(std::iter::repeat_n(average, params));
+            }
+        } else {
+            for (layer, &params) in model.layers.iter().enumerate() {
+                for rank in 0..n {
+                    all.extend(std::iter::repeat_n(
+                        ((rank + 1) * (layer + 1)) as f32,
+                        params.div_ceil(n),
+                    ));
+                }
+            }
+        }
+        all
+    }
+}
+
+/// What one step did on this rank: how long it computed and took, what its collectives
+/// gave, and when each ran.
+pub struct Step {
+    /// Time spent computing layers.
+    pub computing: Duration,
+    /// The buffers its collectives gave back, in the order waited.
+    pub results: Vec<Buffer<f32>>,
+    time: Duration,
+    log: Vec<Span>,
+}
+
+impl Step {
+    /// A step starting now.
+    pub fn new() -> Step {
+        Step {
+            computing: Duration::ZERO,
+            results: Vec::new(),
+            time: Duration::ZERO,
+            log: Vec::new(),
+        }
+    }
+
+    /// The step is over: its time (since the stream opened), and its collectives' log.
+    pub fn done(mut self, stream: &Stream) -> Step {
+        self.time = stream.elapsed();
+        self.log = stream.log().to_vec();
+        self
+    }
+}
+
+/// `--bucket-mb`: a size in MiB, more than 0.
+pub fn bucket_mib(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(m) if m > 0.0 && m <= 1024.0 * 1024.0 => Ok(m),
+        Ok(_) => Err("a bucket holds more than 0 MiB (and at most 1 TiB)".into()),
+        Err(_) => Err("a size in MiB: 25, or 0.5".into()),
+    }
+}
+
+/// Says what the model is, what a layer costs, and how the buckets cut it; refuses a
+/// model this machine has no memory for.
+pub fn introduce(s: &Session, model: &Model, compute: &Compute, bucket_mib: f64) -> Result<()> {
+    let bytes = model.parameters() as u64 * 4;
+    // A way's buffers, its results' copy and what they must hold.
+    s.ensure_memory(3 * bytes, "the model's gradients and parameters")?;
+    let mib = |elems: usize| (elems * 4) as f64 / (1 << 20) as f64;
+    let per_bucket = ((bucket_mib / mib(model.layers[0])).ceil() as usize).clamp(1, model.layers.len());
+    s.say(&format!(
+        "Model: {} layers of {} parameters ({:.1} MiB of gradients in all); a layer computes {:.1} Mflop, \
+         {:.2} ms on rank 0 alone; buckets of {bucket_mib} MiB hold {per_bucket} layer{}.",
+        model.layers.len(),
+        model.layers[0],
+        mib(model.parameters()),
+        compute.flops as f64 / 1e6,
+        compute.alone.as_secs_f64() * 1e3,
+        if per_bucket == 1 { "" } else { "s" },
+    ));
+    s.say(
+        "Rank 0's times, in ms: the step; computing; communicating (the stream busy); exposed (the step less \
+         computing).",
+    );
+    Ok(())
+}
+
+/// Prints the step's line and its collectives' timeline, and adds it to the JSON report.
+pub fn report(s: &mut Session, way: Way, step: &Step) -> Result<()> {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let busy: Option<f64> = step.log.iter().map(|span| span.ran.map(|(a, b)| (b - a) * 1e3)).sum();
+    let exposed = ms(step.time.saturating_sub(step.computing));
+    let comm = busy.map_or("—".to_string(), |b| format!("{b:.1}"));
+    s.say(&format!(
+        "{:<38} step {:>6.1}   computing {:>6.1}   communicating {comm:>6}   exposed {exposed:>6.1}",
+        way.name,
+        ms(step.time),
+        ms(step.computing)
+    ));
+    for span in step.log.iter().take(12) {
+        let ran = span
+            .ran
+            .map_or(String::new(), |(a, b)| format!(", ran {:.1}–{:.1}", a * 1e3, b * 1e3));
+        s.say(&format!(
+            "    {} {} ({:.1} MiB): issued at {:.1}{ran}, waited at {:.1}",
+            span.what,
+            span.seq,
+            span.bytes as f64 / (1 << 20) as f64,
+            span.issued * 1e3,
+            span.waited * 1e3
+        ));
+    }
+    s.report_way(serde_json::json!({
+        "way": way.name,
+        "step_ms": ms(step.time),
+        "computing_ms": ms(step.computing),
+        "communicating_ms": busy,
+        "exposed_ms": exposed,
+        "collectives": step.log.len(),
+    }));
+    Ok(())
+}
+
+/// Checks what the step's collectives gave, element by element, on every rank.
+pub fn check(s: &mut Session, way: Way, step: Step, model: &Model) -> Result<()> {
+    let mut all = Vec::new();
+    for buf in &step.results {
+        all.extend(s.to_host(buf)?);
+    }
+    let all = s.from_host(all)?;
+    let expected = way.expected(model, s.world_size());
+    s.check_each(&all, &expected)
+}

@@ -1,0 +1,125 @@
+//! The overlap lesson as real multi-process jobs: every way's results checked element by
+//! element on 1 to 4 ranks, on the CPU backend, on the NCCL test double and on two
+//! emulated nodes; bad input; a rank killed while the others wait on their handles.
+
+use testkit::{LIMIT, command, finish, nccl_command, spawn};
+
+const BIN: &str = env!("CARGO_BIN_EXE_10-nccl-overlap");
+
+/// A small model: 3 layers of 12·16² + 13·16 = 3280 parameters, buckets of 1 layer or so.
+const SMALL: [&str; 8] = [
+    "--layers",
+    "3",
+    "--hidden",
+    "16",
+    "--compute-us",
+    "200",
+    "--bucket-mb",
+    "0.01",
+];
+
+/// Checks a job's report: every check passed, and the four ways with their collectives:
+/// one all-reduce; one per bucket (a layer's 13 KiB each, in buckets of 10 KiB); one
+/// all-gather per layer, twice.
+fn check(j: &serde_json::Value, ctx: &str) {
+    assert_eq!(j["check"]["ok"], true, "{ctx}");
+    let ways = j["overlap"].as_array().unwrap_or_else(|| panic!("no ways: {ctx}"));
+    let count: Vec<u64> = ways.iter().map(|w| w["collectives"].as_u64().unwrap()).collect();
+    assert_eq!(count, [1, 3, 3, 3], "{ctx}");
+    for w in ways {
+        let (step, computing) = (w["step_ms"].as_f64().unwrap(), w["computing_ms"].as_f64().unwrap());
+        assert!(computing > 0.0 && step >= computing, "{w}: {ctx}");
+    }
+}
+
+#[test]
+fn every_way_averages_and_gathers_right_on_1_to_4_ranks() {
+    for world in 1..=4 {
+        let w = world.to_string();
+        let args = [&["--nproc-per-node", &w, "--format", "json"][..], &SMALL].concat();
+        let r = finish(spawn(command(BIN, &args)), LIMIT).ok();
+        check(&r.json(), &format!("{world} ranks: {r}"));
+    }
+}
+
+#[test]
+fn on_simulated_gpus_and_on_two_emulated_nodes() {
+    let args = [
+        &["--backend", "nccl", "--nproc-per-node", "2", "--format", "json"][..],
+        &SMALL,
+    ]
+    .concat();
+    let r = finish(spawn(nccl_command(BIN, &args, 2)), LIMIT).ok();
+    let j = r.json();
+    check(&j, &format!("simulated GPUs: {r}"));
+    // NCCL's kernels run on the GPU: the stream's busy time is not the host's to measure.
+    assert!(j["overlap"][1]["communicating_ms"].is_null(), "{r}");
+
+    let runs = testkit::two_nodes(|node, job| {
+        let args = [job, &["--nproc-per-node", "1", "--link", "50us,10Gbps"][..], &SMALL].concat();
+        let mut cmd = command(BIN, &args);
+        cmd.env("SLURMD_NODENAME", format!("node{node}"));
+        cmd
+    });
+    let runs = runs.map(|r| r.ok());
+    let j = runs[0].json();
+    check(&j, &format!("two emulated nodes: {}", runs[0]));
+    assert!(
+        j["overlap"][1]["communicating_ms"].as_f64().unwrap() > 0.0,
+        "{}",
+        runs[0]
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for (args, says) in [
+        (vec!["--bucket-mb", "0"], "a bucket holds more than 0 MiB"),
+        (vec!["--bucket-mb", "lots"], "a size in MiB"),
+        (vec!["--layers", "0"], "--layers"),
+        (vec!["--compute-us", "0"], "--compute-us"),
+        (vec!["--layers", "1024", "--hidden", "16384"], "memory"),
+    ] {
+        let all = [&["--nproc-per-node", "2"][..], &args].concat();
+        let r = finish(spawn(command(BIN, &all)), LIMIT);
+        assert_eq!(r.code, Some(2), "{args:?}: {r}");
+        let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("error")).collect();
+        // One line, or one per rank when each finds it (the memory its host has).
+        assert!(!errors.is_empty(), "{args:?}: {r}");
+        assert!(errors.iter().all(|e| e.contains(says)), "{args:?}: {r}");
+        assert!(!r.stderr.contains("panicked"), "{args:?}: {r}");
+    }
+}
+
+#[test]
+fn a_rank_killed_while_the_others_wait_on_handles_is_named_within_the_timeout() {
+    for nccl in [false, true] {
+        let args = [
+            &[
+                "--nproc-per-node",
+                "3",
+                "--timeout",
+                "5",
+                "--backend",
+                if nccl { "nccl" } else { "cpu" },
+            ][..],
+            &SMALL,
+        ]
+        .concat();
+        let mut cmd = match nccl {
+            true => nccl_command(BIN, &args, 3),
+            false => command(BIN, &args),
+        };
+        cmd.env("NCCL_WORKBOOK_FAULT", "die-on-stream:1");
+        let started = std::time::Instant::now();
+        let r = finish(spawn(cmd), LIMIT);
+        let ctx = format!("nccl {nccl}, after {:?}: {r}", started.elapsed());
+        assert_eq!(r.code, Some(1), "{ctx}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5 + 5), "{ctx}");
+        assert!(
+            r.stderr.contains("launcher: rank 1 failed first (killed by signal 9"),
+            "{ctx}"
+        );
+        assert!(!r.stderr.contains("panicked"), "{ctx}");
+    }
+}

@@ -1,0 +1,103 @@
+//! A computation to hide communication behind (lesson 10): a model's layers, each with
+//! its gradients' sizes, and a layer's forward or backward work that really computes:
+//! floating-point multiply-adds on this core, of a known operation count.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// A model of `layers` transformer layers of width `hidden`, as chapter 7 shapes it: each
+/// layer's 12 tensors (attention, MLP, norms), 12·h² + 13·h parameters.
+pub struct Model {
+    /// Parameters (and so gradients) of each layer, first to last.
+    pub layers: Vec<usize>,
+}
+
+impl Model {
+    /// The model of `layers` layers of width `hidden`.
+    pub fn new(layers: usize, hidden: usize) -> Model {
+        let h = hidden;
+        let one = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h];
+        Model {
+            layers: vec![one.iter().sum(); layers],
+        }
+    }
+
+    /// Every layer's parameters together.
+    pub fn parameters(&self) -> usize {
+        self.layers.iter().sum()
+    }
+}
+
+/// A layer's computation: `flops` floating-point operations (multiply-adds count two) on
+/// data that stays in this core's cache, so that its time is the core's, not memory's.
+#[derive(Clone, Copy)]
+pub struct Compute {
+    /// Operations per layer.
+    pub flops: u64,
+    /// How long one layer took on this core when nothing else ran, measured at the start.
+    pub alone: Duration,
+}
+
+/// Lanes computed side by side: enough independent chains to keep a core's multiply-add
+/// units busy.
+const LANES: usize = 16;
+
+impl Compute {
+    /// The computation that takes about `time` on this core, alone: its rate is measured
+    /// first (a few milliseconds), and the operation count fixed from it.
+    pub fn lasting(time: Duration) -> Compute {
+        // Warm up, then time a known count.
+        run(1 << 20);
+        let probe: u64 = 1 << 24;
+        let start = Instant::now();
+        run(probe);
+        let per_flop = start.elapsed().as_secs_f64() / probe as f64;
+        let flops = ((time.as_secs_f64() / per_flop) as u64).max(2 * LANES as u64);
+        let start = Instant::now();
+        run(flops);
+        Compute {
+            flops,
+            alone: start.elapsed(),
+        }
+    }
+
+    /// Computes one layer; returns how long it took (longer than [`Compute::alone`] when
+    /// another thread, a stream's, shares the core).
+    pub fn layer(&self) -> Duration {
+        let start = Instant::now();
+        run(self.flops);
+        start.elapsed()
+    }
+}
+
+/// `flops` operations: multiply-adds on [`LANES`] independent accumulators, whose result
+/// the compiler must keep (`black_box`).
+fn run(flops: u64) -> f32 {
+    let mut acc = [1.0f32; LANES];
+    let (a, b) = (black_box(0.999_999f32), black_box(1e-7f32));
+    for _ in 0..flops / (2 * LANES as u64) {
+        for x in acc.iter_mut() {
+            *x = *x * a + b;
+        }
+    }
+    black_box(acc.iter().sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_has_chapter_7s_layers() {
+        let m = Model::new(2, 4);
+        assert_eq!(m.layers, vec![12 * 16 + 13 * 4; 2]);
+        assert_eq!(m.parameters(), 2 * (12 * 16 + 13 * 4));
+    }
+
+    #[test]
+    fn a_layer_computes_its_count() {
+        let c = Compute::lasting(Duration::from_micros(200));
+        assert!(c.flops >= 2 * LANES as u64);
+        assert!(c.layer() > Duration::ZERO);
+    }
+}
