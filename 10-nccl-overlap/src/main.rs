@@ -11,34 +11,12 @@
 //! Run it: `cargo run --release --bin 10-nccl-overlap -- --nproc-per-node 2`
 
 use anyhow::Result;
-use clap::Parser;
 use common::compute::{Compute, Model};
 use common::{Buffer, ReduceOp, Stream};
 use std::time::Duration;
 
-/// One training step four ways: DDP's backward, then one all-reduce or in buckets; FSDP's
-/// forward, gathering each layer's parameters when needed or one layer ahead.
-#[derive(Parser)]
-#[command(version, about)]
-struct Args {
-    #[command(flatten)]
-    run: common::RunArgs,
-    /// Layers of the model (chapter 7's transformer layers).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    layers: u32,
-    /// The layers' width h: each has 12·h² + 13·h parameters.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=16384))]
-    hidden: u32,
-    /// What one layer computes, in microseconds on a core of its own (forward or backward).
-    #[arg(long, value_name = "US", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    compute_us: u64,
-    /// DDP's bucket size in MiB (PyTorch's bucket_cap_mb: 25 by default).
-    #[arg(long, value_name = "MIB", default_value_t = 4.0, value_parser = overlap::bucket_mib)]
-    bucket_mb: f64,
-}
-
 mod overlap;
-use overlap::{Bucket, Prepared, Step};
+use overlap::{Args, Bucket, Prepared, Step};
 
 /// DDP's backward: the last layer first, as autograd runs it. A bucket's gradients are
 /// ready once its layers are computed, and it is all-reduced on the stream at once while

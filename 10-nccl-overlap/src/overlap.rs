@@ -1,12 +1,35 @@
-//! The lesson's bookkeeping: the four ways, what each rank's gradients and parameters
+//! The lesson's flags and bookkeeping: the four ways, what each rank's gradients and parameters
 //! hold before a step, what a step measured, and the lines that say it. The steps
 //! themselves are in main.rs.
 
 use anyhow::Result;
+use clap::Parser;
 use common::compute::{Compute, Model};
 use common::session::Span;
 use common::{Buffer, Session, Stream};
 use std::time::Duration;
+
+/// One training step four ways: DDP's backward, then one all-reduce or in buckets; FSDP's
+/// forward, gathering each layer's parameters when needed or one layer ahead.
+#[derive(Parser)]
+#[command(version, about)]
+pub struct Args {
+    #[command(flatten)]
+    pub run: common::RunArgs,
+    /// Layers of the model (chapter 7's transformer layers).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub layers: u32,
+    /// The layers' width h: each has 12·h² + 13·h parameters.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=16384))]
+    pub hidden: u32,
+    /// What one layer computes, in microseconds on a core of its own (forward or backward).
+    #[arg(long, value_name = "US", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub compute_us: u64,
+    /// DDP's bucket size in MiB (PyTorch's bucket_cap_mb, 25 by default there; 4 here, where
+    /// the default model's gradients are 24 MiB).
+    #[arg(long, value_name = "MIB", default_value_t = 4.0, value_parser = bucket_mib)]
+    pub bucket_mb: f64,
+}
 
 /// One way of running a step.
 #[derive(Clone, Copy)]
