@@ -95,6 +95,15 @@ expect() {
       grep -q "^rank $((ranks - 1)): sent $ranks, got \[$((ranks * (ranks + 1) / 2))\.0" "$file" \
         || fail "$file: rank $((ranks - 1)) did not get the sum, $((ranks * (ranks + 1) / 2))"
       ;;
+    # No table: a line per way of running a step, each way's results checked.
+    10-nccl-overlap)
+      for way in "DDP: backward, then one all-reduce" "DDP: buckets all-reduced as they fill" \
+        "FSDP: forward, gather when needed" "FSDP: forward, next layer prefetched"; do
+        grep -q "^$way  *step  *[0-9.]*  *computing " "$file" || fail "$file: no line for '$way'"
+      done
+      [ "$(grep -c "^Check: OK, all $ranks ranks hold the expected values" "$file")" = 4 ] \
+        || fail "$file: not the 4 ways' checks on $ranks ranks"
+      ;;
     *) grep -q "^Check: OK, all $ranks ranks hold " "$file" || fail "$file: no 'Check: OK, all $ranks ranks hold' line" ;;
   esac
   if [ "$example" = 07-nccl-perf ] && [ "$backend" = cpu ]; then
@@ -103,7 +112,8 @@ expect() {
     grep -q "^# transports: $shm pair(s) over shared memory, $((pairs - shm)) over TCP" "$file" \
       || fail "$file: expected $shm shared-memory and $((pairs - shm)) TCP pairs"
   fi
-  if [ "$example" != 00-nccl-hello-world ] && [ "$example" != 07-nccl-perf ] && [ "$example" != 08-cudarc-allreduce ]; then
+  if [ "$example" != 00-nccl-hello-world ] && [ "$example" != 07-nccl-perf ] && [ "$example" != 08-cudarc-allreduce ] \
+    && [ "$example" != 10-nccl-overlap ]; then
     grep -q "^  [CG]PU $((ranks - 1)) | " "$file" || fail "$file: no table row for rank $((ranks - 1))"
   fi
   grep -q "^backend: $backend" "$file" || fail "$file: the backend line does not say $backend"

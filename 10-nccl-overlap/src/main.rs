@@ -18,17 +18,17 @@ use std::time::Duration;
 mod overlap;
 use overlap::{Args, Bucket, Prepared, Step};
 
-/// DDP's backward: the last layer first, as autograd runs it. A bucket's gradients are
-/// ready once its layers are computed, and it is all-reduced on the stream at once while
-/// the backward goes on; the step waits for every bucket at the end.
-fn ddp_backward(stream: &mut Stream, compute: &Compute, buckets: Vec<Bucket>) -> Result<Step> {
+/// DDP's backward: the last layer first, as autograd runs it. Once a layer is computed,
+/// each bucket its gradients complete is all-reduced on the stream at once, while the
+/// backward goes on; the step waits for every bucket at the end.
+fn ddp_backward(stream: &mut Stream, compute: &Compute, layers: usize, buckets: Vec<Bucket>) -> Result<Step> {
     let mut step = Step::new();
-    let mut works = Vec::new();
-    for bucket in buckets {
-        for _ in 0..bucket.layers {
-            step.computing += compute.layer();
+    let (mut buckets, mut works) = (buckets.into_iter().peekable(), Vec::new());
+    for done in 1..=layers {
+        step.computing += compute.layer();
+        while let Some(bucket) = buckets.next_if(|b| b.ready_after == done) {
+            works.push(stream.all_reduce(bucket.gradients, ReduceOp::Avg)?);
         }
-        works.push(stream.all_reduce(bucket.gradients, ReduceOp::Avg)?);
     }
     for work in works {
         step.results.push(stream.wait(work)?);
@@ -63,15 +63,24 @@ fn main() -> std::process::ExitCode {
         let model = Model::new(args.layers as usize, args.hidden as usize);
         let compute = Compute::lasting(Duration::from_micros(args.compute_us));
         let bucket = (args.bucket_mb * (1 << 20) as f64) as usize;
-        overlap::introduce(s, &model, &compute, args.bucket_mb)?;
+        overlap::introduce(s, &model, &compute, &args)?;
+        let mut last = None;
         for way in overlap::WAYS {
-            // The buffers are made before the step (DDP's buckets are allocated once, and
-            // the backward writes the gradients into them): the step times only the step.
-            let step = match way.prepare(s, &model, bucket)? {
-                Prepared::Buckets(buckets) => s.overlap(|st| ddp_backward(st, &compute, buckets))?,
-                Prepared::Shards(shards) => s.overlap(|st| fsdp_forward(st, &compute, shards, way.prefetch))?,
-            };
-            overlap::report(s, way, &step)?;
+            let mut times = Vec::new();
+            for _ in 0..args.iters {
+                // The buffers are made before the step (DDP's buckets are allocated once,
+                // and the backward writes the gradients into them): it times only the step.
+                let step = match way.prepare(s, &model, bucket)? {
+                    Prepared::Buckets(buckets) => {
+                        s.overlap(|st| ddp_backward(st, &compute, model.layers.len(), buckets))?
+                    }
+                    Prepared::Shards(shards) => s.overlap(|st| fsdp_forward(st, &compute, shards, way.prefetch))?,
+                };
+                times.push(step.times());
+                last = Some(step);
+            }
+            let step = last.take().expect("--iters is at least 1");
+            overlap::report(s, way, &times, &step)?;
             overlap::check(s, way, step, &model)?;
         }
         Ok(())

@@ -27,8 +27,11 @@ pub struct Args {
     pub compute_us: u64,
     /// DDP's bucket size in MiB (PyTorch's bucket_cap_mb, 25 by default there; 4 here, where
     /// the default model's gradients are 24 MiB).
-    #[arg(long, value_name = "MIB", default_value_t = 4.0, value_parser = bucket_mib)]
+    #[arg(long, value_name = "MIB", default_value_t = 4.0, value_parser = common::compute::bucket_mib)]
     pub bucket_mb: f64,
+    /// Steps run each way: the times are their medians, the timeline the last one's.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub iters: u32,
 }
 
 /// One way of running a step.
@@ -73,11 +76,12 @@ pub const WAYS: [Way; 4] = [
     },
 ];
 
-/// A DDP bucket: the gradients of `layers` consecutive layers, the last layers' first.
+/// A DDP bucket: the gradients of consecutive tensors, the last layer's first, and when
+/// they are all ready: once `ready_after` layers of the backward are computed.
 pub struct Bucket {
-    /// How many layers' gradients it holds.
-    pub layers: usize,
-    /// This rank's gradients of them: (rank + 1)(layer + 1) everywhere.
+    /// Layers computed when its last tensor's gradient is ready.
+    pub ready_after: usize,
+    /// This rank's gradients of its tensors: (rank + 1)(layer + 1) everywhere.
     pub gradients: Buffer<f32>,
 }
 
@@ -97,14 +101,21 @@ impl Way {
         let value = |rank: usize, layer: usize| ((rank + 1) * (layer + 1)) as f32;
         let bucket = if self.one_bucket { usize::MAX } else { bucket };
         if self.ddp {
-            let (mut buckets, mut open, mut layers) = (Vec::new(), Vec::new(), 0);
-            for layer in (0..model.layers.len()).rev() {
-                open.extend(std::iter::repeat_n(value(rank, layer), model.layers[layer]));
-                layers += 1;
-                if open.len() * 4 >= bucket || layer == 0 {
-                    let gradients = s.from_host(std::mem::take(&mut open))?;
-                    buckets.push(Bucket { layers, gradients });
-                    layers = 0;
+            // PyTorch's rule: tensors join the open bucket in the order the backward
+            // produces them, and a bucket closes once it holds `bucket` bytes or more.
+            let (mut buckets, mut open) = (Vec::new(), Vec::new());
+            let layers = model.layers.len();
+            for (done, layer) in (0..layers).rev().enumerate() {
+                for (t, &len) in model.tensors.iter().enumerate().rev() {
+                    open.extend(std::iter::repeat_n(value(rank, layer), len));
+                    let last = layer == 0 && t == 0;
+                    if open.len() * 4 >= bucket || last {
+                        let gradients = s.from_host(std::mem::take(&mut open))?;
+                        buckets.push(Bucket {
+                            ready_after: done + 1,
+                            gradients,
+                        });
+                    }
                 }
             }
             return Ok(Prepared::Buckets(buckets));
@@ -173,72 +184,94 @@ impl Step {
     }
 }
 
-/// `--bucket-mb`: a size in MiB, more than 0.
-pub fn bucket_mib(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(m) if m > 0.0 && m <= 1024.0 * 1024.0 => Ok(m),
-        Ok(_) => Err("a bucket holds more than 0 MiB (and at most 1 TiB)".into()),
-        Err(_) => Err("a size in MiB: 25, or 0.5".into()),
-    }
-}
-
 /// Says what the model is, what a layer costs, and how the buckets cut it; refuses a
 /// model this machine has no memory for.
-pub fn introduce(s: &Session, model: &Model, compute: &Compute, bucket_mib: f64) -> Result<()> {
+pub fn introduce(s: &Session, model: &Model, compute: &Compute, args: &Args) -> Result<()> {
+    let bucket_mib = args.bucket_mb;
     let bytes = model.parameters() as u64 * 4;
     // A way's buffers, its results' copy and what they must hold.
     s.ensure_memory(3 * bytes, "the model's gradients and parameters")?;
     let mib = |elems: usize| (elems * 4) as f64 / (1 << 20) as f64;
-    let per_bucket = ((bucket_mib / mib(model.layers[0])).ceil() as usize).clamp(1, model.layers.len());
     s.say(&format!(
-        "Model: {} layers of {} parameters ({:.1} MiB of gradients in all); a layer computes {:.1} Mflop, \
-         {:.2} ms on rank 0 alone; buckets of {bucket_mib} MiB hold {per_bucket} layer{}.",
+        "Model: {} layers of {} tensors, {} parameters each ({:.1} MiB of gradients in all); a layer computes \
+         {:.1} Mflop, {:.2} ms on rank 0 alone; DDP's buckets hold {bucket_mib} MiB of gradients or a little more.",
         model.layers.len(),
+        model.tensors.len(),
         model.layers[0],
         mib(model.parameters()),
         compute.flops as f64 / 1e6,
         compute.alone.as_secs_f64() * 1e3,
-        if per_bucket == 1 { "" } else { "s" },
     ));
-    s.say(
-        "Rank 0's times, in ms: the step; computing; communicating (the stream busy); exposed (the step less \
-         computing).",
-    );
+    s.say(&format!(
+        "Rank 0's times in ms, the median of {} step{} each way: the step; computing; communicating (the \
+         stream busy); exposed (the step less computing). The timeline is the last step's.",
+        args.iters,
+        if args.iters == 1 { "" } else { "s" }
+    ));
     Ok(())
 }
 
-/// Prints the step's line and its collectives' timeline, and adds it to the JSON report.
-pub fn report(s: &mut Session, way: Way, step: &Step) -> Result<()> {
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let busy: Option<f64> = step.log.iter().map(|span| span.ran.map(|(a, b)| (b - a) * 1e3)).sum();
-    let exposed = ms(step.time.saturating_sub(step.computing));
+/// A step's times, in ms: the whole step, computing, the stream busy (the CPU backend's
+/// thread; NCCL's kernels run on the GPU: `None`), and exposed (the step less computing).
+#[derive(Clone, Copy)]
+pub struct Times {
+    step: f64,
+    computing: f64,
+    busy: Option<f64>,
+    exposed: f64,
+}
+
+impl Step {
+    /// Its times.
+    pub fn times(&self) -> Times {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        Times {
+            step: ms(self.time),
+            computing: ms(self.computing),
+            busy: self.log.iter().map(|span| span.ran.map(|(a, b)| (b - a) * 1e3)).sum(),
+            exposed: ms(self.time.saturating_sub(self.computing)),
+        }
+    }
+}
+
+/// The median of `values`.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Prints the way's line (the median of each time over its steps) and the last step's
+/// timeline, and adds the medians to the JSON report.
+pub fn report(s: &mut Session, way: Way, times: &[Times], last: &Step) -> Result<()> {
+    let of = |f: fn(&Times) -> f64| median(times.iter().map(f).collect());
+    let (step, computing, exposed) = (of(|t| t.step), of(|t| t.computing), of(|t| t.exposed));
+    let busy = times.iter().map(|t| t.busy).collect::<Option<Vec<f64>>>().map(median);
     let comm = busy.map_or("—".to_string(), |b| format!("{b:.1}"));
     s.say(&format!(
-        "{:<38} step {:>6.1}   computing {:>6.1}   communicating {comm:>6}   exposed {exposed:>6.1}",
+        "{:<38} step {step:>6.1}   computing {computing:>6.1}   communicating {comm:>6}   exposed {exposed:>6.1}",
         way.name,
-        ms(step.time),
-        ms(step.computing)
     ));
-    for span in step.log.iter().take(12) {
+    for span in last.log.iter().take(12) {
         let ran = span
             .ran
             .map_or(String::new(), |(a, b)| format!(", ran {:.1}–{:.1}", a * 1e3, b * 1e3));
         s.say(&format!(
-            "    {} {} ({:.1} MiB): issued at {:.1}{ran}, waited at {:.1}",
+            "    {} {} ({}): issued at {:.1}{ran}, waited at {:.1}",
             span.what,
             span.seq,
-            span.bytes as f64 / (1 << 20) as f64,
+            span.size(),
             span.issued * 1e3,
             span.waited * 1e3
         ));
     }
     s.report_way(serde_json::json!({
         "way": way.name,
-        "step_ms": ms(step.time),
-        "computing_ms": ms(step.computing),
+        "steps": times.len(),
+        "step_ms": step,
+        "computing_ms": computing,
         "communicating_ms": busy,
         "exposed_ms": exposed,
-        "collectives": step.log.len(),
+        "collectives": last.log.len(),
     }));
     Ok(())
 }

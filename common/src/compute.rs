@@ -3,22 +3,39 @@
 //! floating-point multiply-adds on this core, of a known operation count.
 
 use std::hint::black_box;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// When each layer computed, in this process: a stream's report says which of its
+/// collectives ran while the rank computed ([`crate::Session::overlap`]).
+static COMPUTED: Mutex<Vec<(Instant, Instant)>> = Mutex::new(Vec::new());
+
+/// The layers computed since `since` (their start and end), taken out of the process's
+/// log; the log keeps nothing older (a stream asks when it closes, so it stays short).
+pub(crate) fn computed_since(since: Instant) -> Vec<(Instant, Instant)> {
+    let mut log = COMPUTED.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = log.iter().filter(|(start, _)| *start >= since).copied().collect();
+    log.clear();
+    taken
+}
 
 /// A model of `layers` transformer layers of width `hidden`, as chapter 7 shapes it: each
 /// layer's 12 tensors (attention, MLP, norms), 12·h² + 13·h parameters.
 pub struct Model {
     /// Parameters (and so gradients) of each layer, first to last.
     pub layers: Vec<usize>,
+    /// Each layer's tensors, in order: the sizes of its parameters (DDP buckets these).
+    pub tensors: Vec<usize>,
 }
 
 impl Model {
     /// The model of `layers` layers of width `hidden`.
     pub fn new(layers: usize, hidden: usize) -> Model {
         let h = hidden;
-        let one = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h];
+        let tensors = vec![h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h];
         Model {
-            layers: vec![one.iter().sum(); layers],
+            layers: vec![tensors.iter().sum(); layers],
+            tensors,
         }
     }
 
@@ -64,9 +81,12 @@ impl Compute {
     /// Computes one layer; returns how long it took (longer than [`Compute::alone`] when
     /// another thread, a stream's, shares the core).
     pub fn layer(&self) -> Duration {
+        let _span = workbook_runtime::record::compute("a layer");
         let start = Instant::now();
         run(self.flops);
-        start.elapsed()
+        let end = Instant::now();
+        COMPUTED.lock().unwrap_or_else(|e| e.into_inner()).push((start, end));
+        end - start
     }
 }
 
@@ -81,6 +101,15 @@ fn run(flops: u64) -> f32 {
         }
     }
     black_box(acc.iter().sum())
+}
+
+/// `--bucket-mb`: DDP's bucket size, in MiB (PyTorch's `bucket_cap_mb`): more than 0.
+pub fn bucket_mib(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(m) if m > 0.0 && m <= 1024.0 * 1024.0 => Ok(m),
+        Ok(_) => Err("a bucket holds more than 0 MiB (and at most 1 TiB)".into()),
+        Err(_) => Err("a size in MiB: 25, or 0.5".into()),
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,10 @@ pub struct Report {
     /// Lesson 10: each way of running a training step, with its times (rank 0's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub overlap: Vec<serde_json::Value>,
+    /// Rank 0's streams ([`crate::Session::overlap`]), in the order they were opened: each
+    /// collective's times and the layers computed meanwhile.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<crate::session::StreamReport>,
     /// Number of ranks.
     pub world_size: usize,
     /// Elements per buffer.

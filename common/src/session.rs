@@ -29,7 +29,7 @@ mod time;
 #[doc(hidden)]
 pub use check::corrupt_for_tests;
 pub use group::Group;
-pub use overlap::{Span, Stream, Work};
+pub use overlap::{Span, Stream, StreamReport, Work};
 use show::print_out;
 pub use single_calls::MAX_CALLS as SINGLE_CALLS_MAX;
 pub use split::{SPLIT_NOCOLOR, Split};

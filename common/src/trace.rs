@@ -267,6 +267,10 @@ pub fn check_path(path: &Path) -> Result<()> {
         .map_err(|why| workbook_runtime::error::usage(format!("--trace {}: {why}", path.display())))
 }
 
+/// The thread of a rank's computation ([`Cat::Compute`]): a track of its own, so that its
+/// collectives on a stream (lesson 10) are seen running beside it.
+const COMPUTE_TID: usize = 50_000;
+
 /// The thread of a rank's sends to `peer` (`Dir::Send`) or receives from it.
 fn link_tid(dir: Dir, peer: usize) -> usize {
     match dir {
@@ -359,6 +363,10 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
         out.push(m("process_labels", r, json!({"labels": label})));
         out.push(m("thread_name", r, json!({"name": name})));
         out.push(m("thread_sort_index", r, json!({"sort_index": 0})));
+        if rank.events.iter().any(|e| e.cat == Cat::Compute) {
+            out.push(m("thread_name", COMPUTE_TID, json!({"name": "computing"})));
+            out.push(m("thread_sort_index", COMPUTE_TID, json!({"sort_index": 1})));
+        }
         if rank.dropped > 0 {
             out.push(
                 json!({"name": format!("{} later events not kept (past the cap of {} per rank)", grouped(rank.dropped), grouped(cap(ranks.len()))), "ph": "i", "s": "t",
@@ -381,6 +389,7 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
                     out.push(span(e.name.clone(), "collective", r, e, args));
                 }
                 Cat::Wait => out.push(span(e.name.clone(), "wait", r, e, json!({}))),
+                Cat::Compute => out.push(span(e.name.clone(), "compute", COMPUTE_TID, e, json!({}))),
                 Cat::Call => out.push(span(e.name.clone(), "call", r, e, json!({"bytes": e.bytes}))),
                 Cat::Op => {
                     // The steps its parts belong to.

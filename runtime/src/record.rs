@@ -60,6 +60,9 @@ pub enum Cat {
     Wait,
     /// A call into a library (NCCL), timed from outside.
     Call,
+    /// Computation (a layer of lesson 10), on a track of its own beside the rank's
+    /// collectives: what the collectives of a stream run behind.
+    Compute,
 }
 
 /// Which way a part of an operation goes.
@@ -557,6 +560,13 @@ fn forget_phase() {
 #[inline]
 pub fn wait(name: &str) -> Span {
     open(Cat::Wait, name, 0)
+}
+
+/// Times computation (a layer's forward or backward, lesson 10): `--trace` draws it on a
+/// track of its own, beside the collectives.
+#[inline]
+pub fn compute(name: &str) -> Span {
+    open(Cat::Compute, name, 0)
 }
 
 /// The events `--steps` has not shown yet (they are kept for `--trace`, else dropped),

@@ -103,9 +103,13 @@ pub fn starting(dir: &str) -> Option<&'static str> {
         "10_tree_allreduce" => include_str!("../starting/10_tree_allreduce.rs"),
         "12_hierarchical_allreduce" => include_str!("../starting/12_hierarchical_allreduce.rs"),
         "13_grouped_alltoall" => include_str!("../starting/13_grouped_alltoall.rs"),
+        "14_ddp_buckets" => include_str!("../starting/14_ddp_buckets.rs"),
         _ => return None,
     })
 }
+
+/// A check of a job's JSON report beyond its shown elements: what is wrong, a line each.
+pub type ReportCheck = dyn Fn(&serde_json::Value) -> Vec<String>;
 
 /// One run of an exercise: a world size, the flags, and what the shown elements must be.
 pub struct Case {
@@ -117,16 +121,31 @@ pub struct Case {
     pub stage: &'static str,
     /// The value element `i` of `rank` must have at that stage.
     pub expect: Box<dyn Fn(usize, usize) -> f64>,
+    /// What else the JSON report must say, as lines of what is wrong (exercise 14: how
+    /// the buckets were issued and waited).
+    pub also: Option<Box<ReportCheck>>,
 }
 
 impl Case {
-    fn new(world: usize, args: &[&str], stage: &'static str, expect: impl Fn(usize, usize) -> f64 + 'static) -> Case {
+    pub(crate) fn new(
+        world: usize,
+        args: &[&str],
+        stage: &'static str,
+        expect: impl Fn(usize, usize) -> f64 + 'static,
+    ) -> Case {
         Case {
             world,
             args: args.iter().map(|a| a.to_string()).collect(),
             stage,
             expect: Box::new(expect),
+            also: None,
         }
+    }
+
+    /// The case, with `check` reading the rest of the report.
+    pub(crate) fn also(mut self, check: impl Fn(&serde_json::Value) -> Vec<String> + 'static) -> Case {
+        self.also = Some(Box::new(check));
+        self
     }
 
     /// "world 3, --count 13 --root 2": what tells the runs apart (not --iters or --show).
@@ -369,6 +388,25 @@ pub fn all() -> Vec<Exercise> {
                    recv.iter_mut().enumerate() with peer != rank, g.recv(block, peer)?; and last g.end(). \
                    Without the group (--no-group) the large case deadlocks: every rank's first send waits \
                    for a peer that is itself sending.",
+        },
+        Exercise {
+            number: 14,
+            title: "DDP's buckets, behind the backward",
+            code: Some(Code {
+                dir: "14_ddp_buckets",
+                cases: crate::buckets::cases,
+            }),
+            hint: "Two loops. In the first, after each layer's compute, append its gradient to the bucket; when \
+                   the bucket is full (bucket.len() * 4 >= bucket_bytes) or the layer is the last, turn it into a \
+                   buffer (stream.from_host), issue its all-reduce and keep the Work; std::mem::take empties the \
+                   bucket as it hands it over. Do not wait inside that loop. The second loop waits for the works \
+                   in order and reads each buffer back.",
+            more: "for (k, grad) in grads.into_iter().enumerate() { compute.layer(); bucket.extend(grad); if \
+                   bucket.len() * 4 >= bucket_bytes || k + 1 == layers { let buf = \
+                   stream.from_host(std::mem::take(&mut bucket))?; works.push(stream.all_reduce(buf, op)?); } } \
+                   then for work in works { let buf = stream.wait(work)?; averaged.extend(stream.to_host(&buf)?); \
+                   }. The check reads when each bucket was issued and waited: issued before the next layer \
+                   computes, waited after the last.",
         },
     ]
 }

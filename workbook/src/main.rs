@@ -18,8 +18,10 @@ macro_rules! println {
     };
 }
 
+mod buckets;
 mod exercises;
 mod failures;
+mod files;
 
 use clap::{Parser, Subcommand};
 use exercises::{Case, Code, Exercise, Source};
@@ -138,7 +140,7 @@ fn main() -> ExitCode {
     let root = cli.root.clone().unwrap_or_else(workspace);
     match cli.command {
         Cmd::List => {
-            if let Err(code) = write_missing(&all, &root) {
+            if let Err(code) = files::write_missing(&all, &root) {
                 return code;
             }
             // The widest title sets the column, so that every row's code lines up.
@@ -153,7 +155,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Reset { number } => match find(&all, number) {
-            Ok(ex) => reset(ex, &root),
+            Ok(ex) => files::reset(ex, &root),
             Err(code) => code,
         },
         Cmd::Hint { number, more } => match find(&all, number) {
@@ -226,7 +228,7 @@ fn main() -> ExitCode {
                 }
             };
             if opts.source == Source::Exercise
-                && let Err(code) = write_missing(&all, &opts.root)
+                && let Err(code) = files::write_missing(&all, &opts.root)
             {
                 return code;
             }
@@ -235,74 +237,6 @@ fn main() -> ExitCode {
                 Some(ex) if check(ex, &opts) => ExitCode::SUCCESS,
                 Some(_) => ExitCode::FAILURE,
             }
-        }
-    }
-}
-
-/// Writes each exercise's starting file where the student's code goes (exercises/src/bin/
-/// under `root`) if it is not there yet, and says so: the first `cargo workbook` sets the
-/// workbook up, and a file deleted by mistake comes back. Never overwrites (that is `reset`).
-fn write_missing(all: &[Exercise], root: &Path) -> Result<(), ExitCode> {
-    let mut wrote = 0;
-    for code in all.iter().filter_map(|ex| ex.code.as_ref()) {
-        let path = root.join(code.file(&Source::Exercise));
-        let Some(text) = exercises::starting(code.dir) else {
-            continue;
-        };
-        if path.exists() {
-            continue;
-        }
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, text));
-        if let Err(e) = written {
-            workbook_runtime::error::say_line(&format!("error: writing {}: {e}", path.display()));
-            return Err(ExitCode::FAILURE);
-        }
-        wrote += 1;
-    }
-    if wrote > 0 {
-        println!(
-            "Wrote {wrote} exercise{} into exercises/src/bin/, as shipped: yours to edit (git ignores them; \
-             `cargo workbook reset N` puts one back).\n",
-            if wrote == 1 { "" } else { "s" }
-        );
-    }
-    Ok(())
-}
-
-/// `cargo workbook reset N`: the exercise's file under `root` as shipped again.
-fn reset(ex: &Exercise, root: &Path) -> ExitCode {
-    let say = workbook_runtime::error::say_line;
-    let Some((code, text)) = ex.code.as_ref().and_then(|c| Some((c, exercises::starting(c.dir)?))) else {
-        say(&format!(
-            "error: exercise {} has no code to reset: its chapter asks for runs and answers",
-            ex.number
-        ));
-        return ExitCode::from(2);
-    };
-    let file = code.file(&Source::Exercise);
-    let path = root.join(&file);
-    if std::fs::read_to_string(&path).is_ok_and(|now| now == text) {
-        println!("{file} is as shipped already: nothing to reset");
-        return ExitCode::SUCCESS;
-    }
-    let written = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&path, text));
-    match written {
-        Ok(()) => {
-            println!(
-                "{file} is as shipped again: exercise {} starts over (`cargo workbook check {}` fails until you solve it)",
-                ex.number, ex.number
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            say(&format!("error: writing {}: {e}", path.display()));
-            ExitCode::FAILURE
         }
     }
 }
@@ -527,6 +461,9 @@ fn run_case(exe: &Path, case: &Case, opts: &Options, own: &str) -> Result<(), Ve
         return Err(lines);
     };
     let mut lines = compare(&report, case);
+    if let Some(also) = &case.also {
+        lines.extend(also(&report));
+    }
     let check_ok = report["check"]["ok"] == true;
     if !check_ok {
         let own = errors

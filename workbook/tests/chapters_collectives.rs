@@ -3,7 +3,8 @@
 //! for a student's finished code).
 //!
 //! This file: the collectives. Broadcast, all-reduce and the ring (chapters 2, 3, 5), the
-//! benchmark's columns (6), the packed broadcast and groups (7, 13), the sharded step (8).
+//! benchmark's columns (6), the packed broadcast and groups (7, 13), the sharded step (8),
+//! overlap (14).
 //! Where ranks run (devices, nodes, split communicators) is in chapters_ranks.rs.
 
 mod support;
@@ -379,4 +380,47 @@ fn chapter_6_the_benchmark_columns_and_the_turn_from_latency_to_bandwidth() {
     assert!(last[0] > 10.0 * first[0], "16 MiB takes far longer than 4 B: {r}");
     assert!(last[1] > first[1], "large sizes reach a higher algbw: {r}");
     assert!(r.stdout.contains("# Avg bus bandwidth"), "{r}");
+}
+
+#[test]
+fn chapter_14_buckets_are_issued_as_their_layers_end_and_the_one_all_reduce_after_the_backward() {
+    // Lesson 10 on two emulated nodes over a link, as the chapter runs it (2 steps a way).
+    let lesson = built("10-nccl-overlap");
+    let lesson = lesson.to_str().unwrap();
+    let runs = testkit::two_nodes(|node, job| {
+        let args = [
+            job,
+            &["--nproc-per-node", "1", "--link", "50us,10Gbps", "--iters", "2"][..],
+        ]
+        .concat();
+        let mut cmd = testkit::command(lesson, &args);
+        cmd.env("SLURMD_NODENAME", format!("node{node}"));
+        cmd
+    });
+    let j = runs[0].json();
+    assert_eq!(j["check"]["ok"], true, "{}", runs[0]);
+    // The streams: 2 steps of each way, in order. The default model: 8 layers of 3 MiB,
+    // buckets of 4 MiB or a little more: 7, the first ready once 2 layers are computed.
+    let streams = j["streams"].as_array().expect("the streams");
+    let (after, buckets) = (&streams[1], &streams[3]);
+    let times = |s: &serde_json::Value, what: &str| -> Vec<f64> {
+        s["collectives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[what].as_f64().unwrap())
+            .collect()
+    };
+    let computing: Vec<Vec<f64>> = serde_json::from_value(buckets["computing"].clone()).unwrap();
+    let issued = times(buckets, "issued");
+    assert_eq!(issued.len(), 7, "{buckets}");
+    // Bucket 1 is issued after layers 8 and 7, before layer 6 starts computing.
+    assert!(
+        issued[0] >= computing[1][1] && issued[0] <= computing[2][0],
+        "{buckets}"
+    );
+    // The one all-reduce after the backward: issued once every layer is computed.
+    let last: Vec<Vec<f64>> = serde_json::from_value(after["computing"].clone()).unwrap();
+    assert_eq!(times(after, "issued").len(), 1, "{after}");
+    assert!(times(after, "issued")[0] >= last[7][1], "{after}");
 }

@@ -96,6 +96,14 @@ fn required(number: u32) -> Vec<String> {
                 labels.push(format!("world {n}, --count 13 --pieces 16"));
             }
         }
+        14 => {
+            // One rank alone, buckets of one layer, of three and of the whole model.
+            for (n, mib) in [(1, "0.003"), (2, "0.008"), (3, "25"), (4, "0.003")] {
+                labels.push(format!(
+                    "world {n}, --layers 7 --hidden 8 --compute-us 300 --bucket-mb {mib}"
+                ));
+            }
+        }
         12 => {
             // One node, nodes of one rank, and grids between, on the CPU backend and the double.
             for (n, p) in [(1, 1), (2, 1), (2, 2), (4, 2), (6, 3), (8, 4)] {
@@ -109,7 +117,7 @@ fn required(number: u32) -> Vec<String> {
 
 #[test]
 fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
-    for number in [3, 4, 5, 7, 8, 10, 12, 13] {
+    for number in [3, 4, 5, 7, 8, 10, 12, 13, 14] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--starting", "--keep-going"]);
         assert_eq!(r.code, Some(1), "exercise {number}: {r}");
@@ -135,7 +143,7 @@ fn every_starting_file_fails_every_case_and_says_which_ranks_and_elements() {
 
 #[test]
 fn every_solution_passes_every_case() {
-    for number in [3, 4, 5, 7, 8, 10, 12, 13] {
+    for number in [3, 4, 5, 7, 8, 10, 12, 13, 14] {
         let n = number.to_string();
         let r = workbook(&["check", &n, "--solution"]);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -215,7 +223,7 @@ fn hints_list_and_bad_input() {
     let r = workbook(&["list", "--root", &dir]).ok();
     assert!(
         r.stdout
-            .starts_with("Wrote 8 exercises into exercises/src/bin/, as shipped"),
+            .starts_with("Wrote 9 exercises into exercises/src/bin/, as shipped"),
         "{r}"
     );
     assert!(root.join("exercises/src/bin/ex13-grouped-alltoall.rs").is_file(), "{r}");
@@ -228,6 +236,7 @@ fn hints_list_and_bad_input() {
         (10, "exercises/src/bin/ex10-tree-allreduce.rs"),
         (12, "exercises/src/bin/ex12-hierarchical-allreduce.rs"),
         (13, "exercises/src/bin/ex13-grouped-alltoall.rs"),
+        (14, "exercises/src/bin/ex14-ddp-buckets.rs"),
     ] {
         assert!(
             r.stdout
@@ -236,7 +245,7 @@ fn hints_list_and_bad_input() {
             "{r}"
         );
     }
-    assert_eq!(r.stdout.lines().count(), 13, "chapters 1 to 13:\n{r}");
+    assert_eq!(r.stdout.lines().count(), 14, "chapters 1 to 14:\n{r}");
     // One column for what each row says of its code, whatever the title's length.
     let columns: Vec<Option<usize>> = r
         .stdout
@@ -257,8 +266,8 @@ fn hints_list_and_bad_input() {
 
     for (args, says) in [
         (
-            vec!["check", "14"],
-            "error: there is no exercise 14: the exercises are 1 to 13",
+            vec!["check", "15"],
+            "error: there is no exercise 15: the exercises are 1 to 14",
         ),
         (vec!["hint", "0"], "error: there is no exercise 0"),
         (vec!["check"], "error: say which exercise to check"),
@@ -650,4 +659,19 @@ fn reset_puts_an_exercise_back_as_shipped_and_says_so() {
         assert!(r.stderr.contains(said), "{r}");
     }
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn buckets_waited_at_once_issued_late_or_never_waited_are_named() {
+    for (bin, says) in [
+        ("wrong14-wait-each", "bucket 1 was waited at"),
+        ("wrong14-late", "after the next layer's backward had started"),
+        ("wrong14-no-wait", "collectives issued on the stream were never waited"),
+    ] {
+        let r = workbook(&["check", "14", "--fixture", bin]);
+        assert_eq!(r.code, Some(1), "{bin}: {r}");
+        assert!(r.stdout.contains(says), "{bin}: {r}");
+        // Their values are right, or never read: the failure is the buckets', not an element's.
+        assert!(!r.stdout.contains(" instead of "), "{bin}: {r}");
+    }
 }

@@ -68,6 +68,8 @@ pub enum Stat {
 pub enum Unit {
     /// Microseconds (shown in ms from 1000).
     Us,
+    /// Milliseconds (lesson 10's step times).
+    Ms,
     /// GB/s.
     GBps,
     /// A count (calls that slept).
@@ -83,6 +85,7 @@ impl Unit {
             Unit::Us if v >= 1000.0 => format!("{:.2} ms", v / 1000.0),
             Unit::Us if v >= 10.0 => format!("{v:.0} µs"),
             Unit::Us => format!("{v:.2} µs"),
+            Unit::Ms => format!("{v:.1} ms"),
             Unit::GBps => format!("{v:.2} GB/s"),
             Unit::Count => format!("{v:.0}"),
             Unit::Share => format!("{:.0}%", v * 100.0),
@@ -219,6 +222,7 @@ fn measure(v: &Value) -> Result<Measure> {
     }
     let unit = match text(m, "unit")? {
         "us" => Unit::Us,
+        "ms" => Unit::Ms,
         "GB/s" => Unit::GBps,
         "count" => Unit::Count,
         "share" => Unit::Share,

@@ -78,7 +78,7 @@ enum Pending<T: Element> {
 
 /// One collective of a stream, once waited: what it was, when it was issued, when it ran
 /// (on the CPU backend), when the wait returned, in seconds since the stream opened.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Span {
     /// "all-reduce".
     pub what: &'static str,
@@ -93,6 +93,24 @@ pub struct Span {
     pub ran: Option<(f64, f64)>,
     /// When [`Stream::wait`] returned it.
     pub waited: f64,
+}
+
+impl Span {
+    /// Its buffer's size as people read it: "4.0 MiB".
+    pub fn size(&self) -> String {
+        workbook_runtime::units::human_bytes(self.bytes)
+    }
+}
+
+/// A stream, in the JSON report: its collectives (in the order waited) and the layers
+/// computed while it was open ([`crate::compute::Compute::layer`]), in seconds since it
+/// opened: what tells whether communication ran behind computation.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StreamReport {
+    /// Its collectives.
+    pub collectives: Vec<Span>,
+    /// Each layer computed: when it started and ended.
+    pub computing: Vec<(f64, f64)>,
 }
 
 impl Session {
@@ -120,7 +138,8 @@ impl Session {
                     .with_context(|| format!("{who}: starting the stream's thread"))?;
                 let mut stream = Stream::new(Queue::Thread(jobs), who.clone(), place);
                 let out = body(&mut stream);
-                let unwaited = stream.close();
+                let (unwaited, report) = stream.close();
+                self.report.streams.push(report);
                 // The queue is closed: the thread ends after the collectives issued, each
                 // within the deadline.
                 thread
@@ -132,7 +151,8 @@ impl Session {
         } else {
             let mut stream = Stream::new(Queue::Nccl(&mut self.comm), who, place);
             let out = body(&mut stream);
-            let unwaited = stream.close();
+            let (unwaited, report) = stream.close();
+            self.report.streams.push(report);
             out.and_then(|r| unwaited.map(|()| r))
         }
     }
@@ -265,6 +285,8 @@ impl<'s> Stream<'s> {
                 let (answer, answered) = mpsc::sync_channel::<Done<T>>(1);
                 let who = self.who.clone();
                 let job: Job = Box::new(move |cpu, failed| {
+                    let _span =
+                        workbook_runtime::record::collective(&format!("{what} #{seq} (on the stream)"), bytes as u64);
                     let start = Instant::now();
                     let out = match failed.as_ref() {
                         Some(why) => Err(anyhow!(
@@ -299,15 +321,25 @@ impl<'s> Stream<'s> {
         })
     }
 
-    /// Closes the stream: an error if a collective issued was never waited.
-    fn close(self) -> Result<()> {
-        match self.issued - self.waited {
+    /// Closes the stream: an error if a collective issued was never waited, and what the
+    /// JSON report says of it.
+    fn close(self) -> (Result<()>, StreamReport) {
+        let since = |t: Instant| t.duration_since(self.opened).as_secs_f64();
+        let report = StreamReport {
+            collectives: self.log,
+            computing: crate::compute::computed_since(self.opened)
+                .into_iter()
+                .map(|(start, end)| (since(start), since(end)))
+                .collect(),
+        };
+        let unwaited = match self.issued - self.waited {
             0 => Ok(()),
             n => Err(anyhow!(
                 "{}: {n} of the {} collectives issued on the stream were never waited (stream.wait(work))",
                 self.who,
                 self.issued
             )),
-        }
+        };
+        (unwaited, report)
     }
 }
