@@ -25,7 +25,7 @@ fn ddp_backward(stream: &mut Stream, compute: &Compute, layers: usize, buckets: 
     let mut step = Step::new();
     let (mut buckets, mut works) = (buckets.into_iter().peekable(), Vec::new());
     for done in 1..=layers {
-        step.computing += compute.layer();
+        step.computing += stream.compute(compute)?;
         while let Some(bucket) = buckets.next_if(|b| b.ready_after == done) {
             works.push(stream.all_reduce(bucket.gradients, ReduceOp::Avg)?);
         }
@@ -33,7 +33,7 @@ fn ddp_backward(stream: &mut Stream, compute: &Compute, layers: usize, buckets: 
     for work in works {
         step.results.push(stream.wait(work)?);
     }
-    Ok(step.done(stream))
+    step.done(stream)
 }
 
 /// FSDP's forward: each rank keeps 1/n of every layer's parameters, and a layer's whole
@@ -48,13 +48,13 @@ fn fsdp_forward(stream: &mut Stream, compute: &Compute, shards: Vec<Buffer<f32>>
         if prefetch {
             next = shards.next().map(|shard| stream.all_gather(shard)).transpose()?;
         }
-        step.computing += compute.layer();
+        step.computing += stream.compute(compute)?;
         if !prefetch {
             next = shards.next().map(|shard| stream.all_gather(shard)).transpose()?;
         }
         step.results.push(params);
     }
-    Ok(step.done(stream))
+    step.done(stream)
 }
 
 fn main() -> std::process::ExitCode {

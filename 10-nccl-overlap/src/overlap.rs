@@ -176,11 +176,13 @@ impl Step {
         }
     }
 
-    /// The step is over: its time (since the stream opened), and its collectives' log.
-    pub fn done(mut self, stream: &Stream) -> Step {
+    /// The step is over once what the rank computed has finished (on a GPU, its last
+    /// kernel): its time (since the stream opened), and its collectives' log.
+    pub fn done(mut self, stream: &mut Stream) -> Result<Step> {
+        stream.finish()?;
         self.time = stream.elapsed();
         self.log = stream.log().to_vec();
-        self
+        Ok(self)
     }
 }
 
@@ -192,15 +194,25 @@ pub fn introduce(s: &Session, model: &Model, compute: &Compute, args: &Args) -> 
     // A way's buffers, its results' copy and what they must hold.
     s.ensure_memory(3 * bytes, "the model's gradients and parameters")?;
     let mib = |elems: usize| (elems * 4) as f64 / (1 << 20) as f64;
+    // Where a layer computes: on this core (a count of operations), or on the GPU (a kernel).
+    let layer = match s.backend_name() {
+        "nccl" => format!(
+            "a layer is a kernel that holds rank 0's GPU stream {:.2} ms",
+            compute.time.as_secs_f64() * 1e3
+        ),
+        _ => format!(
+            "a layer computes {:.1} Mflop, {:.2} ms on rank 0 alone",
+            compute.flops as f64 / 1e6,
+            compute.alone.as_secs_f64() * 1e3
+        ),
+    };
     s.say(&format!(
-        "Model: {} layers of {} tensors, {} parameters each ({:.1} MiB of gradients in all); a layer computes \
-         {:.1} Mflop, {:.2} ms on rank 0 alone; DDP's buckets hold {bucket_mib} MiB of gradients or a little more.",
+        "Model: {} layers of {} tensors, {} parameters each ({:.1} MiB of gradients in all); {layer}; DDP's \
+         buckets hold {bucket_mib} MiB of gradients or a little more.",
         model.layers.len(),
         model.tensors.len(),
         model.layers[0],
         mib(model.parameters()),
-        compute.flops as f64 / 1e6,
-        compute.alone.as_secs_f64() * 1e3,
     ));
     s.say(&format!(
         "Rank 0's times in ms, the median of {} step{} each way: the step; computing; communicating (the \

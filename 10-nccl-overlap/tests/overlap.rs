@@ -71,6 +71,52 @@ fn on_simulated_gpus_and_on_two_emulated_nodes() {
     );
 }
 
+/// On NCCL, the collectives go to a stream of their own, each after an event recorded on
+/// the compute stream, and the layers are kernels there: a collective may not finish
+/// before the kernels issued before it, however early the host issued it. With two
+/// layers of 150 ms and a tiny model, DDP's one all-reduce (issued right after the two
+/// launches) is waited no sooner than 300 ms after the step began; without the order it
+/// would be done in a millisecond or two. `--show-calls` shows the streams and events.
+#[test]
+fn on_simulated_gpus_a_collective_waits_for_the_kernels_issued_before_it() {
+    let args = [
+        "--backend",
+        "nccl",
+        "--nproc-per-node",
+        "2",
+        "--format",
+        "json",
+        "--layers",
+        "2",
+        "--hidden",
+        "8",
+        "--compute-us",
+        "150000",
+        "--iters",
+        "1",
+        "--show-calls",
+    ];
+    let r = finish(spawn(nccl_command(BIN, &args, 2)), LIMIT).ok();
+    let j = r.json();
+    assert_eq!(j["check"]["ok"], true, "{r}");
+    let ddp = &j["streams"][0]["collectives"][0];
+    let (issued, waited) = (ddp["issued"].as_f64().unwrap(), ddp["waited"].as_f64().unwrap());
+    assert!(issued < 0.15, "issued before the kernels ran: {ddp}");
+    assert!(waited >= 0.3, "the all-reduce ended before the layers' kernels: {ddp}");
+    // FSDP's step ends when its last kernel does.
+    assert!(j["overlap"][2]["step_ms"].as_f64().unwrap() >= 300.0, "{r}");
+    let calls = testkit::calls(&format!("{}\n{}", r.stdout, r.stderr), 0).join("\n");
+    for line in [
+        "cuModuleLoadData(",
+        "cuLaunchKernel(",
+        "the communication stream waits for it",
+        "cuEventQuery(",
+        "(Work::wait)",
+    ] {
+        assert!(calls.contains(line), "no {line:?} in --show-calls: {r}");
+    }
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     for (args, says) in [

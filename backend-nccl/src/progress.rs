@@ -168,7 +168,7 @@ impl Progress {
     }
 }
 
-fn check(r: cu::CUresult, call: &str) -> Result<()> {
+pub(crate) fn check(r: cu::CUresult, call: &str) -> Result<()> {
     match r {
         Cu::CUDA_SUCCESS => Ok(()),
         e => Err(anyhow!("{call} failed: {e:?}")),

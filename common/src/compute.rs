@@ -10,6 +10,13 @@ use std::time::{Duration, Instant};
 /// collectives ran while the rank computed ([`crate::Session::overlap`]).
 static COMPUTED: Mutex<Vec<(Instant, Instant)>> = Mutex::new(Vec::new());
 
+/// A layer's kernel was just queued on the GPU (NCCL): its start and end in the log are
+/// the launch, the moment the host knows of (PyTorch's autograd hooks fire then too).
+pub(crate) fn launched() {
+    let now = Instant::now();
+    COMPUTED.lock().unwrap_or_else(|e| e.into_inner()).push((now, now));
+}
+
 /// The layers computed since `since` (their start and end), taken out of the process's
 /// log; the log keeps nothing older (a stream asks when it closes, so it stays short).
 pub(crate) fn computed_since(since: Instant) -> Vec<(Instant, Instant)> {
@@ -53,6 +60,8 @@ pub struct Compute {
     pub flops: u64,
     /// How long one layer took on this core when nothing else ran, measured at the start.
     pub alone: Duration,
+    /// The time asked for (`--compute-us`): what a layer's kernel lasts on a GPU.
+    pub time: Duration,
 }
 
 /// Lanes computed side by side: enough independent chains to keep a core's multiply-add
@@ -75,6 +84,7 @@ impl Compute {
         Compute {
             flops,
             alone: start.elapsed(),
+            time,
         }
     }
 

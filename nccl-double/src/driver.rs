@@ -7,7 +7,8 @@
 //! new_stream}`, `CudaStream::{clone_htod, alloc_zeros, clone_dtoh, memcpy_htod,
 //! memcpy_dtoh, synchronize}`, dropping all of these, and `{:?}` of a `DriverError`;
 //! plus `cuDriverGetVersion`, `cuDeviceGetPCIBusId`, `cuStreamQuery`, `cuEventQuery` and
-//! `cuEventSynchronize`, which a program polling NCCL work needs.
+//! `cuEventSynchronize`, which a program polling NCCL work needs; `cuStreamWaitEvent`,
+//! which orders two streams; and PTX modules and kernel launches ([`kernels`]).
 //!
 //! Stream order: NCCL work queued on a stream keeps it busy until it finishes (for ever
 //! if a peer never comes). The driver's own calls on a stream act once the work issued
@@ -472,17 +473,17 @@ pub extern "C" fn cuStreamQuery(stream: Handle) -> CuResult {
     })
 }
 
-/// Checked only (the double's work does not wait for events; see the crate's limits).
+/// Orders the stream after the event: work issued on `stream` from now on starts once the
+/// work before the event's record is done (nothing to wait for if it never was recorded).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitEvent(stream: Handle, event: Handle, _flags: c_uint) -> CuResult {
     entry("cuStreamWaitEvent", UNKNOWN, || {
         require_init!();
-        attempt!(stream_device(stream));
-        if lock(&EVENTS).contains_key(&event) {
-            SUCCESS
-        } else {
-            INVALID_HANDLE
+        let key = attempt!(stream_key(stream));
+        if let Some((on, mark)) = attempt!(recorded(event)) {
+            stream::wait_for(key, on, mark);
         }
+        SUCCESS
     })
 }
 
@@ -793,3 +794,5 @@ pub unsafe extern "C" fn cuGetErrorString(error: CuResult, text: *mut *const c_c
         SUCCESS
     })
 }
+
+mod kernels;

@@ -32,8 +32,9 @@
 //! send/recv (all-to-all), for int8 to float64, float16 and bfloat16 (reduced in f32,
 //! rounded to nearest even), with sum, prod, max, min and avg.
 //!
-//! Limits: no kernels (work is done by host threads, through files); `cuStreamWaitEvent`
-//! is checked but does not order the double's work; no fp8 types, no `PreMulSum`.
+//! Limits: no GPU code runs (collectives are done by host threads, through files; the one
+//! kernel it knows, the workbook's `workbook_spin`, is played by keeping its stream busy);
+//! no fp8 types, no `PreMulSum`.
 //!
 //! Safety catch: unless `NCCL_DOUBLE=1` is set, it refuses to act (cuInit says there is
 //! no device), so it can never stand in for a real GPU by accident.

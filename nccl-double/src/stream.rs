@@ -167,6 +167,54 @@ pub fn wait_device(device: usize) {
     }
 }
 
+/// `cuStreamWaitEvent`: the work issued on `key` from now on starts only once what was
+/// issued on `on` before `mark` is done (an event recorded there), as a GPU orders two
+/// streams. A ticket on `key` stands for the wait: a thread of the double drops it when
+/// `on` gets there (for ever later, if it never does: as a stream waits on a GPU).
+pub fn wait_for(key: Key, on: Key, mark: u64) {
+    if done_before(on, mark) {
+        return;
+    }
+    let ticket = begin(key);
+    let waiter = std::thread::Builder::new()
+        .name("double: stream waits".into())
+        .spawn(move || {
+            wait_before(on, mark);
+            drop(ticket);
+        });
+    if waiter.is_err() {
+        // No thread to wait with (none left): the caller's thread waits, which keeps
+        // the order, at the cost of blocking it.
+        wait_before(on, mark);
+    }
+}
+
+/// Keeps `key` busy for `time` once the work issued before is done: what the double
+/// does for a kernel ([`crate::driver`]'s `cuLaunchKernel`), on a thread of its own.
+pub fn busy_for(key: Key, time: Duration) {
+    let ticket = begin(key);
+    let kernel = std::thread::Builder::new()
+        .name("double: kernel".into())
+        .spawn(move || play(&ticket, time));
+    if let Err(e) = kernel {
+        // No thread to play it on: the caller's thread plays it.
+        let ticket = begin(key);
+        crate::warn(
+            None,
+            &format!("no thread for a kernel ({e}): it is played in the caller's thread"),
+        );
+        play(&ticket, time);
+    }
+}
+
+/// Waits for the ticket's turn, then for `time`.
+fn play(ticket: &Ticket, time: Duration) {
+    while !ticket.may_start() {
+        ticket.wait_turn(Duration::from_millis(5));
+    }
+    std::thread::sleep(time);
+}
+
 /// Frees `ptr` once the work issued on `key` so far is done: now if the stream is idle,
 /// else later, by whoever finishes that work. Never blocks.
 pub fn free_after(key: Key, ptr: usize) {
@@ -235,5 +283,31 @@ mod tests {
         wait_issued(key);
         assert!(idle(key));
         ender.join().unwrap();
+    }
+
+    #[test]
+    fn a_stream_waiting_for_an_event_starts_its_work_after_the_other_streams() {
+        let (compute, comm) = (Key::new(8, 0x1000), Key::new(8, 0x2000));
+        busy_for(compute, Duration::from_millis(80));
+        let event = mark(compute);
+        wait_for(comm, compute, event);
+        let collective = begin(comm);
+        assert!(
+            !collective.may_start(),
+            "the collective waits for the kernel before the event"
+        );
+        // Work issued on the compute stream after the event (held here, unfinished):
+        // the collective does not wait for it.
+        let later = begin(compute);
+        while !collective.may_start() {
+            collective.wait_turn(Duration::from_millis(5));
+        }
+        assert!(done_before(compute, event) && !idle(compute));
+        drop(later);
+        drop(collective);
+        // An event already complete orders nothing.
+        wait_for(comm, compute, event);
+        assert!(idle(comm));
+        wait_issued(compute);
     }
 }

@@ -91,7 +91,7 @@ fn launched(report: &Value, bucket: usize) -> Vec<String> {
         )];
     }
     let Some(&(_, backward_end)) = computing.last() else {
-        return vec!["rank 0 computed no layer (compute.layer())".into()];
+        return vec!["rank 0 computed no layer (stream.compute(compute))".into()];
     };
     let mut lines = Vec::new();
     let mut last_layer = 0;

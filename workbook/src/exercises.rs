@@ -401,7 +401,7 @@ pub fn all() -> Vec<Exercise> {
                    buffer (stream.from_host), issue its all-reduce and keep the Work; std::mem::take empties the \
                    bucket as it hands it over. Do not wait inside that loop. The second loop waits for the works \
                    in order and reads each buffer back.",
-            more: "for (k, grad) in grads.into_iter().enumerate() { compute.layer(); bucket.extend(grad); if \
+            more: "for (k, grad) in grads.into_iter().enumerate() { stream.compute(compute)?; bucket.extend(grad); if \
                    bucket.len() * 4 >= bucket_bytes || k + 1 == layers { let buf = \
                    stream.from_host(std::mem::take(&mut bucket))?; works.push(stream.all_reduce(buf, op)?); } } \
                    then for work in works { let buf = stream.wait(work)?; averaged.extend(stream.to_host(&buf)?); \

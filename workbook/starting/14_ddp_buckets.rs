@@ -40,7 +40,7 @@ struct Args {
 /// (the last layer first). Returns the gradients averaged over every rank, in that order.
 ///
 /// The calls:
-///     compute.layer()                               computes one layer's backward
+///     stream.compute(compute)?                      computes one layer's backward
 ///     stream.from_host(v: Vec<f32>)? -> Buffer<f32>  a buffer holding v
 ///     stream.all_reduce(buf, ReduceOp::Avg)? -> Work<f32>
 ///                                                   issues an all-reduce on the stream and
@@ -55,7 +55,7 @@ fn backward(stream: &mut Stream, compute: &Compute, grads: Vec<Vec<f32>>, bucket
     let layers = grads.len();
     let op = ReduceOp::Avg; // DDP averages the gradients
     for (k, grad) in grads.into_iter().enumerate() {
-        compute.layer(); // this layer's backward: its gradient is ready after it
+        stream.compute(compute)?; // this layer's backward: its gradient is ready after it
         // TODO: add `grad` to the bucket. Once the bucket holds `bucket_bytes` bytes or more
         //       (4 bytes an element), or this is the last layer (k + 1 == layers), issue the
         //       bucket's all-reduce (`op`) on the stream, keep its Work in `works`,

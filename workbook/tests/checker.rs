@@ -292,7 +292,7 @@ fn hints_list_and_bad_input() {
 #[test]
 fn on_nccl_too_the_solutions_pass_and_a_starting_file_fails() {
     // The NCCL test double with 4 GPUs: send_recv and the parts go through NCCL groups.
-    for number in ["3", "4", "5", "7", "8", "10", "12", "13"] {
+    for number in ["3", "4", "5", "7", "8", "10", "12", "13", "14"] {
         let args = ["check", number, "--solution", "--backend", "nccl", "--max-world", "4"];
         let r = finish(spawn(testkit::nccl_command(CHECKER, &args, 4)), LIMIT * 4);
         assert_eq!(r.code, Some(0), "exercise {number}: {r}");
@@ -674,4 +674,9 @@ fn buckets_waited_at_once_issued_late_or_never_waited_are_named() {
         // Their values are right, or never read: the failure is the buckets', not an element's.
         assert!(!r.stdout.contains(" instead of "), "{bin}: {r}");
     }
+    // On simulated GPUs a layer is a kernel, and a bucket issued after the next layer's
+    // launch is late there too.
+    let r = workbook(&["check", "14", "--fixture", "wrong14-late", "--simulate-gpus", "2"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(r.stdout.contains("after the next layer's backward had started"), "{r}");
 }

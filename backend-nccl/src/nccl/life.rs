@@ -170,6 +170,8 @@ impl Nccl {
         doing: &'static str,
     ) -> Nccl {
         Nccl {
+            spin: RefCell::new(None),
+            side: RefCell::new(None),
             rank,
             place,
             stream,

@@ -21,17 +21,21 @@
 //!
 //! The parts, a file each: the communicator's life, from init and split to close and
 //! abort ([`life`]), with the config it is made with ([`config`]); the calls queued on
-//! the stream, groups, sends and receives ([`queue`]); the polled waits ([`wait`]); GPU
+//! the stream, groups, sends and receives ([`queue`]); the polled waits ([`wait`]); a
+//! communication stream of its own, ordered by events ([`streams`]); a layer's
+//! computation, the workbook's kernel ([`kernel`]); GPU
 //! memory, uploads and downloads ([`memory`], its buffers [`DeviceBuffer`]); NCCL's and
 //! CUDA's errors in words ([`errors`]); and NCCL's constants for the workbook's types and
 //! operators ([`names`]).
 
 mod config;
 mod errors;
+mod kernel;
 mod life;
 mod memory;
 mod names;
 mod queue;
+mod streams;
 mod wait;
 
 pub use config::check_config_env;
@@ -40,6 +44,7 @@ pub use life::NOCOLOR;
 pub use memory::DeviceBuffer;
 pub use names::NcclName;
 pub use queue::GROUP_END;
+pub use streams::Issued;
 
 use crate::calls::{Label, Shown};
 use crate::device::gpu::Gpu;
@@ -57,8 +62,15 @@ pub struct Nccl {
     rank: usize,
     /// This rank and the number of ranks in this communicator: the world's, or a split one's.
     place: (usize, usize),
-    /// The stream collectives are queued on (it holds the GPU's context).
+    /// The layer's kernel, once loaded ([`Nccl::compute`]); dropped first, while the
+    /// context lives.
+    spin: RefCell<Option<kernel::Spin>>,
+    /// The rank's stream: collectives are queued on it, copies and computation run on it
+    /// (it holds the GPU's context).
     stream: Arc<CudaStream>,
+    /// The communication stream of `Session::overlap`, while one is open: collectives go
+    /// there instead ([`streams`]).
+    side: RefCell<Option<Arc<CudaStream>>>,
     /// The communicator; null once it is left (destroyed or aborted).
     comm: Cell<sys::ncclComm_t>,
     /// How many NCCL groups this rank has open (`ncclGroupStart` without its end yet).

@@ -130,7 +130,7 @@ impl Nccl {
     pub fn call(&self, call: Call, f: impl FnOnce(sys::ncclComm_t, sys::cudaStream_t) -> ncclResult_t) -> Result<()> {
         let what = call.label();
         let comm = self.active(&what)?;
-        let stream = self.stream.cu_stream() as sys::cudaStream_t;
+        let stream = self.calls_stream().cu_stream() as sys::cudaStream_t;
         // A `call` span on this rank's track of --trace, and an NVTX range for Nsight.
         let span = crate::record::span(call.function(), call.moved());
         let range = crate::nvtx::range(call.function());
@@ -163,16 +163,20 @@ impl Nccl {
     /// event after them, so that waits can tell progress from a hang, and a wait when
     /// [`MAX_QUEUED`] operations are in flight.
     fn queued(&self, what: Label, bytes: usize, ops: usize) -> Result<()> {
+        let stream = self.calls_stream();
         let (event, queued) = {
             let mut p = self.progress.borrow_mut();
             let event = p
-                .queued(&what, bytes, ops, &self.stream)
+                .queued(&what, bytes, ops, &stream)
                 .with_context(|| format!("rank {}: marking the stream's progress", self.rank))?;
             (event, p.len())
         };
         if let Some(event) = event {
-            self.show_cuda(
-                Call::new("", "cuEventRecord").ptr("hEvent", event),
+            self.shown.show(
+                &Call::new("", "cuEventRecord")
+                    .ptr("hEvent", event)
+                    .ptr("hStream", stream.cu_stream()),
+                Some(&super::CUDA_SUCCESS),
                 "after it: a wait counts the GPU's progress by these (cuEventQuery)",
             );
         }

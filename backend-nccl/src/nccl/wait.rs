@@ -128,12 +128,13 @@ impl Nccl {
         }
     }
 
-    /// Whether the GPU has finished everything queued on the stream (`cuStreamQuery`).
+    /// Whether the GPU has finished everything queued on the stream, and on the
+    /// communication stream if one is open (`cuStreamQuery`).
     fn stream_idle(&self) -> Result<bool> {
         use cudarc::driver::sys::cudaError_enum as Cu;
         // SAFETY: the stream belongs to this rank's context, current on this thread.
         match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
-            Cu::CUDA_SUCCESS => Ok(true),
+            Cu::CUDA_SUCCESS => self.comm_stream_idle(),
             Cu::CUDA_ERROR_NOT_READY => Ok(false),
             e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.borrow())),
         }

@@ -11,13 +11,17 @@
 //! - CPU backend: the stream is a thread of the rank's own (the counterpart of NCCL's
 //!   kernel on its stream), which runs the algorithm the tuner picks, with the same
 //!   deadlines: a rank that dies while this one waits is named within `--timeout`.
-//! - NCCL: the collective is queued on the communicator's stream (an NCCL call returns
-//!   as soon as it is queued), and the wait waits for that stream, under the watchdog.
+//! - NCCL: as ProcessGroupNCCL does, the collectives go to a communication stream of
+//!   their own, each ordered after the computation issued before it by an event, and the
+//!   wait polls the event recorded after it, under the watchdog
+//!   ([`workbook_nccl::nccl::Nccl::issue_after_compute`]); the layers compute on the GPU, on the
+//!   rank's stream ([`Stream::compute`]).
 
 use super::Session;
 use crate::backend::{Buffer, Storage};
 use crate::collective::{ALL_GATHER, ALL_REDUCE, Collective, REDUCE_SCATTER};
 use crate::communicator::{Communicator, cpu_collective};
+use crate::compute::Compute;
 use anyhow::{Context, Result, anyhow};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -54,7 +58,7 @@ pub struct Stream<'s> {
 enum Queue<'s> {
     /// CPU backend: the stream's thread, through its queue.
     Thread(mpsc::Sender<Job>),
-    /// NCCL: the communicator's own CUDA stream.
+    /// NCCL: the communicator's communication stream.
     Nccl(&'s mut Communicator),
 }
 
@@ -72,8 +76,8 @@ pub struct Work<T: Element> {
 enum Pending<T: Element> {
     /// On the stream's thread: the answer comes through here.
     Thread(mpsc::Receiver<Done<T>>),
-    /// Queued on NCCL's stream.
-    Nccl(Buffer<T>),
+    /// Queued on NCCL's communication stream, with the event after it.
+    Nccl(Buffer<T>, workbook_nccl::nccl::Issued),
 }
 
 /// One collective of a stream, once waited: what it was, when it was issued, when it ran
@@ -109,7 +113,7 @@ impl Span {
 pub struct StreamReport {
     /// Its collectives.
     pub collectives: Vec<Span>,
-    /// Each layer computed: when it started and ended.
+    /// Each layer computed: when it started and ended (on NCCL: when its kernel was queued).
     pub computing: Vec<(f64, f64)>,
 }
 
@@ -149,11 +153,20 @@ impl Session {
                 out.and_then(|r| unwaited.map(|()| r))
             })
         } else {
+            nccl(&self.comm).open_comm_stream()?;
             let mut stream = Stream::new(Queue::Nccl(&mut self.comm), who, place);
             let out = body(&mut stream);
             let (unwaited, report) = stream.close();
             self.report.streams.push(report);
-            out.and_then(|r| unwaited.map(|()| r))
+            // After a failure the communicator is aborted: nothing left to wait for.
+            let closed = match &out {
+                Ok(_) => nccl(&self.comm).close_comm_stream(),
+                Err(_) => {
+                    nccl(&self.comm).forget_comm_stream();
+                    Ok(())
+                }
+            };
+            out.and_then(|r| unwaited.and(closed).map(|()| r))
         }
     }
 }
@@ -207,11 +220,11 @@ impl<'s> Stream<'s> {
                 };
                 (buf, Some((since(start), since(end))))
             }
-            Pending::Nccl(buf) => {
+            Pending::Nccl(buf, issued) => {
                 let Queue::Nccl(comm) = &self.queue else {
                     unreachable!("NCCL's work comes from NCCL's stream")
                 };
-                comm.synchronize().with_context(|| what.clone())?;
+                nccl(comm).wait_issued(issued).with_context(|| what.clone())?;
                 (buf, None)
             }
         };
@@ -245,6 +258,29 @@ impl<'s> Stream<'s> {
                 workbook_runtime::limits::try_copy(crate::backend::host(buf), "a copy of a buffer to read")
             }
             Queue::Nccl(comm) => comm.download(buf, buf.len()),
+        }
+    }
+
+    /// Computes one layer where this backend computes, and says for how long: on the CPU
+    /// backend, on this core, now; on NCCL, a kernel on the GPU, queued after the work
+    /// issued so far (the call returns at once, as a launch does: the time is the kernel's).
+    pub fn compute(&mut self, compute: &Compute) -> Result<Duration> {
+        match &self.queue {
+            Queue::Thread(_) => Ok(compute.layer()),
+            Queue::Nccl(comm) => {
+                nccl(comm).compute(compute.time).with_context(|| self.who.clone())?;
+                crate::compute::launched();
+                Ok(compute.time)
+            }
+        }
+    }
+
+    /// Waits until what this rank computed has finished (NCCL: its kernels; the CPU
+    /// backend computes as it goes): a step ends there.
+    pub fn finish(&mut self) -> Result<()> {
+        match &self.queue {
+            Queue::Thread(_) => Ok(()),
+            Queue::Nccl(comm) => comm.synchronize().with_context(|| self.who.clone()),
         }
     }
 
@@ -307,9 +343,12 @@ impl<'s> Stream<'s> {
             }
             Queue::Nccl(comm) => {
                 let mut buf = buf;
+                let on = || format!("{}: {what} #{seq} on the stream", self.who);
+                nccl(comm).issue_after_compute().with_context(on)?;
                 comm.collective(coll.title(), coll, None, &mut buf, count, 0, op)
-                    .with_context(|| format!("{}: {what} #{seq} on the stream", self.who))?;
-                Pending::Nccl(buf)
+                    .with_context(on)?;
+                let issued = nccl(comm).issued(&format!("{what} #{seq}")).with_context(on)?;
+                Pending::Nccl(buf, issued)
             }
         };
         Ok(Work {
@@ -341,5 +380,13 @@ impl<'s> Stream<'s> {
             )),
         };
         (unwaited, report)
+    }
+}
+
+/// The NCCL backend of a communicator that is one (the stream's NCCL side).
+fn nccl(comm: &Communicator) -> &workbook_nccl::nccl::Nccl {
+    match comm {
+        Communicator::Nccl(n) => n,
+        Communicator::Cpu(_) => unreachable!("the NCCL stream is opened on NCCL's communicator only"),
     }
 }

@@ -40,7 +40,7 @@ struct Args {
 /// (the last layer first). Returns the gradients averaged over every rank, in that order.
 ///
 /// The calls:
-///     compute.layer()                               computes one layer's backward
+///     stream.compute(compute)?                      computes one layer's backward
 ///     stream.from_host(v: Vec<f32>)? -> Buffer<f32>  a buffer holding v
 ///     stream.all_reduce(buf, ReduceOp::Avg)? -> Work<f32>
 ///                                                   issues an all-reduce on the stream and
@@ -53,7 +53,7 @@ fn backward(stream: &mut Stream, compute: &Compute, grads: Vec<Vec<f32>>, bucket
     let mut works = Vec::new();
     let layers = grads.len();
     for (k, grad) in grads.into_iter().enumerate() {
-        compute.layer(); // this layer's backward: its gradient is ready after it
+        stream.compute(compute)?; // this layer's backward: its gradient is ready after it
         bucket.extend(grad);
         if bucket.len() * 4 >= bucket_bytes || k + 1 == layers {
             let buf = stream.from_host(std::mem::take(&mut bucket))?;
