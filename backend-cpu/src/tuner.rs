@@ -110,7 +110,8 @@ pub struct Facts {
     pub reads_peers: bool,
     /// Some host runs more ranks than it has cores (ranks take turns on a core).
     pub oversubscribed: bool,
-    /// `--steps` is recording: it shows the ring, so the ring runs.
+    /// `--steps` (or `--draw`) is recording: it shows the ring, so the ring runs where
+    /// `NCCL_ALGO` allows it.
     pub steps: bool,
     /// How many machines (NCCL's nodes) the ranks run on.
     pub nodes: usize,
@@ -165,6 +166,8 @@ pub fn choose(func: Func, bytes: usize, facts: &Facts, allowed: &Allowed) -> Alg
     match candidates[..] {
         [] => ring,
         [only] => only,
+        // --steps and --draw show the ring the lessons teach, unless NCCL_ALGO leaves it out.
+        _ if candidates.contains(&ring) && facts.steps => ring,
         _ if candidates.contains(&Direct) && bytes <= SMALL => Direct,
         _ if candidates.contains(&SingleCopy)
             && (single_copy_from(func, n, facts.oversubscribed)..single_copy_below(func, n)).contains(&bytes) =>

@@ -101,6 +101,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub steps: bool,
 
+    /// Draw the collective that ran to FILE.svg (CPU backend, buffers --steps accepts): a
+    /// column per step, a lane per rank, each element coloured by whose contributions it
+    /// holds, an arrow per message. Only the first, checked run is drawn.
+    #[arg(long, value_name = "FILE.svg")]
+    pub draw: Option<std::path::PathBuf>,
+
     /// Write a timeline of the run to FILE (Chrome trace JSON: open it in
     /// https://ui.perfetto.dev or chrome://tracing): one track per rank.
     #[arg(long, value_name = "FILE")]

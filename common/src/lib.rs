@@ -13,6 +13,7 @@ pub mod backend;
 pub mod collective;
 pub mod communicator;
 pub mod compute;
+mod drawing;
 pub mod grid;
 pub mod meeting;
 pub mod output_file;
@@ -168,8 +169,21 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
     }
 }
 
-/// `--trace FILE`, if `here` is where it will be written: its folder must be there.
+/// `--trace FILE` and `--draw FILE.svg`, if `here` is where they will be written: their
+/// folders must be there.
 fn check_trace(run: &RunArgs, here: bool) -> Result<()> {
+    if let Some(path) = &run.draw {
+        if path.extension().is_none_or(|e| e != "svg") {
+            return Err(error::usage(format!(
+                "--draw {}: the picture is SVG: name a file ending in .svg",
+                path.display()
+            )));
+        }
+        if here {
+            output_file::check(path, "a picture")
+                .map_err(|why| error::usage(format!("--draw {}: {why}", path.display())))?;
+        }
+    }
     match &run.trace {
         Some(path) if here => trace::check_path(path),
         _ => Ok(()),

@@ -49,6 +49,23 @@ pub fn check(path: &Path, what: &str) -> Result<(), String> {
     }
 }
 
+/// Writes `bytes` to `path` whole or not at all: into a file of this process's beside it,
+/// renamed over it once complete, so that a failure (a full disk) leaves the old file as
+/// it was.
+pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().map_or("output".into(), |n| n.to_string_lossy());
+    let part = dir.join(format!(".{name}.{}.part", std::process::id()));
+    let written = std::fs::write(&part, bytes).and_then(|()| std::fs::rename(&part, path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&part);
+        format!("cannot write {} ({})", path.display(), reason(&e))
+    })
+}
+
 /// What a file that is not a regular file is, in words.
 pub fn kind(m: &std::fs::Metadata) -> &'static str {
     let t = m.file_type();

@@ -102,6 +102,8 @@ pub struct Session {
     failed: Option<String>,
     /// `--steps` on the CPU backend, until the timed runs: rank 0 prints the steps.
     steps: bool,
+    /// `--draw FILE.svg` on the CPU backend, until the first collective is drawn.
+    draw: Option<std::path::PathBuf>,
     /// `--trace FILE`: rank 0 writes every rank's timeline there at the end.
     trace: Option<std::path::PathBuf>,
     /// Seconds per call the last timed loop took to issue its calls.

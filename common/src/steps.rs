@@ -13,18 +13,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use workbook_runtime::record::{Cat, Dir, Event, How, Part};
 
 /// One rank's operations within one collective (or one batch of point-to-point calls).
-struct Segment<'a> {
-    name: &'a str,
-    algorithm: Option<&'a str>,
-    op: Option<&'a str>,
-    start: Option<&'a [f64]>,
-    ops: Vec<&'a Event>,
+pub(crate) struct Segment<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) algorithm: Option<&'a str>,
+    pub(crate) op: Option<&'a str>,
+    pub(crate) start: Option<&'a [f64]>,
+    pub(crate) ops: Vec<&'a Event>,
     /// Where each of `ops` lies in the rank's events.
     at: Vec<usize>,
 }
 
 /// Cuts a rank's events where a buffer starts being watched.
-fn segments(events: &[Event]) -> Vec<Segment<'_>> {
+pub(crate) fn segments(events: &[Event]) -> Vec<Segment<'_>> {
     let mut out: Vec<Segment> = vec![];
     for (i, e) in events.iter().enumerate() {
         match e.cat {
@@ -173,14 +173,14 @@ impl Step {
 
 /// The steps of one collective on every rank: the step of every part of every rank's
 /// operations (`steps[r][op][part]`, from 1), and each step's name (step `s`'s at `[s - 1]`).
-struct Numbered {
-    steps: Vec<Vec<Vec<usize>>>,
-    names: Vec<Step>,
+pub(crate) struct Numbered {
+    pub(crate) steps: Vec<Vec<Vec<usize>>>,
+    pub(crate) names: Vec<Step>,
 }
 
 /// Numbers and names the steps of one collective (`ops[r]`: rank r's operations in it):
 /// the one naming that `--steps` prints and `--trace` writes; `ranks[r]`: row r's world rank.
-fn numbered(ops: &[Vec<&Event>], ranks: &[usize]) -> Numbered {
+pub(crate) fn numbered(ops: &[Vec<&Event>], ranks: &[usize]) -> Numbered {
     let world = ops.len();
     let steps = number(ops, ranks);
     let last = steps.iter().flatten().flatten().copied().max().unwrap_or(0);
@@ -464,12 +464,8 @@ fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
     out
 }
 
-fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) -> Vec<String> {
-    let world = ranks.len();
-    let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
-    let Numbered { steps, names } = numbered(&ops, world_ranks);
-    let combine = Combine::of(ranks[0].op);
-    let last = names.len();
+/// The buffer's length, and the chunks every range seen cuts it into (their bounds).
+pub(crate) fn chunking(ranks: &[&Segment], ops: &[Vec<&Event>]) -> (usize, Vec<usize>) {
     let len = ranks
         .iter()
         .filter_map(|s| s.start.map(<[f64]>::len))
@@ -483,9 +479,17 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
             }
         }
     }
-    let chunks = Chunks {
-        bounds: bounds.into_iter().collect(),
-    };
+    (len, bounds.into_iter().collect())
+}
+
+fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) -> Vec<String> {
+    let world = ranks.len();
+    let ops: Vec<Vec<&Event>> = ranks.iter().map(|s| s.ops.clone()).collect();
+    let Numbered { steps, names } = numbered(&ops, world_ranks);
+    let combine = Combine::of(ranks[0].op);
+    let last = names.len();
+    let (len, bounds) = chunking(ranks, &ops);
+    let chunks = Chunks { bounds };
     // Each rank's buffer after each step: after the last operation with a part in it.
     let start: Vec<Option<Vec<f64>>> = ranks.iter().map(|s| s.start.map(<[f64]>::to_vec)).collect();
     let after = |r: usize, step: usize| -> Option<Vec<f64>> {

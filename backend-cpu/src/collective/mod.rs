@@ -51,15 +51,14 @@ pub(crate) fn always(_: &Facts, _: usize) -> bool {
 }
 
 /// A row's `can` for a direct exchange: a small message (every send goes before any
-/// receive, so it must fit a link's buffer), not under `--steps` (which shows the ring).
-pub(crate) fn small(facts: &Facts, bytes: usize) -> bool {
-    bytes <= crate::SMALL && !facts.steps
+/// receive, so it must fit a link's buffer). (Under `--steps` the tuner prefers the ring.)
+pub(crate) fn small(_: &Facts, bytes: usize) -> bool {
+    bytes <= crate::SMALL
 }
 
-/// A row's `can` for a single copy: every rank maps every other's buffers, not under
-/// `--steps`.
+/// A row's `can` for a single copy: every rank maps every other's buffers.
 pub(crate) fn reads_peers(facts: &Facts, _: usize) -> bool {
-    facts.reads_peers && !facts.steps
+    facts.reads_peers
 }
 
 /// The table of `func`'s algorithms.

@@ -106,6 +106,17 @@ impl Session {
         if kind == Kind::Nccl {
             check_nccl_tuning(&probe)?;
         }
+        if let (Some(path), Kind::Nccl) = (&run.draw, kind) {
+            return Err(SharedError {
+                message: format!(
+                    "--draw {}: NCCL runs a collective's steps inside its own kernels, where this program cannot \
+                     see them; add --backend cpu to draw the same collective step by step",
+                    path.display()
+                ),
+                usage: true,
+            }
+            .into());
+        }
         if let (Some(net), Kind::Nccl) = (run.link, kind) {
             return Err(SharedError {
                 message: format!(
@@ -253,6 +264,7 @@ impl Session {
             failed: None,
             // Recorded and gathered alike on every rank (whatever each prints): rank 0 prints.
             steps: run.steps && kind == Kind::Cpu,
+            draw: run.draw.clone().filter(|_| kind == Kind::Cpu),
             trace: run.trace.clone(),
             issued: 0.0,
             ledger: p2p::Ledger::new(world),
@@ -262,7 +274,7 @@ impl Session {
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.
-        workbook_runtime::record::start(session.steps, session.trace.is_some());
+        workbook_runtime::record::start(session.steps || session.draw.is_some(), session.trace.is_some());
         if session.trace.is_some() {
             crate::trace::start(&mut session.store, session.id.rank)?;
         }

@@ -16,16 +16,17 @@ impl Session {
     /// timed runs, the end), whatever it recorded; `last` at the timed runs and the end,
     /// where a run that showed nothing says so.
     pub(super) fn flush_steps(&mut self, last: bool) -> Result<()> {
-        if !self.steps {
+        if !self.steps && self.draw.is_none() {
             return Ok(());
         }
         let (events, too_big) = workbook_runtime::record::take_steps();
         if let Some(n) = too_big {
+            let flag = if self.steps { "--steps" } else { "--draw" };
             self.say(&format!(
-                "--steps: the buffer has {n} elements; steps are shown for buffers of at most {} (try --count 6)",
+                "{flag}: the buffer has {n} elements; steps are shown for buffers of at most {} (try --count 6)",
                 workbook_runtime::record::STEPS_MAX
             ));
-            self.steps = false;
+            (self.steps, self.draw) = (false, None);
             workbook_runtime::record::stop_steps();
             return Ok(());
         }
@@ -49,29 +50,67 @@ impl Session {
             Some(scope) => scope.groups.iter().map(|(c, m)| (Some(*c), m.clone())).collect(),
             None => vec![(None, (0..world).collect())],
         };
-        let mut lines = vec![];
+        let (mut lines, mut panels) = (vec![], vec![]);
         for (color, members) in groups {
             let theirs: Vec<Vec<workbook_runtime::record::Event>> =
                 members.iter().map(|&r| std::mem::take(&mut all[r])).collect();
             let labels: Vec<String> = members.iter().map(|r| format!("CPU {r}")).collect();
             let steps = crate::steps::render(&theirs, &members, &labels);
-            if let (Some(c), false) = (color, steps.is_empty()) {
-                lines.push(format!(
-                    "On the communicator of color {c} (world ranks in its order: {members:?}):"
-                ));
+            let on =
+                color.map(|c| format!("On the communicator of color {c} (world ranks in its order: {members:?}):"));
+            if let (Some(on), false) = (&on, steps.is_empty()) {
+                lines.push(on.clone());
             }
             lines.extend(steps);
+            if self.draw.is_some() {
+                let caption = color
+                    .map(|c| format!("color {c}, world ranks {members:?}: "))
+                    .unwrap_or_default();
+                let labels: Vec<String> = members.iter().map(|r| format!("rank {r}")).collect();
+                panels.extend(crate::drawing::panels(&theirs, &members, &labels, &caption));
+            }
         }
         if lines.is_empty() {
             if last {
-                self.say("--steps: no rank sent or received anything, so there is no step to show");
+                let flag = if self.steps { "--steps" } else { "--draw" };
+                self.say(&format!(
+                    "{flag}: no rank sent or received anything, so there is no step to show"
+                ));
             }
             return Ok(());
         }
-        self.say(&format!("{}\n", lines.join("\n")));
+        if self.steps {
+            self.say(&format!("{}\n", lines.join("\n")));
+        }
+        if let Some(path) = self.draw.take() {
+            self.draw_picture(&path, &panels)?;
+        }
         // The first steps shown are the last: a lesson's checked collective, not what follows.
         self.steps = false;
         workbook_runtime::record::stop_steps();
+        Ok(())
+    }
+
+    /// `--draw FILE.svg`, on rank 0: the panels drawn, written whole, and said.
+    fn draw_picture(&self, path: &std::path::Path, panels: &[workbook_draw::Panel]) -> Result<()> {
+        if self.rank() != 0 {
+            return Ok(());
+        }
+        let Some(first) = panels.first() else {
+            self.say("--draw: the collective moved no element of a buffer (a group's messages): nothing to draw");
+            return Ok(());
+        };
+        let title = "What each rank's buffer holds, step by step (nccl-workbook --draw)";
+        let svg = workbook_draw::svg(title, panels).map_err(|why| anyhow::anyhow!("--draw: {why}"))?;
+        crate::output_file::replace(path, svg.as_bytes())
+            .map_err(|why| anyhow::anyhow!("--draw {}: {why}", path.display()))?;
+        let steps: usize = panels.iter().map(|p| p.steps.len()).max().unwrap_or(0);
+        self.say(&format!(
+            "Drawn: {} ({steps} steps, {} messages) written to {}: open it in a browser",
+            first.caption,
+            panels.iter().map(|p| p.moves.len()).sum::<usize>(),
+            path.display()
+        ));
         Ok(())
     }
 
