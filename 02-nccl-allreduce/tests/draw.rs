@@ -119,12 +119,43 @@ fn the_tree_is_another_picture() {
 }
 
 #[test]
+fn a_page_steps_through_the_picture_and_fetches_nothing() {
+    let path = std::env::temp_dir().join(format!("nccl-workbook-draw-page-{}.html", std::process::id()));
+    let args = [
+        "--nproc-per-node",
+        "3",
+        "--count",
+        "6",
+        "--draw",
+        path.to_str().unwrap(),
+    ];
+    let r = finish(spawn(command(BIN, &args)), LIMIT).ok();
+    let page = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("no page ({e}): {r}"));
+    let _ = std::fs::remove_file(&path);
+    // The ring on 3 ranks: the start and 4 steps, a frame each, each one SVG that renders.
+    let frames: Vec<&str> = page.split("<div class=\"frame\"").skip(1).collect();
+    assert_eq!(frames.len(), 5, "{r}");
+    for (k, f) in frames.iter().enumerate() {
+        let svg = &f[f.find("<svg").unwrap()..f.find("</svg>").unwrap() + 6];
+        render(svg);
+        // Step k adds its 3 messages.
+        assert_eq!(svg.matches("<polygon").count(), 3 * k, "frame {k}");
+    }
+    for fetch in ["<script src", "<link", "<img", "url(", "@import"] {
+        assert!(!page.contains(fetch), "the page fetches something: {fetch}");
+    }
+}
+
+#[test]
 fn bad_input_is_one_line_and_exit_2_before_the_run() {
     let dir = std::env::temp_dir();
     let png = dir.join("nccl-workbook-draw.png");
     let missing = dir.join("no-such-folder-here").join("x.svg");
     for (args, says) in [
-        (vec!["--draw", png.to_str().unwrap()], "name a file ending in .svg"),
+        (
+            vec!["--draw", png.to_str().unwrap()],
+            "name a file ending in .svg (the picture) or .html",
+        ),
         (vec!["--draw", missing.to_str().unwrap()], "there is no folder"),
         (vec!["--draw", dir.to_str().unwrap()], "ending in .svg"),
     ] {

@@ -103,8 +103,9 @@ pub struct RunArgs {
 
     /// Draw the collective that ran to FILE.svg (CPU backend, buffers --steps accepts): a
     /// column per step, a lane per rank, each element coloured by whose contributions it
-    /// holds, an arrow per message. Only the first, checked run is drawn.
-    #[arg(long, value_name = "FILE.svg")]
+    /// holds, an arrow per message; FILE.html: a page that steps through it. Only the
+    /// first, checked run is drawn.
+    #[arg(long, value_name = "FILE.svg|FILE.html")]
     pub draw: Option<std::path::PathBuf>,
 
     /// Write a timeline of the run to FILE (Chrome trace JSON: open it in

@@ -173,9 +173,9 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
 /// folders must be there.
 fn check_trace(run: &RunArgs, here: bool) -> Result<()> {
     if let Some(path) = &run.draw {
-        if path.extension().is_none_or(|e| e != "svg") {
+        if path.extension().is_none_or(|e| e != "svg" && e != "html") {
             return Err(error::usage(format!(
-                "--draw {}: the picture is SVG: name a file ending in .svg",
+                "--draw {}: name a file ending in .svg (the picture) or .html (a page that steps through it)",
                 path.display()
             )));
         }

@@ -1,4 +1,5 @@
-//! `--draw FILE.svg`: the collective that ran, as a picture. One column per step (the first
+//! `--draw FILE.svg`: the collective that ran, as a picture (`FILE.html`: a page that
+//! steps through it, [`page`]). One column per step (the first
 //! is the start), one lane per rank; each lane holds the rank's buffer cut into its
 //! chunks, each element a cell coloured by whose contributions it holds (one rank's colour,
 //! a blend of several, or the final colour once it holds every rank's); an arrow per
@@ -12,8 +13,10 @@
 
 pub mod contributions;
 pub mod layout;
+pub mod page;
 pub mod picture;
 
+pub use page::html;
 pub use picture::svg;
 
 /// One communicator's collective: the world's, or one of a split's (a panel each).

@@ -59,17 +59,23 @@ type Drawn = Result<(), DrawingErrorKind<std::io::Error>>;
 
 /// The SVG of `panels` under `title`: one string, ready to write.
 pub fn svg(title: &str, panels: &[Panel]) -> Result<String, String> {
+    frame(title, panels, usize::MAX)
+}
+
+/// The picture as it stands after step `upto` (0: the start): the later columns and
+/// their arrows left out, the size the whole picture's (the frames of a page align).
+pub fn frame(title: &str, panels: &[Panel], upto: usize) -> Result<String, String> {
     let (layouts, size) = layout::place(panels);
     let mut out = String::new();
     {
         let mut b = SVGBackend::with_string(&mut out, size);
-        draw(&mut b, title, panels, &layouts).map_err(|e| format!("drawing the picture: {e}"))?;
+        draw(&mut b, title, panels, &layouts, upto).map_err(|e| format!("drawing the picture: {e}"))?;
         b.present().map_err(|e| format!("drawing the picture: {e}"))?;
     }
     Ok(out)
 }
 
-fn draw(b: &mut SVGBackend, title: &str, panels: &[Panel], layouts: &[Layout]) -> Drawn {
+fn draw(b: &mut SVGBackend, title: &str, panels: &[Panel], layouts: &[Layout], upto: usize) -> Drawn {
     let (w, h) = b.get_size();
     b.draw_rect((0, 0), (w as i32, h as i32), &rgb((255, 255, 255)), true)?;
     let m = layout::MARGIN;
@@ -84,7 +90,7 @@ fn draw(b: &mut SVGBackend, title: &str, panels: &[Panel], layouts: &[Layout]) -
     let combined = panels.iter().any(|p| p.ranks.len() > 1);
     legend(b, &ranks, combined, pipelined, (m, m + 30))?;
     for (p, l) in panels.iter().zip(layouts) {
-        draw_panel(b, p, l)?;
+        draw_panel(b, p, l, upto)?;
     }
     Ok(())
 }
@@ -115,10 +121,11 @@ fn legend(b: &mut SVGBackend, ranks: &[usize], combined: bool, pipelined: bool, 
     b.draw_text(&arrows, &Font::new(12, HPos::Left), (layout::MARGIN, y + 22))
 }
 
-fn draw_panel(b: &mut SVGBackend, p: &Panel, l: &Layout) -> Drawn {
-    let frames = contributions::frames(p);
+fn draw_panel(b: &mut SVGBackend, p: &Panel, l: &Layout, upto: usize) -> Drawn {
+    let mut frames = contributions::frames(p);
+    frames.truncate(upto.saturating_add(1));
     b.draw_text(&p.caption, &Font::new(13, HPos::Left), (layout::MARGIN, l.top))?;
-    for s in 0..=l.steps {
+    for s in 0..=l.steps.min(upto) {
         let name = match s {
             0 => "start",
             s => &p.steps[s - 1],
@@ -138,7 +145,7 @@ fn draw_panel(b: &mut SVGBackend, p: &Panel, l: &Layout) -> Drawn {
         }
     }
     for m in &p.moves {
-        if m.step == 0 || m.step > l.steps || m.from >= l.rows || m.to >= l.rows {
+        if m.step == 0 || m.step > l.steps.min(upto) || m.from >= l.rows || m.to >= l.rows {
             continue;
         }
         arrow(b, l.arrow(m.step, m.from, m.to), rank_colour(p.ranks[m.from]), m.read)?;

@@ -91,7 +91,7 @@ impl Session {
         Ok(())
     }
 
-    /// `--draw FILE.svg`, on rank 0: the panels drawn, written whole, and said.
+    /// `--draw FILE.svg` (or `.html`), on rank 0: the panels drawn, written whole, and said.
     fn draw_picture(&self, path: &std::path::Path, panels: &[workbook_draw::Panel]) -> Result<()> {
         if self.rank() != 0 {
             return Ok(());
@@ -101,8 +101,12 @@ impl Session {
             return Ok(());
         };
         let title = "What each rank's buffer holds, step by step (nccl-workbook --draw)";
-        let svg = workbook_draw::svg(title, panels).map_err(|why| anyhow::anyhow!("--draw: {why}"))?;
-        crate::output_file::replace(path, svg.as_bytes())
+        let drawn = match path.extension().is_some_and(|e| e == "html") {
+            true => workbook_draw::html(title, panels),
+            false => workbook_draw::svg(title, panels),
+        };
+        let drawn = drawn.map_err(|why| anyhow::anyhow!("--draw: {why}"))?;
+        crate::output_file::replace(path, drawn.as_bytes())
             .map_err(|why| anyhow::anyhow!("--draw {}: {why}", path.display()))?;
         let steps: usize = panels.iter().map(|p| p.steps.len()).max().unwrap_or(0);
         self.say(&format!(
