@@ -230,6 +230,20 @@ impl Session {
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
             .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.who())))?;
+        // --draw pictures what --steps records: a small buffer, said before it runs.
+        if let Some(path) = self.draw.as_ref().filter(|_| recv.len() > workbook_runtime::record::STEPS_MAX) {
+            return Err(workbook_runtime::error::SharedError {
+                message: format!(
+                    "--draw {}: the buffer has {} elements; pictures are drawn for buffers of at most {} (try \
+                     --count 8)",
+                    path.display(),
+                    recv.len(),
+                    workbook_runtime::record::STEPS_MAX
+                ),
+                usage: true,
+            }
+            .into());
+        }
         self.run_checked(coll.title(), coll, send, recv, count, root, op)
     }
 

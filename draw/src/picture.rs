@@ -87,7 +87,7 @@ fn draw(b: &mut SVGBackend, title: &str, panels: &[Panel], layouts: &[Layout], u
     let mut ranks: Vec<usize> = panels.iter().flat_map(|p| p.ranks.iter().copied()).collect();
     ranks.sort_unstable();
     ranks.dedup();
-    let combined = panels.iter().any(|p| p.ranks.len() > 1);
+    let combined = panels.iter().any(|p| p.reducing && p.ranks.len() > 1);
     legend(b, &ranks, combined, pipelined, (m, m + 30))?;
     for (p, l) in panels.iter().zip(layouts) {
         draw_panel(b, p, l, upto)?;
