@@ -158,7 +158,10 @@ fn bad_input_is_one_line_and_exit_2_before_the_run() {
         ),
         (vec!["--draw", missing.to_str().unwrap()], "there is no folder"),
         (vec!["--draw", dir.to_str().unwrap()], "ending in .svg"),
-        (vec!["--count", "100", "--draw", "x.svg"], "pictures are drawn for buffers of at most 64"),
+        (
+            vec!["--count", "100", "--draw", "x.svg"],
+            "pictures are drawn for buffers of at most 64",
+        ),
     ] {
         let r = finish(
             spawn(command(BIN, &[&["--nproc-per-node", "2"][..], &args].concat())),

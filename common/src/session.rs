@@ -231,7 +231,11 @@ impl Session {
             .count_of(send.map(|s| s.len()), recv.len(), world)
             .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.who())))?;
         // --draw pictures what --steps records: a small buffer, said before it runs.
-        if let Some(path) = self.draw.as_ref().filter(|_| recv.len() > workbook_runtime::record::STEPS_MAX) {
+        if let Some(path) = self
+            .draw
+            .as_ref()
+            .filter(|_| recv.len() > workbook_runtime::record::STEPS_MAX)
+        {
             return Err(workbook_runtime::error::SharedError {
                 message: format!(
                     "--draw {}: the buffer has {} elements; pictures are drawn for buffers of at most {} (try \
