@@ -515,16 +515,12 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
 /// in memory), and says what it wrote. A write that fails (the disk full) removes what it
 /// had written of a regular file: no half a trace is left for a viewer to choke on.
 pub fn write(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
-    let result = stream(path, ranks);
-    if result.is_err() && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
-        let _ = std::fs::remove_file(path);
-    }
-    result
+    crate::output_file::write_with(path, |file| stream(file, ranks))
 }
 
-fn stream(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
+fn stream(file: &mut std::fs::File, ranks: &[RankTrace]) -> std::io::Result<Written> {
     use std::io::Write;
-    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
     file.write_all(b"{\"traceEvents\":[")?;
     let mut events = 0usize;
     let rest = entries(ranks, &mut |v| {
@@ -542,13 +538,7 @@ fn stream(path: &Path, ranks: &[RankTrace]) -> std::io::Result<Written> {
         }
     }
     file.write_all(b"}\n")?;
-    file.into_inner().map_err(|e| e.into_error())?.sync_all().or_else(|e| {
-        // A character device (/dev/null) cannot be synced: what was written is written.
-        match e.raw_os_error() {
-            Some(22) => Ok(()),
-            _ => Err(e),
-        }
-    })?;
+    file.flush()?;
     Ok(Written {
         events,
         flows: rest["otherData"]["messages"].as_u64().unwrap_or(0) as usize,

@@ -218,7 +218,7 @@ pub fn split_object(spec: &Spec, world: usize) -> Value {
 /// Writes `doc` to `path`, or says in one line why it could not.
 pub fn write(path: &Path, doc: &Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(doc).map_err(|e| format!("-J: {e}"))?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("-J: cannot write {} ({e})", path.display()))
+    common::output_file::replace(path, (text + "\n").as_bytes()).map_err(|why| format!("-J: {why}"))
 }
 
 #[cfg(test)]

@@ -24,14 +24,31 @@ fn register_font() {
 pub fn draw(target: &Target, runs: &[Run]) -> Result<usize, String> {
     register_font();
     let picture = Picture::of(runs);
+    // Drawn whole or not at all: into a file beside the target, renamed over it once
+    // complete (common::output_file); a device (/dev/null) is drawn on directly.
+    let device =
+        std::fs::metadata(&target.path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+    let into = match device {
+        true => target.path.clone(),
+        false => common::output_file::part_of(&target.path),
+    };
     let drawn = match target.format {
-        Format::Png => match glyphs::Glyphs::new(BitMapBackend::new(&target.path, picture.size()), DEJAVU_SANS) {
+        Format::Png => match glyphs::Glyphs::new(BitMapBackend::new(&into, picture.size()), DEJAVU_SANS) {
             Some(png) => picture.draw_on(png.into_drawing_area()),
             None => Err("the bundled font is not a font".into()),
         },
-        Format::Svg => picture.draw_on(SVGBackend::new(&target.path, picture.size()).into_drawing_area()),
+        Format::Svg => picture.draw_on(SVGBackend::new(&into, picture.size()).into_drawing_area()),
     };
-    drawn.map_err(|e| format!("--plot {}: {e}", target.path.display()))?;
+    let renamed = |()| match device {
+        true => Ok(()),
+        false => std::fs::rename(&into, &target.path).map_err(|e| common::output_file::reason(&e)),
+    };
+    if let Err(e) = drawn.and_then(renamed) {
+        if !device {
+            let _ = std::fs::remove_file(&into);
+        }
+        return Err(format!("--plot {}: {e}", target.path.display()));
+    }
     Ok(picture.lines.len())
 }
 
