@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pictures in the text (docs/img/), drawn from real runs with --draw: the ring
-# (chapter 5, the README), the tree (chapter 10) and the grid's rows (chapter 12), each as
-# a picture and as a page that steps through it. Run it after changing an algorithm or
-# the drawing; CI runs it again and fails if a picture changed (the text shows what runs).
+# (chapter 5, the README), the tree (chapter 10) and the grid's rows (chapter 12), as SVG
+# (a page that steps through one, --draw FILE.html, repeats the picture once per frame:
+# students make their own). Run it after changing an algorithm or the drawing; CI runs it
+# again and fails if a picture changed (the text shows what runs).
 # Works wherever cargo's target is (CARGO_TARGET_DIR, build.target-dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ target=$(cargo metadata --format-version 1 --no-deps --offline | sed -n 's/.*"ta
 bins=$target/release
 mkdir -p docs/img
 
-# draw NAME ENV... -- COMMAND...: docs/img/NAME.svg and NAME.html from one run each.
+# draw NAME ENV... -- COMMAND...: docs/img/NAME.svg from one run.
 draw() {
   local name=$1
   shift
@@ -21,19 +22,17 @@ draw() {
     shift
   done
   shift
-  for ext in svg html; do
-    if ! out=$(env "${vars[@]}" NO_COLOR=1 "$@" --backend cpu --draw "docs/img/$name.$ext" 2>&1); then
-      echo "$out" >&2
-      echo "bench/pictures.sh: $name: the run failed" >&2
-      exit 1
-    fi
-    grep -q "^Drawn: " <<<"$out" || {
-      echo "$out" >&2
-      echo "bench/pictures.sh: $name: nothing drawn" >&2
-      exit 1
-    }
-  done
-  echo "docs/img/$name.svg, .html: $(grep -m 1 '^Drawn: ' <<<"$out" | sed 's/^Drawn: //; s/ written to .*//')"
+  if ! out=$(env "${vars[@]}" NO_COLOR=1 "$@" --backend cpu --draw "docs/img/$name.svg" 2>&1); then
+    echo "$out" >&2
+    echo "bench/pictures.sh: $name: the run failed" >&2
+    exit 1
+  fi
+  grep -q "^Drawn: " <<<"$out" || {
+    echo "$out" >&2
+    echo "bench/pictures.sh: $name: nothing drawn" >&2
+    exit 1
+  }
+  echo "docs/img/$name.svg: $(grep -m 1 '^Drawn: ' <<<"$out" | sed 's/^Drawn: //; s/ written to .*//')"
 }
 
 # The ring step by step, as chapter 5 writes it (over TCP: not pipelined).

@@ -1,7 +1,7 @@
 //! `--draw FILE.svg`: the record `--steps` prints, as the plain data the draw crate
 //! pictures ([`workbook_draw::Panel`]): each message matched to its send, in its step.
 
-use crate::steps::{Step, chunking, numbered, segments};
+use crate::steps::{Step, chunking, numbered, pieces, segments};
 use std::collections::{BTreeSet, HashMap};
 use workbook_draw::{How, Move, Panel, Source};
 use workbook_runtime::record::{self, Dir, Event, Part};
@@ -65,10 +65,7 @@ pub fn panels(all: &[Vec<Event>], ranks: &[usize], labels: &[String], caption: &
             }
         }
         let how = rows[0].algorithm.map(|a| format!(", {a}")).unwrap_or_default();
-        let chunks = match bounds.len() - 1 {
-            1 => "one piece".to_string(),
-            c => format!("{c} chunks"),
-        };
+        let chunks = pieces(bounds.len() - 1);
         out.push(Panel {
             caption: format!(
                 "{caption}{} on {} ranks{how}: {len} elements in {chunks}, {} steps",

@@ -77,7 +77,7 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), String> {
 /// file as it was; what is at `path` meanwhile (a FIFO put there during the run) is never
 /// opened, only replaced. A character device (`/dev/null`) is written directly.
 pub fn write_with<R>(path: &Path, fill: impl FnOnce(&mut File) -> std::io::Result<R>) -> std::io::Result<R> {
-    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device()) {
+    if is_device(path) {
         let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
         return fill(&mut file);
     }
@@ -94,6 +94,11 @@ fn write_part<R>(part: &Path, fill: impl FnOnce(&mut File) -> std::io::Result<R>
     let r = fill(&mut file)?;
     file.sync_all()?;
     Ok(r)
+}
+
+/// Whether `path` is a character device (`/dev/null`): written directly, never renamed over.
+pub fn is_device(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// The file `path` is written into before it is renamed: beside it, hidden, this

@@ -230,6 +230,23 @@ impl Session {
         let count = coll
             .count_of(send.map(|s| s.len()), recv.len(), world)
             .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.who())))?;
+        self.run_checked(coll.title(), coll, send, recv, count, root, op)
+    }
+
+    /// [`Session::run`] once the sizes and the root are checked (a group's calls, packed
+    /// or not, come here too): noted for timing, shown by `--steps` and `--trace` as
+    /// `title`, and run on the communicator the calls run on now.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_checked<T: Element>(
+        &mut self,
+        title: &str,
+        coll: &'static Collective,
+        send: Option<&Buffer<T>>,
+        recv: &mut Buffer<T>,
+        count: usize,
+        root: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
         // --draw pictures what --steps records: a small buffer, said before it runs.
         if let Some(path) = self
             .draw
@@ -248,23 +265,6 @@ impl Session {
             }
             .into());
         }
-        self.run_checked(coll.title(), coll, send, recv, count, root, op)
-    }
-
-    /// [`Session::run`] once the sizes and the root are checked (a group's calls, packed
-    /// or not, come here too): noted for timing, shown by `--steps` and `--trace` as
-    /// `title`, and run on the communicator the calls run on now.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn run_checked<T: Element>(
-        &mut self,
-        title: &str,
-        coll: &'static Collective,
-        send: Option<&Buffer<T>>,
-        recv: &mut Buffer<T>,
-        count: usize,
-        root: usize,
-        op: ReduceOp,
-    ) -> Result<()> {
         let (rank, world) = (self.rank(), self.comm.world());
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();

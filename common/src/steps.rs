@@ -464,6 +464,14 @@ fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
     out
 }
 
+/// How many chunks a buffer is cut into, in words: "one piece", "3 chunks".
+pub(crate) fn pieces(n: usize) -> String {
+    match n {
+        1 => "one piece".to_string(),
+        n => format!("{n} chunks"),
+    }
+}
+
 /// The buffer's length, and the chunks every range seen cuts it into (their bounds).
 pub(crate) fn chunking(ranks: &[&Segment], ops: &[Vec<&Event>]) -> (usize, Vec<usize>) {
     let len = ranks
@@ -516,10 +524,7 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
         (None, workbook_runtime::record::P2P) => ", as this program called them".into(),
         (None, _) => String::new(),
     };
-    let pieces = match chunks.bounds.len() - 1 {
-        1 => "one piece".to_string(),
-        n => format!("{n} chunks"),
-    };
+    let pieces = pieces(chunks.bounds.len() - 1);
     let elements = if len == 1 { "element" } else { "elements" };
     let colour = colored::control::SHOULD_COLORIZE.should_colorize();
     let mut legend = vec![match colour {

@@ -128,11 +128,7 @@ impl Nccl {
     /// Whether the work before `event` is done (`cuEventQuery`).
     fn event_done(&self, event: CUevent) -> Result<bool> {
         // SAFETY: an event of this rank's context, current on this thread, not destroyed.
-        match unsafe { cu::cuEventQuery(event) } {
-            Cu::CUDA_SUCCESS => Ok(true),
-            Cu::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.borrow())),
-        }
+        self.finished(unsafe { cu::cuEventQuery(event) })
     }
 
     /// Whether the communication stream, if one is open, has finished what it was given.
@@ -141,7 +137,12 @@ impl Nccl {
             return Ok(true);
         };
         // SAFETY: a stream of this rank's context, current on this thread.
-        match unsafe { cu::cuStreamQuery(side.cu_stream()) } {
+        self.finished(unsafe { cu::cuStreamQuery(side.cu_stream()) })
+    }
+
+    /// What a `cuStreamQuery` or `cuEventQuery` answered: done, not yet, or the GPU failed.
+    pub(super) fn finished(&self, r: cu::CUresult) -> Result<bool> {
+        match r {
             Cu::CUDA_SUCCESS => Ok(true),
             Cu::CUDA_ERROR_NOT_READY => Ok(false),
             e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.borrow())),

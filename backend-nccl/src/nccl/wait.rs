@@ -5,7 +5,7 @@
 
 use super::{CUDA_SUCCESS, Nccl};
 use crate::calls::Call;
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use cudarc::nccl::sys::{self, ncclResult_t};
 use std::time::{Duration, Instant};
 use workbook_runtime::failure::{self, Fact};
@@ -131,13 +131,9 @@ impl Nccl {
     /// Whether the GPU has finished everything queued on the stream, and on the
     /// communication stream if one is open (`cuStreamQuery`).
     fn stream_idle(&self) -> Result<bool> {
-        use cudarc::driver::sys::cudaError_enum as Cu;
         // SAFETY: the stream belongs to this rank's context, current on this thread.
-        match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
-            Cu::CUDA_SUCCESS => self.comm_stream_idle(),
-            Cu::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(anyhow!("the GPU failed while running {}: {e:?}", self.last.borrow())),
-        }
+        let idle = self.finished(unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) })?;
+        Ok(idle && self.comm_stream_idle()?)
     }
 
     /// NCCL's asynchronous state (`ncclCommGetAsyncError`): success or in progress, or an

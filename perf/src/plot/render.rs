@@ -26,8 +26,7 @@ pub fn draw(target: &Target, runs: &[Run]) -> Result<usize, String> {
     let picture = Picture::of(runs);
     // Drawn whole or not at all: into a file beside the target, renamed over it once
     // complete (common::output_file); a device (/dev/null) is drawn on directly.
-    let device =
-        std::fs::metadata(&target.path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+    let device = common::output_file::is_device(&target.path);
     let into = match device {
         true => target.path.clone(),
         false => common::output_file::part_of(&target.path),
