@@ -426,7 +426,7 @@ pub fn render(all: &[Vec<Event>], ranks: &[usize], labels: &[String]) -> Vec<Str
         }
         // Messages watched against no buffer (a group's sends and receives): the messages.
         match rows.iter().all(|s| s.start.is_some_and(<[f64]>::is_empty)) {
-            true => out.extend(render_messages(&rows, labels)),
+            true => out.extend(render_messages(&rows, ranks, labels)),
             false => out.extend(render_segment(&rows, ranks, labels)),
         }
     }
@@ -435,14 +435,14 @@ pub fn render(all: &[Vec<Event>], ranks: &[usize], labels: &[String]) -> Vec<Str
 
 /// A segment of messages with no buffer watched (a group's sends and receives, each of a
 /// buffer of its own): what each rank sent and got, in the order it happened.
-fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
+fn render_messages(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) -> Vec<String> {
     let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
     let mut out = vec![format!(
         "Messages of {} on {} ranks (each from or into a buffer of its own, not shown):",
         ranks[0].name,
         ranks.len()
     )];
-    for (label, s) in labels.iter().zip(ranks) {
+    for (row, s) in ranks.iter().enumerate() {
         let words: Vec<String> = s
             .ops
             .iter()
@@ -459,9 +459,36 @@ fn render_messages(ranks: &[&Segment], labels: &[String]) -> Vec<String> {
             true => "-".to_string(),
             false => words.join(", "),
         };
-        out.push(format!("    {label:>width$}  {said}"));
+        out.push(format!(
+            "    {}  {said}",
+            name_of(&labels[row], world_ranks[row], width)
+        ));
     }
     out
+}
+
+/// A row's name, right-aligned to `width`, in its rank's colour on a terminal (the colour
+/// `--draw` gives that rank's lane).
+fn name_of(label: &str, world_rank: usize, width: usize) -> String {
+    painted(
+        label,
+        world_rank,
+        width,
+        colored::control::SHOULD_COLORIZE.should_colorize(),
+    )
+}
+
+/// `label` padded to `width`, then (when `colour`) bold in world rank `world_rank`'s
+/// colour as a 24-bit escape (written here: `colored` would ask the terminal again).
+fn painted(label: &str, world_rank: usize, width: usize, colour: bool) -> String {
+    let text = format!("{label:>width$}");
+    match colour {
+        true => {
+            let (r, g, b) = workbook_draw::palette::rank(world_rank);
+            format!("\x1b[1;38;2;{r};{g};{b}m{text}\x1b[0m")
+        }
+        false => text,
+    }
 }
 
 /// How many chunks a buffer is cut into, in words: "one piece", "3 chunks".
@@ -566,8 +593,8 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
     }
     for r in 0..world {
         out.push(format!(
-            "    {:>label_width$} {}",
-            labels[r],
+            "    {} {}",
+            name_of(&labels[r], world_ranks[r], label_width),
             row_of(start[r].as_ref(), None)
         ));
     }
@@ -591,8 +618,8 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
             let now = after(r, step);
             let before = after(r, step - 1);
             out.push(format!(
-                "    {:>label_width$} {}  {}",
-                labels[r],
+                "    {} {}  {}",
+                name_of(&labels[r], world_ranks[r], label_width),
                 row_of(now.as_ref(), before.as_ref()),
                 said(&parts, &chunks, &combine)
             ));
@@ -604,6 +631,15 @@ fn render_segment(ranks: &[&Segment], world_ranks: &[usize], labels: &[String]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_is_named_in_its_ranks_colour_on_a_terminal_only() {
+        // Rank 1's orange, as --draw paints its lane; padded before the colour.
+        assert_eq!(painted("rank 1", 1, 8, false), "  rank 1");
+        let (r, g, b) = workbook_draw::palette::rank(1);
+        let shown = painted("rank 1", 1, 8, true);
+        assert!(shown.contains(&format!("38;2;{r};{g};{b}m  rank 1")), "{shown:?}");
+    }
     use workbook_runtime::record::{Cat, Event, Part};
 
     fn op(phase: &str, parts: Vec<Part>, values: Vec<f64>) -> Event {

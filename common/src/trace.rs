@@ -352,6 +352,9 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
             (_, true) => "one clock with rank 0".to_string(),
             _ => format!("clock aligned ±{:.1} µs", error(r)),
         };
+        // The viewer colours slices itself (Perfetto ignores `cname`), so the rank's colour
+        // in the other pictures is said in words.
+        label += &format!("; {} in --draw and --steps", workbook_draw::palette::rank_name(r));
         if rank.dropped > 0 {
             label += &format!(
                 "; {} events kept, {} later ones not kept (the cap: {} per rank)",

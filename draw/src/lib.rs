@@ -14,6 +14,7 @@
 pub mod contributions;
 pub mod layout;
 pub mod page;
+pub mod palette;
 pub mod picture;
 
 pub use page::html;

@@ -10,29 +10,14 @@ use plotters_backend::{
 };
 use plotters_svg::SVGBackend;
 
-/// Each rank's colour, by its row (cycling past ten): Tableau's ten, which stay apart for
-/// most colour-blind readers.
-pub const RANKS: [(u8, u8, u8); 10] = [
-    (78, 121, 167),
-    (242, 142, 43),
-    (225, 87, 89),
-    (118, 183, 178),
-    (89, 161, 79),
-    (237, 201, 72),
-    (176, 122, 161),
-    (255, 157, 167),
-    (156, 117, 95),
-    (186, 176, 172),
-];
-
 /// The colour of an element holding every rank's contribution: the collective's result.
 pub const COMPLETE: (u8, u8, u8) = (34, 45, 61);
 /// An element holding nothing yet (a block an all-gather has not brought).
 pub const EMPTY: (u8, u8, u8) = (255, 255, 255);
 
-/// The colour of rank (row) `r`.
+/// The colour of world rank `r`: the workbook's ([`crate::palette`]).
 pub fn rank_colour(r: usize) -> (u8, u8, u8) {
-    RANKS[r % RANKS.len()]
+    crate::palette::rank(r)
 }
 
 /// The colour of an element holding `holds` on a panel whose rows are the world's `ranks`:
@@ -105,7 +90,7 @@ fn legend(b: &mut SVGBackend, ranks: &[usize], combined: bool, pipelined: bool, 
         *x += 24 + 7 * text.len() as i32;
         Ok(())
     };
-    for &r in ranks.iter().take(RANKS.len()) {
+    for &r in ranks.iter().take(crate::palette::TEN.len()) {
         key(b, rank_colour(r), &format!("rank {r}'s"), &mut x)?;
     }
     if combined {
@@ -285,12 +270,12 @@ mod tests {
     fn a_blend_is_the_mean_and_every_rank_is_the_result() {
         let four = [0, 1, 2, 3];
         assert_eq!(colour(0, &four), EMPTY);
-        assert_eq!(colour(1 << 2, &four), RANKS[2]);
+        assert_eq!(colour(1 << 2, &four), crate::palette::TEN[2]);
         assert_eq!(colour(0b1111, &four), COMPLETE);
-        let (a, b) = (RANKS[0], RANKS[1]);
+        let (a, b) = (crate::palette::TEN[0], crate::palette::TEN[1]);
         assert_eq!(colour(0b11, &four).0, ((a.0 as usize + b.0 as usize) / 2) as u8);
         // A split's rows are world ranks: row 0 of ranks [2, 3] is rank 2's colour.
-        assert_eq!(colour(1, &[2, 3]), RANKS[2]);
+        assert_eq!(colour(1, &[2, 3]), crate::palette::TEN[2]);
     }
 
     #[test]

@@ -514,6 +514,9 @@ fn events_past_the_cap_are_dropped_and_counted_in_the_file_and_on_the_terminal()
             label["args"]["labels"].as_str().unwrap().contains("not kept"),
             "{label}"
         );
+        // And the rank's colour in --draw, in words (the viewer picks slices' colours).
+        let colour = ["blue in --draw", "orange in --draw"][rank];
+        assert!(label["args"]["labels"].as_str().unwrap().contains(colour), "{label}");
     }
     let said: Vec<&str> = r.stdout.lines().filter(|l| l.contains("not kept")).collect();
     assert_eq!(said.len(), 1, "one line says what was dropped:\n{r}");

@@ -5,22 +5,12 @@ use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
 use plotters_backend::{BackendCoord, DrawingErrorKind};
 
-/// The lines' colours, in order (Tableau 10): tests look for them in the picture.
-pub const PALETTE: [(u8, u8, u8); 10] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (127, 127, 127),
-    (188, 189, 34),
-    (23, 190, 207),
-];
+/// The lines' colours, in order: the workbook's ten ([`workbook_draw::palette`]), the
+/// ranks' colours in `--draw`; tests look for them in the picture.
+pub const PALETTE: [(u8, u8, u8); 10] = workbook_draw::palette::TEN;
 /// Line `i`'s colour: the palette's, in turn.
 pub(super) fn colour(i: usize) -> RGBColor {
-    let (r, g, b) = PALETTE[i % PALETTE.len()];
+    let (r, g, b) = workbook_draw::palette::line(i);
     RGBColor(r, g, b)
 }
 
