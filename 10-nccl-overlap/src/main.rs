@@ -64,6 +64,7 @@ fn main() -> std::process::ExitCode {
         let compute = Compute::lasting(Duration::from_micros(args.compute_us));
         let bucket = (args.bucket_mb * (1 << 20) as f64) as usize;
         overlap::introduce(s, &model, &compute, &args)?;
+        let (draw, mut drawn) = (s.draw_own(), Vec::new());
         let mut last = None;
         for way in overlap::WAYS {
             let mut times = Vec::new();
@@ -81,8 +82,9 @@ fn main() -> std::process::ExitCode {
             }
             let step = last.take().expect("--iters is at least 1");
             overlap::report(s, way, &times, &step)?;
+            drawn.push(overlap::timeline(way, &step));
             overlap::check(s, way, step, &model)?;
         }
-        Ok(())
+        draw.map_or(Ok(()), |path| overlap::draw(s, &path, &drawn))
     })
 }

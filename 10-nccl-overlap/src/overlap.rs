@@ -163,6 +163,8 @@ pub struct Step {
     pub results: Vec<Buffer<f32>>,
     time: Duration,
     log: Vec<Span>,
+    /// Each layer computed: its start and end, in seconds since the step began.
+    layers: Vec<(f64, f64)>,
 }
 
 impl Step {
@@ -173,6 +175,7 @@ impl Step {
             results: Vec::new(),
             time: Duration::ZERO,
             log: Vec::new(),
+            layers: Vec::new(),
         }
     }
 
@@ -182,6 +185,7 @@ impl Step {
         stream.finish()?;
         self.time = stream.elapsed();
         self.log = stream.log().to_vec();
+        self.layers = stream.computed();
         Ok(self)
     }
 }
@@ -286,6 +290,33 @@ pub fn report(s: &mut Session, way: Way, times: &[Times], last: &Step) -> Result
         "collectives": last.log.len(),
     }));
     Ok(())
+}
+
+/// The step as `--draw` draws it: its layers and its collectives on one time axis.
+pub fn timeline(way: Way, step: &Step) -> workbook_draw::timeline::Way {
+    workbook_draw::timeline::Way {
+        name: way.name.to_string(),
+        step: step.time.as_secs_f64(),
+        computing: step.layers.clone(),
+        collectives: (step.log.iter())
+            .map(|span| workbook_draw::timeline::Bar {
+                seq: span.seq,
+                issued: span.issued,
+                // NCCL's kernels run on the GPU, out of the host's sight: issued to waited.
+                ran: span.ran.unwrap_or((span.issued, span.waited)),
+            })
+            .collect(),
+    }
+}
+
+/// `--draw FILE.svg`: rank 0's last step of each way, drawn on one time axis.
+pub fn draw(s: &Session, path: &std::path::Path, ways: &[workbook_draw::timeline::Way]) -> Result<()> {
+    let title = "Rank 0's step, four ways: what computed, what communicated, what was exposed (nccl-workbook --draw)";
+    let drawn = match path.extension().is_some_and(|e| e == "html") {
+        true => workbook_draw::timeline::html(title, ways),
+        false => workbook_draw::timeline::svg(title, ways),
+    };
+    s.put_picture(path, drawn, &format!("the timelines of {} ways", ways.len()))
 }
 
 /// Checks what the step's collectives gave, element by element, on every rank.

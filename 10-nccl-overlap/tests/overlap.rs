@@ -117,6 +117,48 @@ fn on_simulated_gpus_a_collective_waits_for_the_kernels_issued_before_it() {
     }
 }
 
+/// `--draw`: rank 0's last step of each way on one time axis, a bar per layer and per
+/// collective (the pixels are the draw crate's tests'); the page holds the same picture;
+/// NCCL's kernels are out of the host's sight, so it is refused there, before the run.
+#[test]
+fn draw_pictures_the_four_timelines() {
+    let dir = std::env::temp_dir();
+    let id = std::process::id();
+    for page in ["svg", "html"] {
+        let path = dir.join(format!("nccl-workbook-overlap-{id}.{page}"));
+        let args = [&["--nproc-per-node", "2", "--draw", path.to_str().unwrap()][..], &SMALL].concat();
+        let r = finish(spawn(command(BIN, &args)), LIMIT).ok();
+        assert!(r.stdout.contains("Drawn: the timelines of 4 ways written to"), "{r}");
+        let drawn = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("no picture ({e}): {r}"));
+        let _ = std::fs::remove_file(&path);
+        let fill = |c: (u8, u8, u8)| {
+            drawn
+                .matches(&format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2))
+                .count()
+        };
+        use workbook_draw::timeline::{COMMUNICATING, COMPUTING};
+        // The legend's key, then 1 + 4 + 3 + 3 collectives and 4 ways of 3 layers.
+        assert_eq!(fill(COMMUNICATING), 1 + 11, "{r}");
+        assert_eq!(fill(COMPUTING), 1 + 12, "{r}");
+        for way in ["then one all-reduce", "as they fill", "when needed", "prefetched"] {
+            assert!(drawn.contains(way), "{way}: {r}");
+        }
+        if page == "html" {
+            assert!(
+                drawn.starts_with("<!DOCTYPE html>") && drawn.contains("<svg"),
+                "{drawn}"
+            );
+            assert!(!drawn.contains("src=") && !drawn.contains("href="), "nothing fetched");
+        }
+    }
+    let svg = dir.join(format!("nccl-workbook-overlap-nccl-{id}.svg"));
+    let args = [&["--nproc-per-node", "2", "--draw", svg.to_str().unwrap()][..], &SMALL].concat();
+    let r = finish(spawn(nccl_command(BIN, &args, 2)), LIMIT);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("--backend cpu"), "{r}");
+    assert!(!svg.exists());
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     for (args, says) in [

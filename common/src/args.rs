@@ -104,7 +104,7 @@ pub struct RunArgs {
     /// Draw the collective that ran to FILE.svg (CPU backend, buffers --steps accepts): a
     /// column per step, a lane per rank, each element coloured by whose contributions it
     /// holds, an arrow per message; FILE.html: a page that steps through it. Only the
-    /// first, checked run is drawn.
+    /// first, checked run is drawn. Lesson 10 draws its steps' timelines instead.
     #[arg(long, value_name = "FILE.svg|FILE.html")]
     pub draw: Option<std::path::PathBuf>,
 

@@ -17,6 +17,12 @@ pub(crate) fn launched() {
     COMPUTED.lock().unwrap_or_else(|e| e.into_inner()).push((now, now));
 }
 
+/// The layers computed since `since` (their start and end), left in the log.
+pub(crate) fn computed_after(since: Instant) -> Vec<(Instant, Instant)> {
+    let log = COMPUTED.lock().unwrap_or_else(|e| e.into_inner());
+    log.iter().filter(|(start, _)| *start >= since).copied().collect()
+}
+
 /// The layers computed since `since` (their start and end), taken out of the process's
 /// log; the log keeps nothing older (a stream asks when it closes, so it stays short).
 pub(crate) fn computed_since(since: Instant) -> Vec<(Instant, Instant)> {

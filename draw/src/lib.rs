@@ -16,6 +16,7 @@ pub mod layout;
 pub mod page;
 pub mod palette;
 pub mod picture;
+pub mod timeline;
 
 pub use page::html;
 pub use picture::svg;

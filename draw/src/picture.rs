@@ -190,12 +190,12 @@ fn arrow(b: &mut SVGBackend, (from, to): (BackendCoord, BackendCoord), c: (u8, u
     b.fill_polygon(points, &rgb(c))
 }
 
-fn rgb(c: (u8, u8, u8)) -> BackendColor {
+pub(crate) fn rgb(c: (u8, u8, u8)) -> BackendColor {
     BackendColor { alpha: 1.0, rgb: c }
 }
 
 /// A line's colour and width.
-struct Stroke(BackendColor, u32);
+pub(crate) struct Stroke(pub(crate) BackendColor, pub(crate) u32);
 
 impl BackendStyle for Stroke {
     fn color(&self) -> BackendColor {
@@ -208,14 +208,14 @@ impl BackendStyle for Stroke {
 
 /// Text as the SVG backend writes it: a size, an anchor and a colour; the viewer's
 /// sans-serif font draws it.
-struct Font {
+pub(crate) struct Font {
     size: f64,
     anchor: Pos,
     colour: BackendColor,
 }
 
 impl Font {
-    fn new(size: u32, h: HPos) -> Font {
+    pub(crate) fn new(size: u32, h: HPos) -> Font {
         // The SVG backend writes a size of size / 1.24 (plotters' points to pixels).
         Font {
             size: size as f64 * 1.24,
@@ -224,7 +224,7 @@ impl Font {
         }
     }
 
-    fn colour(mut self, c: (u8, u8, u8)) -> Font {
+    pub(crate) fn colour(mut self, c: (u8, u8, u8)) -> Font {
         self.colour = rgb(c);
         self
     }

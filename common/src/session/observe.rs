@@ -105,14 +105,36 @@ impl Session {
             true => workbook_draw::html(title, panels),
             false => workbook_draw::svg(title, panels),
         };
+        let steps: usize = panels.iter().map(|p| p.steps.len()).max().unwrap_or(0);
+        let what = format!(
+            "{} ({steps} steps, {} messages)",
+            first.caption,
+            panels.iter().map(|p| p.moves.len()).sum::<usize>(),
+        );
+        self.put_picture(path, drawn, &what)
+    }
+
+    /// `--draw` taken by a lesson that draws a picture of its own (lesson 10's timeline):
+    /// no collective is drawn step by step. The path was checked before the run.
+    pub fn draw_own(&mut self) -> Option<std::path::PathBuf> {
+        let path = self.draw.take();
+        if path.is_some() && !self.steps {
+            workbook_runtime::record::stop_steps();
+        }
+        path
+    }
+
+    /// Writes a picture drawn for `--draw` (on rank 0: the others return at once), whole or
+    /// not at all, and says so: "Drawn: WHAT written to PATH".
+    pub fn put_picture(&self, path: &std::path::Path, drawn: Result<String, String>, what: &str) -> Result<()> {
+        if self.rank() != 0 {
+            return Ok(());
+        }
         let drawn = drawn.map_err(|why| anyhow::anyhow!("--draw: {why}"))?;
         crate::output_file::replace(path, drawn.as_bytes())
             .map_err(|why| anyhow::anyhow!("--draw {}: {why}", path.display()))?;
-        let steps: usize = panels.iter().map(|p| p.steps.len()).max().unwrap_or(0);
         self.say(&format!(
-            "Drawn: {} ({steps} steps, {} messages) written to {}: open it in a browser",
-            first.caption,
-            panels.iter().map(|p| p.moves.len()).sum::<usize>(),
+            "Drawn: {what} written to {}: open it in a browser",
             path.display()
         ));
         Ok(())

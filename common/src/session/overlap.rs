@@ -294,6 +294,16 @@ impl<'s> Stream<'s> {
         &self.log
     }
 
+    /// The layers computed since the stream opened: each one's start and end, in seconds
+    /// since then (on NCCL, when its kernel was queued).
+    pub fn computed(&self) -> Vec<(f64, f64)> {
+        let since = |t: Instant| t.duration_since(self.opened).as_secs_f64();
+        crate::compute::computed_after(self.opened)
+            .into_iter()
+            .map(|(start, end)| (since(start), since(end)))
+            .collect()
+    }
+
     /// How long since the stream opened.
     pub fn elapsed(&self) -> Duration {
         self.opened.elapsed()
