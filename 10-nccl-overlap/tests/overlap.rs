@@ -159,6 +159,35 @@ fn draw_pictures_the_four_timelines() {
     assert!(!svg.exists());
 }
 
+/// A bucket the simulated link cannot carry within --timeout is refused as it is issued
+/// on the stream, in one line, exit 2.
+#[test]
+fn a_bucket_too_large_for_the_link_and_the_timeout_is_refused() {
+    // Two layers of 12·64² + 13·64 parameters: 390 KiB of gradients in one bucket, 3.2 s
+    // at 1 Mbit/s.
+    let args = [
+        "--nproc-per-node",
+        "2",
+        "--transport",
+        "tcp",
+        "--link",
+        "0,1Mbps",
+        "--timeout",
+        "2",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--compute-us",
+        "200",
+    ];
+    let r = finish(spawn(command(BIN, &args)), LIMIT);
+    assert_eq!(r.code, Some(2), "{r}");
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{r}");
+    assert!(errors[0].contains("longer than --timeout (2 s)"), "{r}");
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     for (args, says) in [

@@ -83,6 +83,10 @@ pub struct Comm {
     /// rank receives ([`Comm::exchange`]): started on first use, kept while the
     /// communicator lives (`None`: it could not be started).
     send_thread: OnceLock<Option<mpsc::Sender<SendJob>>>,
+    /// `--link` and `--timeout`, when some link of this rank is simulated: a message the
+    /// simulated wire cannot carry within the timeout is refused before it is sent
+    /// ([`Comm::wire_carries`]).
+    wire: Option<(crate::transport::simulated::Network, std::time::Duration)>,
 }
 
 impl Comm {
@@ -121,7 +125,28 @@ impl Comm {
             },
             heartbeat: None,
             send_thread: OnceLock::new(),
+            wire: None,
         }
+    }
+
+    /// The same rank, whose TCP links take the time of `net` (`--link`) and whose waits
+    /// last at most `timeout`.
+    pub fn on_wire(self, wire: Option<(crate::transport::simulated::Network, std::time::Duration)>) -> Comm {
+        Comm { wire, ..self }
+    }
+
+    /// Whether a collective of `bytes` (its largest buffer) fits the simulated wire: on a
+    /// link of `--link`'s speed its buffer must cross within `--timeout`, or every rank
+    /// would wait past the deadline for bytes still on the wire. `Err`: one line saying
+    /// so, for the user (exit 2).
+    pub fn wire_carries(&self, bytes: usize) -> Result<(), String> {
+        carries(self.wire_limit(), bytes)
+    }
+
+    /// `--link` and `--timeout` where this rank has a simulated link to another of this
+    /// communicator: what [`carries`] checks a message against.
+    pub fn wire_limit(&self) -> Option<(crate::transport::simulated::Network, std::time::Duration)> {
+        self.wire.filter(|_| self.world > 1)
     }
 
     /// The same rank, on a job whose every pair of ranks shares memory (or not): the
@@ -244,6 +269,8 @@ impl Comm {
             },
             heartbeat: self.heartbeat.clone(),
             send_thread: OnceLock::new(),
+            // Simulated where some pair of its ranks talks over TCP.
+            wire: self.wire.filter(|_| !every_pair_in_memory),
         }
     }
 
@@ -615,6 +642,15 @@ impl Comm {
             _ => anyhow!("connection to rank {peer} failed: {e}"),
         }
     }
+}
+
+/// Whether a message of `bytes` crosses a simulated wire (`--link`, with `--timeout`;
+/// `None`: no simulated link) in time: one line for the user when it does not.
+pub fn carries(
+    wire: Option<(crate::transport::simulated::Network, std::time::Duration)>,
+    bytes: usize,
+) -> Result<(), String> {
+    wire.map_or(Ok(()), |(net, timeout)| net.carries(bytes, timeout))
 }
 
 /// What a rank tells another during a single-copy algorithm.

@@ -182,6 +182,18 @@ impl Session {
         Ok(())
     }
 
+    /// Refuses (exit 2, one line) a message of `bytes` that `--link`'s simulated wire
+    /// cannot carry within `--timeout`: checked before a collective or a send starts.
+    pub(crate) fn fits_wire(&self, bytes: usize) -> Result<()> {
+        match &self.comm {
+            // Every rank of the communicator has a simulated link, and says the same.
+            Communicator::Cpu(cpu) => cpu
+                .wire_carries(bytes)
+                .map_err(|message| workbook_runtime::error::SharedError { message, usage: true }.into()),
+            _ => Ok(()),
+        }
+    }
+
     /// The world's rank of `peer`, a rank of the communicator the calls run on now.
     pub(crate) fn world_rank_of(&self, peer: usize) -> usize {
         self.scope.as_ref().map_or(peer, |s| s.world_rank(peer))
@@ -190,6 +202,7 @@ impl Session {
     /// Sends the whole buffer to rank `peer`, which must `recv` as many elements.
     pub fn send<T: Element>(&mut self, buf: &Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
+        self.fits_wire(buf.len() * size_of::<T>())?;
         self.ledger
             .enter(Some((self.world_rank_of(peer), buf.len() * size_of::<T>())), None);
         let sent = self.comm.send(buf, peer);
@@ -199,6 +212,7 @@ impl Session {
     /// Receives a whole buffer from rank `peer`.
     pub fn recv<T: Element>(&mut self, buf: &mut Buffer<T>, peer: usize) -> Result<()> {
         self.ensure_peer(peer)?;
+        self.fits_wire(buf.len() * size_of::<T>())?;
         self.ledger
             .enter(None, Some((self.world_rank_of(peer), buf.len() * size_of::<T>())));
         let got = self.comm.recv(buf, peer);
@@ -268,6 +282,7 @@ impl Session {
         let (rank, world) = (self.rank(), self.comm.world());
         let (send_len, recv_len) = (coll.counts)(count, world);
         let bytes = send_len.max(recv_len) * size_of::<T>();
+        self.fits_wire(bytes)?;
         self.last_op = Some((coll, bytes));
         workbook_runtime::fault::late(rank);
         // The trace names the communicator a collective ran on, inside Session::on.

@@ -41,6 +41,34 @@ fn a_link_that_cannot_be_or_cannot_apply_is_refused_in_one_line() {
     );
 }
 
+/// A buffer the link cannot carry within --timeout is refused before it is sent, in one
+/// line naming the time it would take, not waited on until every rank gives up on live
+/// peers ("nothing moved", after 72 s for 16 MiB at 1 Mbit/s with --timeout 5).
+#[test]
+fn a_buffer_the_link_cannot_carry_within_the_timeout_is_refused_at_once() {
+    let slow = [
+        "--nproc-per-node",
+        "2",
+        "--transport",
+        "tcp",
+        "--link",
+        "0,1Mbps",
+        "--timeout",
+        "5",
+    ];
+    let started = std::time::Instant::now();
+    let r = probe(&[&slow[..], &["--size", "16M"]].concat());
+    refused(
+        &r,
+        "a buffer of 16.0 MiB takes 134.2 s to cross it, longer than --timeout (5 s)",
+    );
+    // Said before anything was sent: well within the timeout (not a bound on speed).
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{r}");
+    // What fits runs: 64 KiB take half a second.
+    let r = probe(&[&slow[..], &["--size", "64K"]].concat());
+    assert_eq!(r.code, Some(0), "{r}");
+}
+
 #[test]
 fn every_message_takes_the_links_latency_and_every_output_says_so() {
     // 20 ms: every call waits at least that long for the other rank's message, however

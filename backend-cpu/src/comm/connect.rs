@@ -109,7 +109,7 @@ impl Comm {
                 .enumerate()
             {
                 links[peer] = match (link, network) {
-                    (Some(link), Some(net)) => Some(Arc::new(SimulatedLink::new(Box::new(link), net))),
+                    (Some(link), Some(net)) => Some(Arc::new(SimulatedLink::new(Box::new(link), net, timeout))),
                     (Some(link), None) => Some(Arc::new(link)),
                     (None, _) => None,
                 };
@@ -153,7 +153,12 @@ impl Comm {
             .with_peer_arenas(arenas)
             .oversubscribed_by(oversubscribed)
             .with_protocols(world > 1 && every().all(|v| *v == Via::Shm))
-            .on_nodes(number_machines(&keys));
+            .on_nodes(number_machines(&keys))
+            .on_wire(
+                network
+                    .filter(|_| table[rank].contains(&Some(Via::Tcp)))
+                    .map(|n| (n, timeout)),
+            );
         Ok((comm, pairs))
     }
 }

@@ -46,6 +46,26 @@ impl Network {
         Duration::from_secs_f64(bytes as f64 * 8.0 / self.bits_per_second)
     }
 
+    /// Whether a buffer of `bytes` crosses this link within `timeout` (its transfer and
+    /// its latency): a collective whose buffer does not is refused before it runs, in one
+    /// line, rather than every rank waiting on a wire that is still busy past the deadline.
+    pub fn carries(&self, bytes: usize, timeout: Duration) -> Result<(), String> {
+        let takes = self.transfer(bytes) + self.latency;
+        if takes <= timeout {
+            return Ok(());
+        }
+        let human = workbook_runtime::units::human_duration;
+        Err(format!(
+            "--link ({}): a buffer of {} takes {} to cross it, longer than --timeout ({}): raise --timeout \
+             above {}, or use a smaller buffer or a faster link",
+            self.describe(),
+            workbook_runtime::units::human_bytes(bytes),
+            human(takes),
+            human(timeout),
+            human(takes)
+        ))
+    }
+
     /// As a person reads it: `5 µs, 10 Gbit/s`.
     pub fn describe(&self) -> String {
         format!("{}, {}", self.latency_text(), self.bandwidth_text())
@@ -135,6 +155,8 @@ pub struct SimulatedLink {
     net: Network,
     /// The clock both ends read: the arrival times they exchange count from it.
     origin: Instant,
+    /// `--timeout`: how far ahead a message may be announced (see [`SimulatedLink::arrival`]).
+    timeout: Duration,
 }
 
 /// When this rank's simulated network card is next free to send: every simulated link of
@@ -142,21 +164,41 @@ pub struct SimulatedLink {
 static CARD_FREE_AT: Mutex<Option<Instant>> = Mutex::new(None);
 
 impl SimulatedLink {
-    /// `inner` at the speed of `net`.
-    pub fn new(inner: Box<dyn Link>, net: Network) -> SimulatedLink {
+    /// `inner` at the speed of `net`; no wait lasts longer than `timeout`.
+    pub fn new(inner: Box<dyn Link>, net: Network, timeout: Duration) -> SimulatedLink {
         SimulatedLink {
             inner,
             net,
             origin: boot_origin(),
+            timeout,
         }
     }
 
-    /// Waits until the message announced before it has arrived.
-    fn wait_for_arrival(&self, tag: u8) -> io::Result<()> {
+    /// When the message of `len` bytes announced next arrives, as its sender's stamp says.
+    /// A stamp later than the link could need (the message's own time on the wire, its
+    /// latency, and the sender's card busy for at most `--timeout` with earlier messages)
+    /// is not a rank of this job's: refused as a protocol error naming the peer, never
+    /// slept on.
+    fn arrival(&self, tag: u8, len: usize) -> io::Result<Instant> {
         let mut stamp = [0u8; 8];
         self.inner.recv_into(tag, &mut stamp)?;
-        until(self.origin + Duration::from_nanos(u64::from_le_bytes(stamp)));
-        Ok(())
+        let at = Duration::from_nanos(u64::from_le_bytes(stamp));
+        let latest = Instant::now() + self.net.transfer(len) + self.net.latency + self.timeout;
+        match self.origin.checked_add(at).filter(|t| *t <= latest) {
+            Some(t) => Ok(t),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} announced a message of {} arriving {} from now, later than the simulated link could need: \
+                     not a rank of this job, or a broken one",
+                    self.inner.describe(),
+                    workbook_runtime::units::human_bytes(len),
+                    workbook_runtime::units::human_duration(
+                        at.saturating_sub(Instant::now().saturating_duration_since(self.origin))
+                    )
+                ),
+            )),
+        }
     }
 }
 
@@ -177,14 +219,23 @@ impl Link for SimulatedLink {
         Ok(())
     }
 
+    // The bytes are taken off the real link at once, and handed over at their simulated
+    // arrival: the sender's socket never stalls behind a receiver waiting for the wire
+    // (which its --timeout would take for a peer gone silent).
     fn recv_into(&self, tag: u8, dst: &mut [u8]) -> io::Result<()> {
-        self.wait_for_arrival(tag)?;
-        self.inner.recv_into(tag, dst)
+        let arrives = self.arrival(tag, dst.len())?;
+        self.inner.recv_into(tag, dst)?;
+        until(arrives);
+        Ok(())
     }
 
     fn recv_pieces(&self, tag: u8, len: usize, each: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
-        self.wait_for_arrival(tag)?;
-        self.inner.recv_pieces(tag, len, each)
+        let arrives = self.arrival(tag, len)?;
+        let mut data = vec![0u8; len];
+        self.inner.recv_into(tag, &mut data)?;
+        until(arrives);
+        each(0, &data);
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -253,6 +304,72 @@ mod tests {
             "1.5 ms, 100 Mbit/s"
         );
         assert_eq!(Network::parse("0,25GBPS").unwrap().latency, Duration::ZERO);
+    }
+
+    /// A link that hands over what it was given: a stamp, then a message.
+    struct Canned(Mutex<Vec<Vec<u8>>>);
+
+    impl Link for Canned {
+        fn send(&self, _: u8, _: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+        fn recv_into(&self, _: u8, dst: &mut [u8]) -> io::Result<()> {
+            let next = self.0.lock().unwrap().remove(0);
+            dst.copy_from_slice(&next);
+            Ok(())
+        }
+        fn recv_pieces(&self, _: u8, _: usize, _: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
+            unreachable!()
+        }
+        fn describe(&self) -> String {
+            "rank 1 at 127.0.0.1:9".into()
+        }
+        fn eager_limit(&self) -> usize {
+            0
+        }
+    }
+
+    /// A stamp from far in the future (a stranger greeting as a rank) is a protocol
+    /// error naming the peer, at once; one the link could need is slept on.
+    #[test]
+    fn a_message_announced_later_than_the_link_could_need_is_refused() {
+        let net = Network::parse("0,1Gbps").unwrap();
+        let at = |from_now: Duration| {
+            let t = (Instant::now() + from_now).duration_since(boot_origin());
+            (t.as_nanos() as u64).to_le_bytes().to_vec()
+        };
+        let link = |stamp: Vec<u8>| {
+            let inner = Canned(Mutex::new(vec![stamp, vec![7u8; 4]]));
+            SimulatedLink::new(Box::new(inner), net, Duration::from_secs(1))
+        };
+        let mut got = [0u8; 4];
+        let started = Instant::now();
+        let e = link(u64::MAX.to_le_bytes().to_vec())
+            .recv_into(1, &mut got)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            e.to_string().contains("rank 1 at 127.0.0.1:9 announced a message"),
+            "{e}"
+        );
+        let e = link(at(Duration::from_secs(3600))).recv_into(1, &mut got).unwrap_err();
+        assert!(
+            e.to_string().contains("later than the simulated link could need"),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1), "refused, not slept on");
+        link(at(Duration::from_millis(20))).recv_into(1, &mut got).unwrap();
+        assert_eq!(got, [7; 4]);
+        assert!(started.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_link_carries_what_crosses_it_within_the_timeout() {
+        let net = Network::parse("1ms,1Mbps").unwrap();
+        assert!(net.carries(125_000, Duration::from_secs(2)).is_ok());
+        let e = net.carries(16 << 20, Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("a buffer of 16.0 MiB takes 134.2 s"), "{e}");
+        assert!(!e.contains('\n'));
     }
 
     #[test]

@@ -290,6 +290,7 @@ impl<'a> Group<'a> {
             return self.s.send(buf, peer);
         }
         self.s.ensure_peer(peer)?;
+        self.s.fits_wire(buf.len() * size_of::<T>())?;
         self.p2p.push(P2p::Send {
             data: as_bytes(host(buf)),
             peer,
@@ -305,6 +306,7 @@ impl<'a> Group<'a> {
             return self.s.recv(buf, peer);
         }
         self.s.ensure_peer(peer)?;
+        self.s.fits_wire(buf.len() * size_of::<T>())?;
         let elems = buf.len();
         self.p2p.push(P2p::Recv {
             data: as_bytes_mut(host_mut(buf)),

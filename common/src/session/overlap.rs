@@ -52,6 +52,8 @@ pub struct Stream<'s> {
     issued: usize,
     waited: usize,
     log: Vec<Span>,
+    /// Refuses a collective `--link`'s wire cannot carry within `--timeout` ([`Session::fits_wire`]).
+    wire: Box<dyn Fn(usize) -> Result<()> + 's>,
 }
 
 /// Where a stream's collectives run.
@@ -129,6 +131,7 @@ impl Session {
         let place = (self.comm.rank(), self.comm.world());
         if let Communicator::Cpu(cpu) = &mut self.comm {
             let cpu: &mut Cpu = cpu;
+            let limit = cpu.wire_limit();
             std::thread::scope(|scope| {
                 let (jobs, queue) = mpsc::channel::<Job>();
                 let thread = std::thread::Builder::new()
@@ -140,7 +143,11 @@ impl Session {
                         }
                     })
                     .with_context(|| format!("{who}: starting the stream's thread"))?;
-                let mut stream = Stream::new(Queue::Thread(jobs), who.clone(), place);
+                let wire = Box::new(move |bytes| {
+                    workbook_cpu::comm::carries(limit, bytes)
+                        .map_err(|message| workbook_runtime::error::SharedError { message, usage: true }.into())
+                });
+                let mut stream = Stream::new(Queue::Thread(jobs), who.clone(), place, wire);
                 let out = body(&mut stream);
                 let (unwaited, report) = stream.close();
                 self.report.streams.push(report);
@@ -154,7 +161,7 @@ impl Session {
             })
         } else {
             nccl(&self.comm).open_comm_stream()?;
-            let mut stream = Stream::new(Queue::Nccl(&mut self.comm), who, place);
+            let mut stream = Stream::new(Queue::Nccl(&mut self.comm), who, place, Box::new(|_| Ok(())));
             let out = body(&mut stream);
             let (unwaited, report) = stream.close();
             self.report.streams.push(report);
@@ -172,8 +179,14 @@ impl Session {
 }
 
 impl<'s> Stream<'s> {
-    fn new(queue: Queue<'s>, who: String, (rank, world): (usize, usize)) -> Stream<'s> {
+    fn new(
+        queue: Queue<'s>,
+        who: String,
+        (rank, world): (usize, usize),
+        wire: Box<dyn Fn(usize) -> Result<()> + 's>,
+    ) -> Stream<'s> {
         Stream {
+            wire,
             queue,
             who,
             rank,
@@ -314,6 +327,7 @@ impl<'s> Stream<'s> {
         let count = coll
             .count_of(None, buf.len(), self.world)
             .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.who)))?;
+        (self.wire)(buf.len() * size_of::<T>())?;
         self.issued += 1;
         // The test hook `NCCL_WORKBOOK_FAULT=die-on-stream:RANK`: that rank is killed as it
         // issues its second collective, while the others' first ones are in flight.
