@@ -107,8 +107,24 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 /// sharing a terminal or a Slurm `.out` file never interleave mid-line.
 pub fn say_line(line: &str) {
     use std::io::Write;
-    let line = cut_long_words(line, 200);
+    let line = cut_long_words(&one_line(line), 200);
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// `line` as one line whatever it quotes: a newline or another control character (a value
+/// pasted into a variable with its newline) written as its escape, `\n`.
+pub fn one_line(line: &str) -> String {
+    let line = line.trim_end_matches(['\n', '\r']);
+    match line.chars().any(char::is_control) {
+        false => line.to_string(),
+        true => line
+            .chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+            .collect(),
+    }
 }
 
 /// What [`print_line`] does once stdout's reader has gone away (`| head -5` closed the
@@ -215,6 +231,16 @@ pub fn cut(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_with_a_newline_in_it_stays_one_line() {
+        assert_eq!(
+            one_line("error: NCCL_ALGO=ring\nx: unknown\n"),
+            "error: NCCL_ALGO=ring\\nx: unknown"
+        );
+        assert_eq!(one_line("a\tb\u{7}"), "a\\tb\\u{7}");
+        assert_eq!(one_line("plain, µs"), "plain, µs");
+    }
 
     #[test]
     fn long_values_are_cut_in_messages() {

@@ -41,7 +41,16 @@ impl Protocols {
     pub fn from_user(text: Option<String>) -> Result<Protocols, String> {
         match text {
             Some(text) if !text.trim().is_empty() => {
-                Protocols::parse(&text).map_err(|why| format!("NCCL_PROTO={text}: {why}"))
+                let protos = Protocols::parse(&text).map_err(|why| format!("NCCL_PROTO={text}: {why}"))?;
+                // NCCL finds no protocol for any call then, and refuses each
+                // ("no algorithm/protocol available", ncclInvalidUsage): said before the run.
+                match protos.per.iter().flatten().any(|ok| *ok) {
+                    true => Ok(protos),
+                    false => Err(format!(
+                        "NCCL_PROTO={text}: excludes every protocol (LL, LL128 and Simple), so no collective can run \
+                         (NCCL refuses each call: \"no algorithm/protocol available\"); leave one out of the list"
+                    )),
+                }
             }
             _ => Ok(Protocols::default()),
         }
@@ -142,7 +151,21 @@ impl Allowed {
     pub fn from_user(text: Option<String>) -> Result<Allowed, String> {
         match text {
             Some(text) if !text.trim().is_empty() => {
-                Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}"))
+                let allowed = Allowed::parse(&text).map_err(|why| format!("NCCL_ALGO={text}: {why}"))?;
+                // Some algorithm left for some collective, or NCCL refuses every call.
+                let left = Func::ALL.iter().any(|&f| {
+                    crate::collective::algorithms(f)
+                        .iter()
+                        .any(|row| allowed.allows(f, row.algorithm.family()))
+                });
+                match left {
+                    true => Ok(allowed),
+                    false => Err(format!(
+                        "NCCL_ALGO={text}: excludes every algorithm the CPU backend has (ring, tree, direct and \
+                         single-copy), so no collective can run (NCCL refuses each call: \"no algorithm/protocol \
+                         available\"); leave one out of the list"
+                    )),
+                }
             }
             _ => Ok(Allowed::default()),
         }

@@ -146,7 +146,7 @@ pub fn connect(
     };
     // A job on one host with a core for each rank: each rank on a core of its own, unless
     // NCCL_WORKBOOK_BIND=none leaves the ranks to the scheduler (two jobs on one host).
-    let leave = std::env::var("NCCL_WORKBOOK_BIND").is_ok_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    let leave = !binds().map_err(|message| crate::error::SharedError { message, usage: true })?;
     if peers.len() + 1 == world && world <= cores && !leave {
         bind_to_own_core(peers.iter().filter(|p| **p < rank).count(), world);
     }
@@ -160,6 +160,21 @@ pub fn connect(
         .iter()
         .map(|&peer| ShmLink::unconnected(rank, peer, pids[peer], timeout, spin))
         .collect())
+}
+
+/// `NCCL_WORKBOOK_BIND`: whether ranks that share a host with a core each are bound to
+/// their cores (`core`, the default) or left to the scheduler (`none`); anything else is
+/// the user's error, in one line.
+pub fn binds() -> Result<bool, String> {
+    match std::env::var("NCCL_WORKBOOK_BIND") {
+        Err(_) => Ok(true),
+        Ok(v) if v.trim().is_empty() || v.trim().eq_ignore_ascii_case("core") => Ok(true),
+        Ok(v) if v.trim().eq_ignore_ascii_case("none") => Ok(false),
+        Ok(v) => Err(format!(
+            "NCCL_WORKBOOK_BIND={v}: 'core' (each rank on a core of its own where there are enough, the \
+             default) or 'none' (the ranks left to the scheduler)"
+        )),
+    }
 }
 
 impl ShmLink {
