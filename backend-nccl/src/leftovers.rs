@@ -32,6 +32,37 @@ pub fn remove_dead_files() {
     remove(&|pid| !alive(pid));
 }
 
+/// What a rank that ends at once (a signal, a deadline) removes: its own mark in each
+/// meeting folder it joined, then each folder whose other members are all gone (the last
+/// to leave removes it, whoever went first; a member killed outright never leaves), and
+/// the link folders of processes that are gone (its launcher's, killed with it).
+pub fn leave() {
+    let me = std::process::id();
+    for room in mine(&rooms_folder()) {
+        let mark = room.join(format!("pid-{me}"));
+        if !mark.exists() {
+            continue;
+        }
+        let _ = std::fs::remove_file(&mark);
+        // The members still marked (the maker's name is the first member's mark too).
+        let marked: Vec<u32> = std::fs::read_dir(&room)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("pid-"))
+                    .and_then(pid)
+            })
+            .collect();
+        if marked.into_iter().all(|p| !alive(p)) {
+            let _ = std::fs::remove_dir_all(&room);
+        }
+    }
+    remove_dead_files();
+}
+
 fn remove(gone: &dyn Fn(u32) -> bool) {
     for entry in mine(&rooms_folder()) {
         if let Some(owners) = room_owners(&entry)

@@ -116,6 +116,10 @@ fn start(run: &RunArgs, rank: impl FnOnce(launch::Identity, &RunArgs) -> Result<
     // the restarts above, so that it runs once per process.
     workbook_nccl::leftovers::remove_dead_files();
     let code = run_role(&run, rank);
+    // A rank whose launcher died while it ran: nobody else removes what it made.
+    if workbook_runtime::signals::orphaned() {
+        error::run_clean_ups();
+    }
     nccl_library::clean_up();
     simulate::clean_up();
     code
@@ -149,6 +153,10 @@ fn run_role(run: &RunArgs, rank_part: impl FnOnce(launch::Identity, &RunArgs) ->
                 workbook_nccl::nccl_log::capture();
                 workbook_nccl::per_sweep::prepare(&run.nccl_env_per_sweep);
             }
+            // Told to stop (its launcher died, Ctrl-C, scancel), the rank removes what it
+            // and its simulated GPUs made, and what its peers killed outright left.
+            workbook_runtime::signals::clean_up_on_termination();
+            error::clean_up_at_exit(workbook_nccl::leftovers::leave);
             let (rank, source) = (id.rank, id.source);
             // Said before the rank runs out of descriptors (a launcher said it already).
             let short = limits::open_files_short(id.world_size, rank == 0).map(|line| {

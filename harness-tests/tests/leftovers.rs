@@ -57,6 +57,50 @@ fn a_rank_killed_while_setting_up_shared_memory_leaves_no_file() {
     assert!(left.is_empty(), "left in /dev/shm: {left:?}\n{r}");
 }
 
+/// Launchers killed outright while their ranks start (issue 53, item 8: 80 launchers
+/// killed 0-30 ms after they started left 52 channel files in /dev/shm): the ranks are
+/// told to stop as their launcher dies, and remove their channel files before they go,
+/// and those of peers that could not; nothing waits for a next job to sweep them.
+#[test]
+fn ranks_whose_launcher_is_killed_while_they_start_remove_their_files() {
+    let _alone = CHANNEL_FILES.lock().unwrap_or_else(|p| p.into_inner());
+    let before = channel_files();
+    let args = [
+        "--backend",
+        "cpu",
+        "--nproc-per-node",
+        "4",
+        "--size",
+        "4M",
+        "--timeout",
+        "5",
+    ];
+    let mut ranks = vec![];
+    for i in 0..40u64 {
+        let mut child = spawn(command(BIN, &args));
+        std::thread::sleep(Duration::from_micros(1500 * i));
+        ranks.extend(testkit::children(child.id()));
+        testkit::signal(child.id(), 9);
+        let _ = child.wait();
+    }
+    let start = Instant::now();
+    while !ranks.iter().all(|&k| testkit::ended(k)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "ranks outlived their launcher"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Files of other jobs may come and go; none of a process that is gone (a zombie
+    // included: this machine's init reaps orphans late) may stay.
+    let left: Vec<String> = channel_files()
+        .difference(&before)
+        .filter(|f| testkit::ended(owner(f)))
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
+
 #[test]
 fn files_left_by_dead_processes_are_removed_by_the_next_job() {
     // A job killed together with its launcher leaves its names; the next job on this

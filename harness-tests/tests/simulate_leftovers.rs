@@ -121,7 +121,7 @@ fn what_a_job_killed_with_its_launcher_left_is_removed_by_the_next_job() {
     let tmp = private_tmp("killed-launcher");
     let (child, kids, room) = long_job(&tmp);
     let launcher = child.id();
-    // Its ranks die with it (PR_SET_PDEATHSIG): nobody is left to clean up.
+    // Its ranks are told to stop as it dies (PR_SET_PDEATHSIG).
     signal(launcher, 9);
     let r = finish(child, LIMIT);
     let start = Instant::now();
@@ -154,6 +154,36 @@ fn what_a_job_killed_with_its_launcher_left_is_removed_by_the_next_job() {
         links.display(),
         left_before.1
     );
+}
+
+/// A rank killed outright, then its launcher (issue 53, item 8): the surviving rank is
+/// told to stop (SIGTERM, as its launcher dies) and removes, before it goes, the meeting
+/// folder the killed rank could not leave and the launcher's link folder. Nothing waits
+/// for a next job.
+#[test]
+fn a_rank_then_its_launcher_killed_leave_nothing_without_a_next_job() {
+    let _alone = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = private_tmp("killed-both");
+    let (child, kids, room) = long_job(&tmp);
+    let launcher = child.id();
+    signal(kids[1], 9);
+    std::thread::sleep(Duration::from_millis(100));
+    signal(launcher, 9);
+    let r = finish(child, LIMIT);
+    let start = Instant::now();
+    while !kids.iter().all(|&k| ended(k)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the ranks outlived their launcher"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let links = tmp.join(format!("nccl-workbook-sim-{launcher}"));
+    let (room_left, links_left) = (room.exists(), links.exists());
+    let _ = std::fs::remove_dir_all(&room);
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(!room_left, "left in /dev/shm: {}\n{r}", room.display());
+    assert!(!links_left, "left: {}\n{r}", links.display());
 }
 
 #[test]

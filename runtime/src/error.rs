@@ -187,6 +187,24 @@ pub fn clean_up_at_exit(clean_up: fn()) {
     }
 }
 
+/// Runs what [`clean_up_at_exit`] registered, now: at once before `_exit`, or at the end
+/// of a rank whose launcher is gone ([`crate::signals::orphaned`]), which nobody else
+/// will clean up after.
+pub fn run_clean_ups() {
+    // Not a plain lock: the thread that holds it may be the one stuck; after a short
+    // wait, nothing is removed.
+    let start = std::time::Instant::now();
+    loop {
+        match AT_EXIT.try_lock() {
+            Ok(all) => return all.iter().for_each(|f| f()),
+            Err(_) if start.elapsed() < std::time::Duration::from_millis(100) => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 /// What [`clean_up_at_exit`] registered.
 static AT_EXIT: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
 
@@ -200,10 +218,13 @@ pub fn exit_now(line: &str, code: u8) -> ! {
     use std::io::Write;
     say_line(line);
     let _ = std::io::stderr().flush();
-    // try_lock: the thread that holds it may be the one stuck; then nothing is removed.
-    if let Ok(all) = AT_EXIT.try_lock() {
-        all.iter().for_each(|f| f());
-    }
+    exit_cleaned(code)
+}
+
+/// Ends this process at once, saying nothing: the files it made removed (what
+/// [`clean_up_at_exit`] registered), then `_exit(code)`, as [`exit_now`] does.
+pub fn exit_cleaned(code: u8) -> ! {
+    run_clean_ups();
     // SAFETY: _exit ends the process without running any code of its own; nothing after
     // this line is needed (the output is written, our files are removed).
     unsafe { libc::_exit(i32::from(code)) }

@@ -79,20 +79,25 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
     Ok(code)
 }
 
-/// A rank whose launcher dies (killed, its terminal closed) is killed too, by the kernel
-/// (Linux's `PR_SET_PDEATHSIG`), instead of living on as an orphan.
+/// A rank whose launcher dies (killed, its terminal closed) is told to stop, by the kernel
+/// (Linux's `PR_SET_PDEATHSIG`), instead of living on as an orphan: SIGTERM, which the
+/// rank takes to remove what it made before it goes ([`crate::signals`]). A launcher
+/// that died between the fork and the `prctl` is seen at once: the rank does not start.
 fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     unsafe extern "C" {
         fn prctl(option: std::ffi::c_int, ...) -> std::ffi::c_int;
     }
     const PR_SET_PDEATHSIG: std::ffi::c_int = 1;
-    const SIGKILL: std::ffi::c_ulong = 9;
-    // SAFETY: prctl is async-signal-safe, as code between fork and exec must be.
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe, as code between fork and exec must be.
     unsafe {
-        cmd.pre_exec(|| {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            Ok(())
+        cmd.pre_exec(move || {
+            prctl(PR_SET_PDEATHSIG, libc::SIGTERM as std::ffi::c_ulong);
+            match libc::getppid() == launcher {
+                true => Ok(()),
+                false => Err(std::io::Error::other("the launcher is gone")),
+            }
         });
     }
 }

@@ -25,6 +25,7 @@ pub mod nccl;
 pub mod rank;
 pub mod record;
 pub mod rendezvous;
+pub mod signals;
 pub mod units;
 pub mod wire;
 

@@ -226,6 +226,8 @@ impl ShmLink {
         let path = channel_name(std::process::id(), self.rank, self.peer);
         let part = format!("{path}.part");
         let make = || {
+            // Not while the process removes its files to end ([`remove_on_exit`]).
+            let _making = MAKING.read().unwrap_or_else(|p| p.into_inner());
             Channel::map(&part, true).and_then(|c| match std::fs::rename(&part, &path) {
                 Ok(()) => Ok(c),
                 Err(e) => {
@@ -317,6 +319,42 @@ impl ShmLink {
             pause = (pause * 2).min(Duration::from_millis(2));
         }
     }
+}
+
+/// The pids of this job's ranks that share this host ([`remember_job`]): whose files a
+/// rank that ends at once may remove once they are gone.
+static JOB: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+
+/// Notes the pids of this job's ranks on this host, and has this process remove, if it
+/// ends at once (a signal, a deadline: [`workbook_runtime::error::clean_up_at_exit`]), its
+/// own channel files and those of these ranks that are gone (killed outright, they could
+/// not), so that a job whose launcher was killed leaves nothing.
+pub fn remember_job(pids: Vec<u32>) {
+    let _ = JOB.set(pids);
+    workbook_runtime::error::clean_up_at_exit(remove_on_exit);
+}
+
+/// Held (shared) while a channel file is made, taken whole by [`remove_on_exit`] and
+/// never given back: no file is made after the process removed its files to end.
+static MAKING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// What [`remember_job`] registers.
+fn remove_on_exit() {
+    // A file being made (microseconds) is waited for, a little; then none is made again.
+    let start = Instant::now();
+    loop {
+        match MAKING.try_write() {
+            Ok(held) => {
+                std::mem::forget(held);
+                break;
+            }
+            Err(_) if start.elapsed() < Duration::from_millis(200) => std::thread::sleep(Duration::from_micros(100)),
+            Err(_) => break,
+        }
+    }
+    let me = std::process::id();
+    let job = JOB.get().map(Vec::as_slice).unwrap_or_default();
+    remove_files(|owner, path| owner == me || (job.contains(&owner) && !process_alive(owner) && !locked(path)));
 }
 
 /// Removes every channel file that `pids` created (the launcher, once its ranks ended).

@@ -156,6 +156,7 @@ pub fn connect(
         .iter()
         .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
         .collect();
+    files::remember_job(peers.iter().map(|&p| pids[p]).collect());
     Ok(peers
         .iter()
         .map(|&peer| ShmLink::unconnected(rank, peer, pids[peer], timeout, spin))
