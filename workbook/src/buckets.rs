@@ -56,7 +56,8 @@ fn case(n: usize, mib: &str) -> Case {
     // Element i of the gradients, the last layer first, averaged: (n + 1)(l + 1) / 2.
     let average = move |_rank: usize, i: usize| ((n + 1) * (LAYERS - i / PARAMS)) as f64 / 2.0;
     let bucket = (mib.parse::<f64>().unwrap_or(0.0) * (1 << 20) as f64) as usize;
-    Case::new(n, &args, "after", average).also(move |report| launched(report, bucket))
+    // The table's default: the first 8 elements.
+    Case::new(n, &args, "after", 8, average).also(move |report| launched(report, bucket))
 }
 
 /// What is wrong with the all-reduces of rank 0's stream, for buckets of `bucket` bytes:

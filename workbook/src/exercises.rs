@@ -119,6 +119,9 @@ pub struct Case {
     pub args: Vec<String>,
     /// The stage of the JSON report whose shown elements are checked ("after").
     pub stage: &'static str,
+    /// How many elements every rank shows at that stage (`--show`, or the tables' 8): a
+    /// report that lacks some (or has others) fails, whatever the ones it has.
+    pub shown: usize,
     /// The value element `i` of `rank` must have at that stage.
     pub expect: Box<dyn Fn(usize, usize) -> f64>,
     /// What else the JSON report must say, as lines of what is wrong (exercise 14: how
@@ -131,12 +134,14 @@ impl Case {
         world: usize,
         args: &[&str],
         stage: &'static str,
+        shown: usize,
         expect: impl Fn(usize, usize) -> f64 + 'static,
     ) -> Case {
         Case {
             world,
             args: args.iter().map(|a| a.to_string()).collect(),
             stage,
+            shown,
             expect: Box::new(expect),
             also: None,
         }
@@ -422,21 +427,17 @@ fn hierarchical_cases(max: usize) -> Vec<Case> {
         }
         let per_node = p.to_string();
         for count in [p, 12, 120_000] {
-            let count = count.to_string();
-            let args = [
-                "--per-node",
-                &per_node,
-                "--count",
-                &count,
-                "--iters",
-                "1",
-                "--show",
-                "16",
-            ];
-            cases.push(Case::new(n, &args, "after", sums(n)));
+            let c = count.to_string();
+            let args = ["--per-node", &per_node, "--count", &c, "--iters", "1", "--show", "16"];
+            cases.push(Case::new(n, &args, "after", shown(count), sums(n)));
         }
     }
     cases
+}
+
+/// The elements each rank shows of a buffer of `count` with `--show 16`, as the cases ask.
+fn shown(count: usize) -> usize {
+    count.min(16)
 }
 
 /// What the CPU backend's shared-memory channel from one rank to another holds: a send
@@ -455,10 +456,11 @@ fn worlds(max: usize) -> impl Iterator<Item = usize> {
 fn average_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for n in worlds(max) {
-        for count in ["1", "7", "1000"] {
+        for count in [1, 7, 1000] {
             let mean = (n + 1) as f64 / 2.0;
-            let args = ["--init", "rank", "--count", count, "--iters", "1", "--show", "16"];
-            cases.push(Case::new(n, &args, "average", move |_, _| mean));
+            let c = count.to_string();
+            let args = ["--init", "rank", "--count", &c, "--iters", "1", "--show", "16"];
+            cases.push(Case::new(n, &args, "average", shown(count), move |_, _| mean));
         }
     }
     cases
@@ -472,13 +474,14 @@ fn average_cases(max: usize) -> Vec<Case> {
 fn p2p_broadcast_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for algo in ["star", "chain", "pipeline"] {
-        for (n, root, size) in [
-            (2, 1, "--count 7"),
-            (3, 0, "--count 100003"),
-            (4, 3, "--count 1"),
-            (5, 2, "--count 13"),
-            (5, 4, "--count 100003"),
-            (3, 1, LARGER_THAN_A_CHANNEL),
+        // Each size with the elements it has: 16 MiB of f32 are 4 Mi of them.
+        for (n, root, size, count) in [
+            (2, 1, "--count 7", 7),
+            (3, 0, "--count 100003", 100003),
+            (4, 3, "--count 1", 1),
+            (5, 2, "--count 13", 13),
+            (5, 4, "--count 100003", 100003),
+            (3, 1, LARGER_THAN_A_CHANNEL, (16 << 20) / 4),
         ] {
             if n > max.max(2) {
                 continue;
@@ -488,7 +491,7 @@ fn p2p_broadcast_cases(max: usize) -> Vec<Case> {
             let args = [
                 "--algo", algo, "--root", &root, flag, value, "--iters", "1", "--show", "16",
             ];
-            cases.push(Case::new(n, &args, "after", |_, i| 42.0 + i as f64));
+            cases.push(Case::new(n, &args, "after", shown(count), |_, i| 42.0 + i as f64));
         }
     }
     cases
@@ -502,22 +505,15 @@ fn ring_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     let sums = |n: usize| move |_: usize, i: usize| (n * (n + 1) / 2 + 10 * n * (i % 1000)) as f64;
     for n in worlds(max) {
-        for count in ["1", "7", "13", "100003"] {
-            cases.push(Case::new(
-                n,
-                &["--count", count, "--iters", "1", "--show", "16"],
-                "after",
-                sums(n),
-            ));
+        for count in [1, 7, 13, 100003] {
+            let c = count.to_string();
+            let args = ["--count", &c, "--iters", "1", "--show", "16"];
+            cases.push(Case::new(n, &args, "after", shown(count), sums(n)));
         }
     }
     let n = 3.min(max.max(2));
-    cases.push(Case::new(
-        n,
-        &["--count", "8000000", "--iters", "1", "--show", "16"],
-        "after",
-        sums(n),
-    ));
+    let args = ["--count", "8000000", "--iters", "1", "--show", "16"];
+    cases.push(Case::new(n, &args, "after", shown(8_000_000), sums(n)));
     cases
 }
 
@@ -530,25 +526,21 @@ fn tree_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     let sums = |n: usize| move |_: usize, i: usize| (n * (n + 1) / 2 + 10 * n * (i % 1000)) as f64;
     // One rank: no parent, no children, nothing sent.
-    cases.push(Case::new(
-        1,
-        &["--count", "7", "--iters", "1", "--show", "16"],
-        "after",
-        sums(1),
-    ));
+    let args = ["--count", "7", "--iters", "1", "--show", "16"];
+    cases.push(Case::new(1, &args, "after", shown(7), sums(1)));
     for n in [2, 3, 5, 8, 17] {
         if n > max.max(2) {
             continue;
         }
-        for args in [
-            &["--count", "1"][..],
-            &["--count", "7"],
-            &["--count", "100003"],
-            &["--count", "13", "--pieces", "16"],
+        for (args, count) in [
+            (&["--count", "1"][..], 1),
+            (&["--count", "7"], 7),
+            (&["--count", "100003"], 100003),
+            (&["--count", "13", "--pieces", "16"], 13),
         ] {
             let mut args = args.to_vec();
             args.extend(["--iters", "1", "--show", "16"]);
-            cases.push(Case::new(n, &args, "after", sums(n)));
+            cases.push(Case::new(n, &args, "after", shown(count), sums(n)));
         }
     }
     cases
@@ -558,7 +550,7 @@ fn tree_cases(max: usize) -> Vec<Case> {
 /// of SGD with the average gradient, (n + 1)/2 × (i + 1), parameter i is
 /// (i + 1)(1 - lr (n + 1)/2) on every rank; the padding up to n equal shards stays 0.
 /// Fewer parameters than ranks, counts that no world size divides, many shards of many
-/// elements, and another learning rate.
+/// elements, and another learning rate. The parameters shown are the padded buffer's.
 fn sharded_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     let step = |n: usize, count: usize, lr: f64| {
@@ -574,13 +566,24 @@ fn sharded_cases(max: usize) -> Vec<Case> {
         for count in [1, 7, 100003] {
             let c = count.to_string();
             let args = ["--count", &c, "--iters", "1", "--show", "16"];
-            cases.push(Case::new(n, &args, "after", step(n, count, 0.25)));
+            cases.push(Case::new(
+                n,
+                &args,
+                "after",
+                shown(padded(n, count)),
+                step(n, count, 0.25),
+            ));
         }
     }
     let n = 3.min(max.max(2));
     let args = ["--count", "13", "--lr", "0.125", "--iters", "1", "--show", "16"];
-    cases.push(Case::new(n, &args, "after", step(n, 13, 0.125)));
+    cases.push(Case::new(n, &args, "after", shown(padded(n, 13)), step(n, 13, 0.125)));
     cases
+}
+
+/// `count` parameters padded up to `n` equal shards.
+fn padded(n: usize, count: usize) -> usize {
+    n * count.div_ceil(n)
 }
 
 /// Exercise 12's large case: 1,000,000 elements (3.8 MiB) per block, more than the
@@ -592,43 +595,42 @@ const _: () = assert!(BLOCK_LARGER_THAN_A_CHANNEL * 4 > SHM_CHANNEL);
 /// Exercise 12: block i of rank r's receive buffer holds 10 i + r (sent by rank i, for
 /// rank r), on 2 to 5 ranks, blocks of one element, of a few, of many, and a block larger
 /// than a link holds (where sends made one by one deadlock). The tables show `--show 16`
-/// elements of each block: element k of the shown row lies in block k / min(16, count).
+/// elements of each of the n blocks: element k of the shown row lies in block
+/// k / min(16, count).
 fn grouped_alltoall_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
-    let shown = |count: usize| move |rank: usize, k: usize| (10 * (k / count.min(16)) + rank) as f64;
+    let block_of = |count: usize| move |rank: usize, k: usize| (10 * (k / shown(count)) + rank) as f64;
     for n in worlds(max) {
         for count in [1, 7, 100003] {
             let c = count.to_string();
             let args = ["--count", &c, "--iters", "1", "--show", "16"];
-            cases.push(Case::new(n, &args, "after", shown(count)));
+            cases.push(Case::new(n, &args, "after", n * shown(count), block_of(count)));
         }
     }
     let n = 3.min(max.max(2));
     let c = BLOCK_LARGER_THAN_A_CHANNEL.to_string();
     let args = ["--count", &c, "--iters", "1", "--show", "16"];
-    cases.push(Case::new(n, &args, "after", shown(BLOCK_LARGER_THAN_A_CHANNEL)));
+    let count = BLOCK_LARGER_THAN_A_CHANNEL;
+    cases.push(Case::new(n, &args, "after", n * shown(count), block_of(count)));
     cases
 }
 
 /// Element 0 of tensor k is k + 1 on every rank, for both methods: tiny models whose
-/// tensors are smaller than the world, and the default one.
+/// tensors are smaller than the world, and the default one. The tables show element 0 of
+/// the first 8 tensors (of 4 + 12 a layer).
 fn packed_cases(max: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for method in ["each", "packed"] {
-        for (n, root, model) in [
-            (2, 1, ["--layers", "2", "--hidden", "8"]),
-            (3, 0, ["--layers", "24", "--hidden", "8"]),
-            (4, 3, ["--layers", "1", "--hidden", "3"]),
-            (5, 2, ["--layers", "0", "--hidden", "1"]),
-        ] {
+        for (n, root, layers, hidden) in [(2, 1, 2, 8), (3, 0, 24, 8), (4, 3, 1, 3), (5, 2, 0, 1)] {
             if n > max.max(2) {
                 continue;
             }
-            let root = root.to_string();
-            let mut args = vec!["--method", method, "--root", &root];
-            args.extend(model);
-            args.extend(["--iters", "1"]);
-            cases.push(Case::new(n, &args, "after", |_, k| (k + 1) as f64));
+            let (root, l, h) = (root.to_string(), layers.to_string(), hidden.to_string());
+            let args = [
+                "--method", method, "--root", &root, "--layers", &l, "--hidden", &h, "--iters", "1",
+            ];
+            let tensors = 4 + 12 * layers;
+            cases.push(Case::new(n, &args, "after", tensors.min(8), |_, k| (k + 1) as f64));
         }
     }
     cases

@@ -22,6 +22,7 @@ mod buckets;
 mod exercises;
 mod failures;
 mod files;
+mod job;
 
 use clap::{Parser, Subcommand};
 use exercises::{Case, Code, Exercise, Source};
@@ -429,10 +430,15 @@ fn run_case(exe: &Path, case: &Case, opts: &Options, own: &str) -> Result<(), Ve
     let mut cmd = testkit::command(&exe, &args);
     // Each failed rank writes what it was doing as data, which the checker reads.
     cmd.env(failures::ENV, "1");
-    let (run, in_time) = testkit::finish_or_kill(testkit::spawn(cmd), testkit::LIMIT);
-    let records = failures::records(&run.stderr);
-    let stderr: String = failures::for_people(&run.stderr).map(|l| format!("{l}\n")).collect();
-    if !in_time {
+    let run = match job::run(cmd, testkit::LIMIT) {
+        Ok(run) => run,
+        Err(why) => return Err(vec![format!("the job did not run: {why}")]),
+    };
+    let records = failures::records(&run.stderr.text);
+    let stderr: String = failures::for_people(&run.stderr.text)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if !run.in_time {
         return Err(vec![format!(
             "the job had not ended after {:?} and was stopped: a rank waits for something that never comes",
             testkit::LIMIT
@@ -440,8 +446,26 @@ fn run_case(exe: &Path, case: &Case, opts: &Options, own: &str) -> Result<(), Ve
     }
     let errors = failures::awaited_first(stderr.lines().filter(|l| l.starts_with("error:")), &records);
     let errors: Vec<String> = panics_first(errors, &stderr, own).into_iter().take(6).collect();
-    let Ok(report) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
-        let mut lines = unreadable(&run.stdout);
+    // What the checker could not read whole, or to its end: each fails the case.
+    let mut bounds = Vec::new();
+    if run.stdout.cut() {
+        bounds.push(format!(
+            "stdout was cut at {} MiB: the program wrote {} there, where the checker reads one JSON document \
+             (--format json)",
+            job::OUTPUT_MAX >> 20,
+            human_bytes(run.stdout.written)
+        ));
+    }
+    if !run.closed {
+        bounds.push(
+            "the job's output was still open after its processes were killed: a process it started outside its \
+             process group (setsid) holds stdout or stderr, and the checker read no further"
+                .into(),
+        );
+    }
+    let Ok(report) = serde_json::from_str::<serde_json::Value>(&run.stdout.text) else {
+        let mut lines = unreadable(&run.stdout.text);
+        lines.extend(bounds);
         if run.code != Some(0) || lines.is_empty() {
             lines.push(format!("the job failed ({}), saying:", exit_text(run.code)));
             let said = lines.len();
@@ -458,6 +482,7 @@ fn run_case(exe: &Path, case: &Case, opts: &Options, own: &str) -> Result<(), Ve
         }
         lines.extend(failures::deadlock(&records));
         lines.extend(failures::unreceived(&records));
+        lines.extend(stderr_cut(&run));
         return Err(lines);
     };
     let mut lines = compare(&report, case);
@@ -480,7 +505,29 @@ fn run_case(exe: &Path, case: &Case, opts: &Options, own: &str) -> Result<(), Ve
         lines.extend(failures::deadlock(&records));
         lines.extend(failures::unreceived(&records));
     }
-    if lines.is_empty() { Ok(()) } else { Err(lines) }
+    lines.extend(bounds);
+    if lines.is_empty() {
+        return Ok(());
+    }
+    lines.extend(stderr_cut(&run));
+    Err(lines)
+}
+
+/// When the job wrote more on stderr than the checker keeps: the line that says the errors
+/// shown are from its start only.
+fn stderr_cut(run: &job::Job) -> Option<String> {
+    run.stderr.cut().then(|| {
+        format!(
+            "stderr was cut at {} MiB (the program wrote {} there): what is said above is from its start",
+            job::OUTPUT_MAX >> 20,
+            human_bytes(run.stderr.written)
+        )
+    })
+}
+
+/// "512.0 MiB": a count of bytes as the checker says it.
+fn human_bytes(bytes: u64) -> String {
+    workbook_runtime::units::human_bytes(usize::try_from(bytes).unwrap_or(usize::MAX))
 }
 
 /// The longest line of a program's own output the checker shows, in characters.
@@ -599,7 +646,9 @@ fn panics_first(errors: Vec<String>, stderr: &str, own: &str) -> Vec<String> {
     first
 }
 
-/// The shown elements of every rank at the case's stage, against what they must be.
+/// The shown elements of every rank at the case's stage, against what they must be: every
+/// rank's row, in rank order, with as many elements as the case checks ([`Case::shown`]),
+/// so that a report which lacks some (`"after": []`) fails, whatever the rest says.
 fn compare(report: &serde_json::Value, case: &Case) -> Vec<String> {
     let Some(ranks) = report["ranks"].as_array() else {
         return vec!["the report has no ranks".into()];
@@ -609,6 +658,15 @@ fn compare(report: &serde_json::Value, case: &Case) -> Vec<String> {
         lines.push(format!("{} ranks reported instead of {}", ranks.len(), case.world));
     }
     for (rank, r) in ranks.iter().enumerate() {
+        let says = r["rank"].as_u64();
+        if says != Some(rank as u64) {
+            let whose = says.map_or("names no rank".to_string(), |r| format!("is rank {r}'s"));
+            lines.push(format!(
+                "the report's row {rank} {whose}, where rank {rank}'s must be: every rank reports once, in order \
+                 (was main changed?)"
+            ));
+            continue;
+        }
         let Some(row) = r[case.stage].as_array() else {
             lines.push(format!(
                 "rank {rank} shows no '{}' table (was main changed?)",
@@ -616,6 +674,14 @@ fn compare(report: &serde_json::Value, case: &Case) -> Vec<String> {
             ));
             continue;
         };
+        if row.len() != case.shown {
+            lines.push(format!(
+                "rank {rank}: its '{}' row has {} elements instead of the {} the case checks (was main changed?)",
+                case.stage,
+                row.len(),
+                case.shown
+            ));
+        }
         let wrong: Vec<(usize, f64, f64)> = row
             .iter()
             .enumerate()
@@ -736,6 +802,51 @@ mod tests {
         let both = panics_first(errors, &two, "exercises/src/bin/ex03-average.rs");
         assert!(both[0].starts_with("error: a rank panicked at exercises/src/bin/ex03-average.rs:30: a"));
         assert_eq!(both[1], format!("{PANIC_LINE}: b"));
+    }
+
+    #[test]
+    fn a_report_that_lacks_an_element_the_case_checks_fails_it() {
+        // 2 ranks, 3 elements each, every one equal to 10 × rank + i.
+        let case = Case::new(2, &["--count", "3"], "after", 3, |rank, i| (10 * rank + i) as f64);
+        let report = |ranks: serde_json::Value| serde_json::json!({ "ranks": ranks, "check": { "ok": true } });
+        let right = serde_json::json!([{ "rank": 0, "after": [0, 1, 2] }, { "rank": 1, "after": [10, 11, 12] }]);
+        assert_eq!(compare(&report(right), &case), Vec::<String>::new());
+        for (ranks, says) in [
+            (
+                serde_json::json!([{ "rank": 0, "after": [] }, { "rank": 1, "after": [] }]),
+                vec![
+                    "rank 0: its 'after' row has 0 elements instead of the 3 the case checks (was main changed?)",
+                    "rank 1: its 'after' row has 0 elements instead of the 3 the case checks (was main changed?)",
+                ],
+            ),
+            (
+                serde_json::json!([{ "rank": 0, "after": [0, 1] }, { "rank": 1, "after": [10, 11, 12, 13] }]),
+                vec![
+                    "rank 0: its 'after' row has 2 elements instead of the 3 the case checks (was main changed?)",
+                    "rank 1: its 'after' row has 4 elements instead of the 3 the case checks (was main changed?)",
+                ],
+            ),
+            (
+                serde_json::json!([{ "rank": 0, "after": [0, 1, 2] }]),
+                vec!["1 ranks reported instead of 2"],
+            ),
+            (
+                serde_json::json!([{ "rank": 1, "after": [10, 11, 12] }, { "after": [10, 11, 12] }]),
+                vec![
+                    "the report's row 0 is rank 1's, where rank 0's must be: every rank reports once, in order (was \
+                     main changed?)",
+                    "the report's row 1 names no rank, where rank 1's must be: every rank reports once, in order (was \
+                     main changed?)",
+                ],
+            ),
+            (
+                serde_json::json!([{ "rank": 0, "after": [0, 1, 2] }, { "rank": 1 }]),
+                vec!["rank 1 shows no 'after' table (was main changed?)"],
+            ),
+        ] {
+            assert_eq!(compare(&report(ranks.clone()), &case), says, "{ranks}");
+        }
+        assert_eq!(compare(&serde_json::json!({}), &case), ["the report has no ranks"]);
     }
 
     #[test]

@@ -680,3 +680,33 @@ fn buckets_waited_at_once_issued_late_or_never_waited_are_named() {
     assert_eq!(r.code, Some(1), "{r}");
     assert!(r.stdout.contains("after the next layer's backward had started"), "{r}");
 }
+
+#[test]
+fn a_report_that_lacks_the_elements_a_case_checks_fails_it() {
+    // No all-to-all, only a report whose every row is empty and whose check says ok
+    // (workbook/fixtures/wrong/13_forged.rs): no element is wrong, since none is there.
+    let r = workbook(&["check", "13", "--fixture", "wrong13-forged", "--keep-going"]);
+    assert_eq!(r.code, Some(1), "{r}");
+    let cases = cases(&r);
+    assert_eq!(cases.len(), announced(&r), "{r}");
+    assert!(cases.iter().all(|(passed, _)| !passed), "{r}");
+    let lines: Vec<&str> = r.stdout.lines().map(str::trim).collect();
+    // Every rank of every case, with how many elements the case checks: --show 16 of
+    // each of the world's blocks.
+    for (world, count, shown) in [(2, 7, 14), (3, 7, 21), (5, 100003, 80), (3, 1000000, 48)] {
+        let at = lines
+            .iter()
+            .position(|l| *l == format!("FAILED  world {world}, --count {count}"))
+            .unwrap_or_else(|| panic!("no case of world {world}, --count {count}:\n{r}"));
+        for rank in 0..world {
+            let line = format!("rank {rank}: its 'after' row has 0 elements instead of the {shown} the case checks");
+            assert!(
+                lines[at + 1..]
+                    .iter()
+                    .take_while(|l| !l.starts_with("run it yourself"))
+                    .any(|l| l.starts_with(&line)),
+                "missing {line:?} under world {world}, --count {count}:\n{r}"
+            );
+        }
+    }
+}
