@@ -112,6 +112,15 @@ pub fn run(mut cmd: Command, limit: Duration) -> Result<Job, String> {
         }
         thread::sleep(POLL);
     };
+    // Past the limit, told to stop first: its ranks remove what they made before they go
+    // (one killed outright cannot), within a short grace.
+    if !in_time {
+        signal_group(group, libc::SIGTERM);
+        let grace = Instant::now();
+        while !exited(group) && grace.elapsed() < Duration::from_secs(2) {
+            thread::sleep(POLL);
+        }
+    }
     // The launcher is not reaped yet (a zombie, or still running at the limit): its pid, the
     // group's id, cannot have been given to another process, so the signal reaches only this
     // job's processes.
@@ -155,11 +164,16 @@ fn exited(pid: libc::pid_t) -> bool {
 /// Sends SIGKILL to every process of process group `group`; one that has already ended, or
 /// a group with no process left, is no error.
 fn kill_group(group: libc::pid_t) {
+    signal_group(group, libc::SIGKILL);
+}
+
+/// Sends `signal` to every process of process group `group`.
+fn signal_group(group: libc::pid_t, signal: libc::c_int) {
     // A group id above 1: -1 would name every process the checker may signal, 0 its own group.
     if group > 1 {
         // SAFETY: kill(2) touches no memory of ours; a negative pid names a process group.
         unsafe {
-            libc::kill(-group, libc::SIGKILL);
+            libc::kill(-group, signal);
         }
     }
 }
