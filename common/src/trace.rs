@@ -86,8 +86,14 @@ impl RankTrace {
             dropped += events.len() - keep;
             events.truncate(keep);
         }
-        let clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
+        let mut clock = Clock::measure(store, rank).with_context(|| format!("rank {rank}: measuring its clock"))?;
         let start = START.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(why) = start
+            .as_ref()
+            .and_then(|s| s.failed.clone().or_else(|| drifted(s, &clock)))
+        {
+            clock.failed.get_or_insert(why);
+        }
         Ok(RankTrace {
             host,
             events,
@@ -112,11 +118,34 @@ impl RankTrace {
         at + offset
     }
 
+    /// Why this rank's times could not be aligned on the store's clock, if they could not.
+    pub fn alignment_failed(&self) -> Option<&str> {
+        self.clock.failed.as_deref()
+    }
+
     /// How far off this rank's times on the store's clock may be, in µs.
     fn error_us(&self) -> f64 {
         let start = self.start.as_ref().map_or(0.0, |s| s.error_us);
         self.clock.error_us.max(start) + self.origin.1
     }
+}
+
+/// Why the offsets measured at the start and at the end of the run cannot both be right:
+/// two clocks drift apart by some µs a second (crystals are good to 50 ppm; 1,000 ppm is
+/// allowed), so an offset that moved further (a clock stepped, a store that lies) leaves
+/// the rank's times unaligned. `None` when they agree, or both read the store's clock.
+fn drifted(start: &Clock, end: &Clock) -> Option<String> {
+    if start.shared && end.shared {
+        return None;
+    }
+    let moved = (end.offset_us - start.offset_us).abs();
+    let allowed = start.error_us + end.error_us + 1e-3 * (end.at_us - start.at_us).abs() + 1.0;
+    (moved > allowed).then(|| {
+        format!(
+            "its offset moved by {} between the start and the end of the run, more than two clocks drift",
+            workbook_runtime::units::human_duration(std::time::Duration::from_secs_f64(moved / 1e6))
+        )
+    })
 }
 
 /// The clock measured at the start of the run ([`start`]), until the end takes it.
@@ -145,6 +174,10 @@ pub struct Clock {
     pub shared: bool,
     /// When it was measured: this rank's clock in the middle of the quickest round trip, µs.
     pub at_us: f64,
+    /// Why the offset cannot be trusted (the rounds disagree beyond their round trips): the
+    /// rank's times are then placed by it, but no error bound is claimed for them.
+    #[serde(default)]
+    pub failed: Option<String>,
 }
 
 impl Clock {
@@ -158,6 +191,7 @@ impl Clock {
         let local = || monotonic_ns() as i128 + skew as i128;
         let boot = boot_id();
         let mut best: Option<(i128, i128, i128)> = None; // (round trip, offset ×2, t0 + t1), in ns
+        let mut rounds = Vec::with_capacity(ROUNDS);
         let mut same_kernel = !boot.is_empty() && skew == 0;
         for _ in 0..ROUNDS {
             let t0 = local();
@@ -165,16 +199,24 @@ impl Clock {
             let t1 = local();
             same_kernel &= theirs == boot;
             let (rtt, offset2) = (t1 - t0, 2 * remote as i128 - t0 - t1);
+            rounds.push((rtt as f64 / 1e3, offset2 as f64 / 2e3));
             if best.is_none_or(|(r, _, _)| rtt < r) {
                 best = Some((rtt, offset2, t0 + t1));
             }
         }
         let (rtt, offset2, mid2) = best.unwrap_or_default();
+        let failed = disagreement(&rounds).map(|by| {
+            format!(
+                "the store's {ROUNDS} readings disagree by {} beyond their round trips",
+                workbook_runtime::units::human_duration(std::time::Duration::from_secs_f64(by / 1e6))
+            )
+        });
         let (rtt_us, offset_us) = (rtt as f64 / 1e3, offset2 as f64 / 2e3);
         // One kernel, one clock; the measurement agreeing is the check (a container
         // with a clock namespace of its own would not).
-        let shared = same_kernel && offset_us.abs() <= rtt_us / 2.0 + 1.0;
+        let shared = same_kernel && offset_us.abs() <= rtt_us / 2.0 + 1.0 && failed.is_none();
         Ok(Clock {
+            failed,
             offset_us: if shared { 0.0 } else { offset_us },
             error_us: if shared { 0.0 } else { rtt_us / 2.0 },
             rtt_us,
@@ -185,12 +227,36 @@ impl Clock {
     }
 }
 
-/// Test hook `NCCL_WORKBOOK_FAULT=clock:RANK:US`: rank RANK's clock reads US µs ahead
-/// (behind, if negative) and is not taken for the store's: the trace must measure it.
+/// How far, in µs, some reading of the store's clock (`rounds`: each round trip and the
+/// offset it gave, in µs) lies from the quickest one's beyond what their round trips allow
+/// (each offset is off by at most half its round trip, so two may differ by half the sum):
+/// `None` when they agree, as one store's honest clock must.
+fn disagreement(rounds: &[(f64, f64)]) -> Option<f64> {
+    let &(rtt, offset) = rounds.iter().min_by(|a, b| a.0.total_cmp(&b.0))?;
+    let worst = rounds
+        .iter()
+        .map(|&(r, o)| (o - offset).abs() - (r + rtt) / 2.0)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (worst > 1.0).then_some(worst)
+}
+
+/// Test hooks: `NCCL_WORKBOOK_FAULT=clock:RANK:US`: rank RANK's clock reads US µs ahead
+/// (behind, if negative) and is not taken for the store's: the trace must measure it;
+/// `clock-jump:RANK:US`: it jumps US µs further ahead at each measurement (after the
+/// start's), as a clock stepped during the run, or a store that lies, would look.
 fn skew_ns(rank: usize) -> i64 {
-    workbook_runtime::fault::asked("clock", Some(rank))
-        .and_then(|v| v.first()?.parse::<f64>().ok())
-        .map_or(0, |us| (us * 1e3) as i64)
+    static MEASURED: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let us = |name| {
+        workbook_runtime::fault::asked(name, Some(rank))
+            .and_then(|v| v.first()?.parse::<f64>().ok())
+            .map_or(0, |us| (us * 1e3) as i64)
+    };
+    let jump = us("clock-jump");
+    let k = match jump {
+        0 => 0,
+        _ => MEASURED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    };
+    us("clock") + jump * k
 }
 
 /// `events` as JSON arrays of at most `limit` bytes each, in order, and how many events
@@ -296,8 +362,10 @@ pub struct Written {
     pub events: usize,
     /// Sends drawn to their receives.
     pub flows: usize,
-    /// How far off, at most, any rank's times may be against rank 0's, in µs.
+    /// How far off, at most, any aligned rank's times may be against rank 0's, in µs.
     pub error_us: f64,
+    /// The ranks whose clocks could not be aligned ([`RankTrace::alignment_failed`]).
+    pub unaligned: Vec<usize>,
 }
 
 /// The Chrome trace of every rank's events (`ranks[r]`), on rank 0's clock, as one
@@ -350,7 +418,10 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
         let mut label = match (r, rank.clock.shared) {
             (0, _) => "rank 0's clock".to_string(),
             (_, true) => "one clock with rank 0".to_string(),
-            _ => format!("clock aligned ±{:.1} µs", error(r)),
+            _ => match rank.alignment_failed() {
+                Some(why) => format!("clock NOT aligned ({why}): its times may be off by any amount"),
+                None => format!("clock aligned ±{:.1} µs", error(r)),
+            },
         };
         // The viewer colours slices itself (Perfetto ignores `cname`), so the rank's colour
         // in the other pictures is said in words.
@@ -463,12 +534,20 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
             emit(v)?;
         }
     }
-    let worst = (0..ranks.len()).map(error).fold(0.0, f64::max);
+    // The bound holds for the ranks aligned; the others are named apart.
+    let worst = (0..ranks.len())
+        .filter(|&r| ranks[r].alignment_failed().is_none())
+        .map(error)
+        .fold(0.0, f64::max);
+    let unaligned: Vec<usize> = (0..ranks.len())
+        .filter(|&r| ranks[r].alignment_failed().is_some())
+        .collect();
     let clocks: Vec<Value> = ranks
         .iter()
         .enumerate()
         .map(|(r, t)| {
             json!({"rank": r, "host": t.host, "shift_us": t.on_store_clock(0.0) - zero, "error_us": error(r),
+                "aligned": t.alignment_failed().is_none(), "failed": t.alignment_failed(),
                 "offset_us": t.clock.offset_us,
                 "offset_at_start_us": t.start.as_ref().map(|s| s.offset_us),
                 "how": match (r, t.clock.shared) {
@@ -498,6 +577,7 @@ fn entries(ranks: &[RankTrace], emit: &mut dyn FnMut(Value) -> std::io::Result<(
                  the end of the run (Cristian's algorithm) and taken to change evenly in between"
             ),
             "clock_error_us": worst,
+            "unaligned_ranks": unaligned,
             "clocks": clocks,
             "messages": flows,
             "events_per_rank_cap": cap(ranks.len()),
@@ -546,6 +626,7 @@ fn stream(file: &mut std::fs::File, ranks: &[RankTrace]) -> std::io::Result<Writ
         events,
         flows: rest["otherData"]["messages"].as_u64().unwrap_or(0) as usize,
         error_us: rest["otherData"]["clock_error_us"].as_f64().unwrap_or(0.0),
+        unaligned: serde_json::from_value(rest["otherData"]["unaligned_ranks"].clone()).unwrap_or_default(),
     })
 }
 
@@ -576,6 +657,31 @@ mod tests {
             values: None,
             op: None,
         }
+    }
+
+    #[test]
+    fn readings_of_one_clock_agree_within_their_round_trips() {
+        // (round trip, offset) in µs: honest readings lie within half their round trips.
+        assert_eq!(disagreement(&[(10.0, 100.0), (20.0, 108.0), (12.0, 95.0)]), None);
+        // One answer 12,514 s off: not one store's clock.
+        let by = disagreement(&[(10.0, 100.0), (20.0, -12_514e6)]).unwrap();
+        assert!(by > 12_000e6, "{by}");
+        let honest = |offset_us, at_us| Clock {
+            offset_us,
+            error_us: 5.0,
+            rtt_us: 10.0,
+            rounds: 8,
+            shared: false,
+            at_us,
+            failed: None,
+        };
+        // A second's run: 1,000 ppm is 1 ms of drift allowed, 5 s is not.
+        assert_eq!(drifted(&honest(0.0, 0.0), &honest(900.0, 1e6)), None);
+        assert!(
+            drifted(&honest(0.0, 0.0), &honest(5e6, 1e6))
+                .unwrap()
+                .contains("moved by 5")
+        );
     }
 
     #[test]

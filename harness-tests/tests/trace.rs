@@ -79,6 +79,57 @@ fn overlapping(doc: &Value, cat: &str, name: &str, error: f64, what: &str) {
     }
 }
 
+/// A clock whose offset moves by seconds during the run (stepped, or a store that lies:
+/// an offset of -12,514 s was taken and a µs bound still claimed) is not aligned: its
+/// label says so, the bound is claimed for the other ranks only, and the run's line names
+/// the rank.
+#[test]
+fn a_clock_that_cannot_be_aligned_is_said_and_claims_no_bound() {
+    let (r, doc) = traced(
+        "jump",
+        &[
+            "--nproc-per-node",
+            "2",
+            "--transport",
+            "tcp",
+            "--count",
+            "1000",
+            "--iters",
+            "4",
+        ],
+        &[("NCCL_WORKBOOK_FAULT", "clock-jump:1:5000000")],
+    );
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Trace: "))
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(line.contains("but rank 1's, which could not be aligned"), "{line}");
+    assert_eq!(
+        doc["otherData"]["unaligned_ranks"],
+        serde_json::json!([1]),
+        "{}",
+        doc["otherData"]
+    );
+    let clocks = doc["otherData"]["clocks"].as_array().unwrap();
+    assert_eq!(clocks[1]["aligned"], false, "{}", clocks[1]);
+    assert!(
+        clocks[1]["failed"].as_str().unwrap().contains("its offset moved by 5"),
+        "{}",
+        clocks[1]
+    );
+    let label = events(&doc)
+        .iter()
+        .find(|e| e["name"] == "process_labels" && e["pid"] == 1)
+        .unwrap();
+    assert!(
+        label["args"]["labels"].as_str().unwrap().contains("clock NOT aligned"),
+        "{label}"
+    );
+    // Rank 0's is the reference: the bound left is its own (nothing to be off by).
+    assert!(num(&doc["otherData"], "clock_error_us") < 1.0, "{}", doc["otherData"]);
+}
+
 #[test]
 fn a_barrier_bracketed_collective_lines_up_across_ranks_within_the_stated_error() {
     // Four ranks on this machine (one clock), then rank 1's clock 5 s ahead: it must be

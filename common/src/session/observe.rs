@@ -219,12 +219,21 @@ impl Session {
         });
         match written {
             Ok((w, dropped)) => {
+                // The bound is claimed for the ranks whose clocks were aligned only.
+                let clocks = match w.unaligned.as_slice() {
+                    [] => format!("clocks on rank 0's within {:.1} µs", w.error_us),
+                    bad => format!(
+                        "clocks on rank 0's within {:.1} µs but rank{} {}'s, which could not be aligned: see its label",
+                        w.error_us,
+                        if bad.len() == 1 { "" } else { "s" },
+                        bad.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                };
                 self.say(&format!(
-                    "Trace: {} events of {world} ranks ({} messages drawn send → receive, clocks on rank 0's \
-                     within {:.1} µs) written to {}: open it in https://ui.perfetto.dev (or chrome://tracing)",
+                    "Trace: {} events of {world} ranks ({} messages drawn send → receive, {clocks}) written to {}: \
+                     open it in https://ui.perfetto.dev (or chrome://tracing)",
                     w.events,
                     w.flows,
-                    w.error_us,
                     path.display()
                 ));
                 if let Some(line) = dropped {
