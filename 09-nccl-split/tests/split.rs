@@ -172,6 +172,38 @@ fn a_rank_killed_in_the_split_is_named_within_the_timeout_and_nothing_is_left() 
     }
 }
 
+/// A rank stopped (SIGSTOP) as it first runs calls on its split, on simulated GPUs: every
+/// survivor names it as stopped, whichever communicator it was waiting on, and none ends
+/// on a bare "ending with its NCCL communicator open" when NCCL's abort hangs.
+#[test]
+fn a_rank_stopped_in_the_split_is_named_by_every_survivor() {
+    let rooms = testkit::nccl_double_dir().with_file_name(format!("rooms-split-stop-{}", std::process::id()));
+    std::fs::create_dir_all(&rooms).unwrap();
+    let args = ["--nproc-per-node", "4", "--tp", "2", "--size", "16M", "--timeout", "5"];
+    let mut cmd = nccl_command(BIN, &args, 4);
+    cmd.env("NCCL_WORKBOOK_FAULT", "stop-in-split:2")
+        .env("NCCL_DOUBLE_DIR", &rooms);
+    let r = finish(spawn(cmd), LIMIT);
+    let _ = std::fs::remove_dir_all(&rooms);
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(r.stderr.contains("launcher: rank 2 was frozen"), "{r}");
+    let lines: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("error: rank")).collect();
+    for survivor in [0, 1, 3] {
+        let said: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("error: rank {survivor}: ")))
+            .collect();
+        assert!(!said.is_empty(), "rank {survivor} said nothing: {r}");
+        for line in said {
+            assert!(
+                line.contains("rank 2 stopped responding"),
+                "rank {survivor}: {line}\n{r}"
+            );
+        }
+    }
+    assert!(!r.stderr.contains("ending with its NCCL communicator open"), "{r}");
+}
+
 /// The shared-memory channel files in /dev/shm whose owner (the process in their name,
 /// `nccl-workbook-<pid>-...`) is gone: what a job left behind. (Counting every file would
 /// count the channels of the jobs this file's other tests run at the same time.)

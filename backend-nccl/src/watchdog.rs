@@ -193,6 +193,19 @@ impl Watchdog {
                 None => now - since >= quiet,
             })
             .collect();
+        // A rank beats here only while it waits on the GPU: one waiting in a meeting of
+        // the store (a table's rows, a check) is silent here but alive. The store's own
+        // heartbeats, which every rank's thread sends wherever it waits, name the rank
+        // that stopped, as every other rank's explanation does.
+        if !silent.is_empty()
+            && let Ok(mut store) = self.store.watcher(STORE_REPLY)
+            && let Ok(Some((r, why))) = store.blame(crate::heartbeat::quiet(self.timeout))
+            && r != self.rank
+        {
+            let said = format!("rank {r} {why}; nothing finished in {limit} (--timeout) waiting for {what}");
+            let e = failure::attach(Culprit(said).into(), Fact::Awaited(vec![r]));
+            return failure::attach(e, Fact::Deadline);
+        }
         let said = match silent.as_slice() {
             // The calls of one group progress together: a send of it waits for the peer's
             // matching receive, which the peer's group must hold.

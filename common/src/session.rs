@@ -117,6 +117,9 @@ pub struct Session {
     splits: u64,
     /// Inside [`Session::time_as`]: what is timed is the program's own calls.
     hand_written: bool,
+    /// The rank's failure was explained already ([`Session::explain`]): a rank fails once,
+    /// and a split's failure is explained where it happened, before its communicator goes.
+    explained: bool,
 }
 
 impl Session {

@@ -457,10 +457,17 @@ impl Nccl {
         self.stuck.borrow_mut().take();
         self.grouped.borrow_mut().clear();
         let rank = self.rank;
-        let said = match failure {
-            Some(e) => format!("{}; then", crate::error::line(Some(rank), e)),
+        // The rank's failure, said once for every communicator it holds: a split's, or the
+        // world's dropped after the split's was abandoned, would otherwise end without it.
+        let mut first = FAILURE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = failure {
+            first.get_or_insert_with(|| crate::error::line(Some(rank), e));
+        }
+        let said = match first.as_ref() {
+            Some(line) => format!("{line}; then"),
             None => format!("error: rank {rank}: ending with its NCCL communicator open:"),
         };
+        drop(first);
         // Each step that may wait for peers gets a deadline of its own, armed before it.
         let deadline = |what: &str| {
             crate::deadline::arm(
@@ -504,6 +511,10 @@ impl Nccl {
         }
     }
 }
+
+/// What made this rank fail, the first time one of its communicators was abandoned
+/// ([`Nccl::abandon`]): the line every later abort of its communicators repeats.
+static FAILURE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 impl Nccl {
     /// The rank failed (`failure`, outside this communicator's own calls: the store lost,

@@ -388,7 +388,7 @@ impl Session {
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
         use workbook_runtime::blame::{named_in, tell_launcher};
         const STORE_GONE: &str = "which hosts the store, stopped answering or is gone";
-        if workbook_runtime::error::is_shared(&err) {
+        if workbook_runtime::error::is_shared(&err) || std::mem::replace(&mut self.explained, true) {
             return err;
         }
         let me = self.rank();

@@ -271,6 +271,7 @@ impl Session {
             scope: None,
             splits: 0,
             hand_written: false,
+            explained: false,
         };
         session.say_transports();
         // Every rank leaves the rendezvous at about the same moment: the traces' common start.

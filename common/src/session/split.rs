@@ -173,6 +173,12 @@ impl Session {
             return Err(usage(format!("rank {rank}: Session::on inside Session::on")));
         }
         self.say_p2p()?;
+        // The test hook `NCCL_WORKBOOK_FAULT=stop-in-split:RANK`: that rank stops itself
+        // (SIGSTOP) as it first runs calls on a split, its communicators open.
+        if split.seq == 0 && workbook_runtime::fault::asked("stop-in-split", Some(rank)).is_some() {
+            // SAFETY: raise has no memory effects; the process stops until continued or killed.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
         let world = std::mem::replace(&mut self.comm, comm);
         let participants = (0..self.world_size())
             .filter(|&r| split.colors[r] != SPLIT_NOCOLOR)
@@ -185,7 +191,14 @@ impl Session {
             participants,
         });
         workbook_runtime::record::peers_are(Some(split.members().to_vec()));
-        let ran = calls(self);
+        // Failed on the split: explained, and its communicator aborted now saying why (it
+        // would otherwise be dropped on the way out, and a hung abort would end the rank
+        // without the cause).
+        let ran = calls(self).map_err(|e| {
+            let e = self.explain(e);
+            self.comm.abandon(&e);
+            e
+        });
         workbook_runtime::record::peers_are(None);
         let scope = self.scope.take().expect("the scope set above");
         split.seq = scope.seq;
