@@ -32,6 +32,9 @@ struct Args {
     /// How many times the group runs (each run checked).
     #[arg(long, default_value_t = 1)]
     iters: u32,
+    /// The all-to-all's mistake, for the diagnosis tests: no send to rank + 1.
+    #[arg(long)]
+    skip_send_to_next: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -167,7 +170,7 @@ fn all_to_all(s: &mut Session, a: &Args) -> Result<()> {
             }
         } else {
             let mut g = s.group()?;
-            for &p in &peers {
+            for &p in peers.iter().filter(|&&p| !(a.skip_send_to_next && p == (rank + 1) % n)) {
                 g.send(&send[p], p)?;
             }
             for (p, block) in recv.iter_mut().enumerate() {

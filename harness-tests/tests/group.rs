@@ -357,3 +357,41 @@ fn steps_and_trace_show_what_a_cpu_group_ran() {
         }
     }
 }
+
+/// A group that never sends to rank + 1 (issue 53, item 6): the rank that gives up first
+/// says that its peer is alive and waits elsewhere (a send missing from its group), not
+/// only that nothing moved and the peer is "stuck or gone".
+#[test]
+fn a_send_missing_from_a_group_is_said_of_a_live_peer() {
+    let args = [
+        "--backend",
+        "cpu",
+        "--mode",
+        "alltoall",
+        "--nproc-per-node",
+        "3",
+        "--skip-send-to-next",
+        "--timeout",
+        "3",
+    ];
+    let r = finish(spawn(command(BIN, &args)), LIMIT);
+    assert_eq!(r.code, Some(1), "{r}");
+    let first = r
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("launcher: rank ")
+                .and_then(|rest| rest.split(' ').next())
+        })
+        .unwrap_or_else(|| panic!("{r}"));
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("error: rank {first}: ")))
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        line.contains("is alive (the store hears from it) and waits elsewhere")
+            && line.contains("missing from its group"),
+        "{line}\n{r}"
+    );
+}

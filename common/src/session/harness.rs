@@ -451,7 +451,21 @@ impl Session {
                 }
                 Ok(Some(_)) => return err,
                 Ok(None) if asked_at.elapsed() < patience => std::thread::sleep(Duration::from_millis(50)),
-                Ok(None) => return err,
+                // Nobody stopped: the peer that moved nothing is alive, waiting elsewhere (a
+                // receive whose send is missing from the peer's group, calls in another order).
+                Ok(None) => {
+                    return match workbook_runtime::error::link_failed(&err).filter(|l| l.timed_out) {
+                        Some(link) if link.peer != me => {
+                            let peer = link.peer;
+                            err.context(format!(
+                                "rank {peer} is alive (the store hears from it) and waits elsewhere: nothing it sent or \
+                                 received matched this rank's call for the whole --timeout (is a send or a receive \
+                                 missing from its group, or are the calls in another order?)"
+                            ))
+                        }
+                        _ => err,
+                    };
+                }
                 Err(_) if me != 0 => {
                     tell_launcher(0, STORE_GONE);
                     return failure::attach(err.context(format!("rank 0, {STORE_GONE}")), Fact::PeerLost(0));
