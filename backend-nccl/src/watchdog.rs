@@ -270,6 +270,7 @@ mod tests {
             job_id: "job-w".into(),
             world_size: 3,
             rank,
+            secret: None,
         };
         Store::connect("127.0.0.1", port, &j, Duration::from_secs(5)).unwrap()
     }

@@ -155,3 +155,30 @@ fn bad_input_is_a_usage_error() {
     assert!(msg(role(&["--nnodes", "2", "--node-rank", "2"], &[])).contains("outside --nnodes 2"));
     assert!(msg(role(&[], &[("MASTER_PORT", "99999")])).contains("not a port"));
 }
+
+#[test]
+fn every_start_takes_the_secret_the_environment_gives_and_none_without() {
+    // Issue 53, item 4: ranks started by hand, by torchrun or by Slurm have no launcher
+    // of this program's to make them a secret: they take the user's, from the environment.
+    use workbook_runtime::secret::Secret;
+    let secret = ("NCCL_WORKBOOK_SECRET", "s3cret-of-the-job");
+    let want = Some(Secret::given("s3cret-of-the-job").unwrap());
+    let by_hand = ["--world-size", "2", "--rank", "1"];
+    assert_eq!(rank(&by_hand, &[secret]).secret, want);
+    assert_eq!(rank(&by_hand, &[]).secret, None);
+    let torch = [("RANK", "1"), ("WORLD_SIZE", "2"), secret];
+    assert_eq!(rank(&[], &torch).secret, want);
+    let slurm: Vec<_> = SLURM.iter().copied().chain([secret]).collect();
+    assert_eq!(rank(&[], &slurm).secret, want);
+    assert_eq!(rank(&[], SLURM).secret, None);
+    // Never shown, not even in a debug print of the rank's identity.
+    assert!(!format!("{:?}", rank(&by_hand, &[secret])).contains("s3cret"));
+    // One that cannot be a secret is the user's mistake: said, exit 2.
+    let e = role(&by_hand, &[("NCCL_WORKBOOK_SECRET", "")]).unwrap_err();
+    assert!(workbook_runtime::error::is_usage(&e), "{e:#}");
+    assert!(
+        e.to_string()
+            .starts_with("NCCL_WORKBOOK_SECRET is set but is not a secret"),
+        "{e:#}"
+    );
+}

@@ -137,6 +137,74 @@ fn two_jobs_on_one_port_the_second_is_refused_and_the_first_completes() {
     assert_eq!(first.json()["check"]["ok"], true);
 }
 
+#[test]
+fn a_stranger_who_knows_a_launched_jobs_id_cannot_join_it_and_the_job_goes_on() {
+    // Issue 53, item 4: a job's id is easy to work out (here it is given, --job-id), and any
+    // process on the machine could join its store: as a rank's heartbeat, say, to beat for
+    // it. The launcher gives its ranks a secret that the store asks of every join: the
+    // stranger is told so, and the job ends as it would have.
+    let port = free_port();
+    let p = port.to_string();
+    let args = [
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        &p,
+        "--job-id",
+        "known",
+        "--size",
+        "4K",
+        "--iters",
+        "20000",
+        "--format",
+        "json",
+    ];
+    let job = spawn(command(BIN, &args));
+    // Job "known", a world of 2, rank 1, as its heartbeat (role 1): a join made by hand.
+    let mut payload = 5u32.to_le_bytes().to_vec();
+    payload.extend_from_slice(b"known");
+    for field in [2u64, 1, 1] {
+        payload.extend_from_slice(&field.to_le_bytes());
+    }
+    let mut hello = b"NCWB\x01\x01\0\0".to_vec();
+    hello.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    hello.extend_from_slice(&payload);
+    let until = Instant::now() + Duration::from_secs(30);
+    // Tried until rank 1 has joined (before, a heartbeat of it is refused for that).
+    let said = loop {
+        let answer = TcpStream::connect(("127.0.0.1", port)).ok().and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+            c.write_all(&hello).ok()?;
+            let mut head = [0u8; 16];
+            std::io::Read::read_exact(&mut c, &mut head).ok()?;
+            let mut body = vec![0u8; u64::from_le_bytes(head[8..].try_into().unwrap()).min(4096) as usize];
+            std::io::Read::read_exact(&mut c, &mut body).ok()?;
+            Some((head[5], String::from_utf8_lossy(&body).into_owned()))
+        });
+        match answer {
+            Some((_, why)) if why.contains("which has not joined") => {}
+            Some(answer) => break answer,
+            None => {}
+        }
+        assert!(Instant::now() < until, "the job's store never answered");
+        sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        said.0, 129,
+        "the store took a heartbeat without the job's secret: {said:?}"
+    );
+    assert!(
+        said.1.starts_with(
+            "this job's store takes only joins that carry the job's secret (NCCL_WORKBOOK_SECRET), and this one \
+             carries none"
+        ),
+        "{said:?}"
+    );
+    let run = finish(job, LIMIT);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(run.json()["check"]["ok"], true, "{run}");
+}
+
 /// The TCP ports process `pid` listens on (from /proc: its sockets' inodes, matched
 /// against the kernel's table of listening sockets).
 fn listening_ports(pid: u32) -> Vec<u16> {
@@ -717,7 +785,7 @@ fn an_allocation_refused_at_run_time_is_one_line_naming_rank_size_and_limit() {
 #[test]
 fn a_hard_limit_of_open_files_too_low_for_the_job_is_said_before_it_starts() {
     // `ulimit -n 20` sets the hard limit too: 16 ranks cannot be given what they need
-    // (rank 0: about 4 per rank). Before: the ranks ran out of descriptors, rank 0's
+    // (rank 0: about 4 per rank, and 64 for its store's newcomers). Before: the ranks ran out of descriptors, rank 0's
     // "Too many open files" was never printed, the others said a foreign store answered
     // and the launcher blamed another rank. Now: one line naming the limit, exit 2, at
     // once (by the launcher; by rank 0 when the ranks are started by hand).
@@ -737,7 +805,7 @@ fn a_hard_limit_of_open_files_too_low_for_the_job_is_said_before_it_starts() {
     assert!(
         r.stderr
             .contains("ulimit -n: a process here may hold 20 open files (its hard limit")
-            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 80"),
+            && r.stderr.contains("rank 0 of a job of 16 ranks needs about 144"),
         "{r}"
     );
     let by_hand = ["--backend", "cpu", "--world-size", "16", "--rank", "0", "--count", "4"];

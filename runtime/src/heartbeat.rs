@@ -48,6 +48,7 @@ impl Heartbeat {
             job_id: id.job_id.clone(),
             world_size: id.world_size,
             rank: id.rank,
+            secret: id.secret.clone(),
         };
         // A beat waits for the store's answer as long as any request of the rank: a store
         // slow to answer (a loaded machine) must not end the heartbeat, which would make a

@@ -15,6 +15,8 @@
 pub mod hostlist;
 
 use crate::error::usage;
+pub use crate::secret::ENV_SECRET;
+use crate::secret::Secret;
 use anyhow::Result;
 
 /// Set by this program's launcher for its ranks: the job's identity.
@@ -90,6 +92,10 @@ pub struct Identity {
     pub store_port: u16,
     /// The job's identity, checked when joining the store.
     pub job_id: String,
+    /// The job's secret, asked of every join by the store when rank 0 has one: this
+    /// program's launcher makes one for the ranks of one node, else the user may give one
+    /// in [`ENV_SECRET`] ([`crate::secret`]).
+    pub secret: Option<Secret>,
     /// Who started this rank.
     pub source: Source,
 }
@@ -164,6 +170,8 @@ fn resolve_unchecked(args: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Resu
         }
     };
     let launching = args.nproc_per_node.is_some() || args.nnodes > 1;
+    // Read only where this process is a rank: a launcher hands its ranks their own.
+    let secret = || -> Result<Option<Secret>> { env(ENV_SECRET).map(|v| Secret::given(&v).map_err(usage)).transpose() };
 
     // 1. Flags: one rank, started by hand.
     if let (Some(world), Some(rank)) = (args.world_size, args.rank) {
@@ -181,6 +189,7 @@ fn resolve_unchecked(args: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Resu
                 .clone()
                 .or_else(|| env(ENV_JOB_ID))
                 .unwrap_or_else(|| format!("manual@{addr}:{port}")),
+            secret: secret()?,
             master_addr: addr,
             store_port: port,
             source: Source::Flags,
@@ -234,6 +243,7 @@ fn resolve_unchecked(args: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Resu
                 .clone()
                 .or_else(|| env(ENV_JOB_ID))
                 .unwrap_or_else(|| format!("torchrun:{run_id}@{addr}:{port}")),
+            secret: secret()?,
             master_addr: addr,
             store_port,
             source: if ours { Source::Launcher } else { Source::Torchrun },
@@ -279,6 +289,7 @@ fn resolve_unchecked(args: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Resu
             local_rank: num("SLURM_LOCALID")?,
             local_world_size,
             job_id: args.job_id.clone().unwrap_or_else(|| format!("slurm-{job}.{step}")),
+            secret: secret()?,
             master_addr: addr,
             store_port: port,
             source: Source::Slurm,

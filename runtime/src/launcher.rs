@@ -2,14 +2,15 @@
 //!
 //! Like `torchrun --nproc-per-node N`, it starts N copies of itself on this machine,
 //! each with the variables a rank reads (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-//! `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), lets them write straight to this
-//! terminal, and waits. When one fails, the others get a moment to say what they saw
-//! (a lost peer), then are stopped, and the launcher exits non-zero naming the rank at
-//! fault and how: the rank its ranks blame ([`crate::blame`]), which may run on another
-//! node, else the first of its own that failed.
+//! `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, and the job's [`crate::secret`]),
+//! lets them write straight to this terminal, and waits. When one fails, the others get
+//! a moment to say what they saw (a lost peer), then are stopped, and the launcher exits
+//! non-zero naming the rank at fault and how: the rank its ranks blame
+//! ([`crate::blame`]), which may run on another node, else the first of its own that
+//! failed.
 
 use crate::error::{EXIT_FAILURE, EXIT_USAGE, usage};
-use crate::launch::{ENV_JOB_ID, ENV_LAUNCHED, Plan};
+use crate::launch::{ENV_JOB_ID, ENV_LAUNCHED, ENV_SECRET, Plan};
 use anyhow::{Context, Result};
 use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
@@ -38,6 +39,15 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
         None if plan.nnodes > 1 => format!("launch@{}:{port}", plan.master_addr),
         None => format!("launch-{:016x}", random_u64()),
     };
+    // The ranks of one node get a secret of their own, which the store asks of every join:
+    // no other process can join their job, though its id and port are easy to work out.
+    // The launchers of several nodes cannot agree on one without talking: their ranks take
+    // the user's, if the user set one on every node (inherited, as the rest of the
+    // environment is).
+    let secret = match plan.nnodes {
+        1 => Some(crate::secret::Secret::fresh().context("making the job's secret")?),
+        _ => None,
+    };
     let exe = std::env::current_exe().context("finding this program's own path to start the ranks")?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut ranks: Vec<(usize, Child)> = Vec::with_capacity(nproc);
@@ -57,6 +67,9 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
             .env(ENV_JOB_ID, &job_id)
             .env(ENV_LAUNCHED, "1")
             .env_remove("TORCHELASTIC_USE_AGENT_STORE");
+        if let Some(secret) = &secret {
+            cmd.env(ENV_SECRET, secret.text());
+        }
         cmd.envs(extra_env.iter().map(|(k, v)| (k, v)));
         if let Some(v) = &verdicts {
             v.pass_to(&mut cmd);

@@ -1,9 +1,9 @@
 //! The workbook's runtime: what every rank needs before and beneath any backend.
 //!
 //! Starting the ranks ([`launch`] decides a process's role, [`launcher`] starts and
-//! watches a node's ranks), meeting them ([`rendezvous`]: the store, over [`wire`]), the
-//! types they exchange ([`element`]), how they fail ([`error`], [`deadline`], [`fault`])
-//! and who is to blame ([`heartbeat`], [`blame`]),
+//! watches a node's ranks), meeting them ([`rendezvous`]: the store, over [`wire`], joined
+//! with the job's [`secret`]), the types they exchange ([`element`]), how they fail
+//! ([`error`], [`deadline`], [`fault`]) and who is to blame ([`heartbeat`], [`blame`]),
 //! and what each rank did, for `--steps` and `--trace` ([`record`], stamped by [`clock`]).
 //!
 //! The layer below both backends (`workbook-cpu`, `workbook-nccl`) and the lessons' API
@@ -25,6 +25,7 @@ pub mod nccl;
 pub mod rank;
 pub mod record;
 pub mod rendezvous;
+pub mod secret;
 pub mod signals;
 pub mod units;
 pub mod wire;

@@ -43,12 +43,16 @@ pub fn open_files() -> Option<u64> {
 /// About how many descriptors a rank of a job of `world` ranks holds at most: two per
 /// peer (pairs connect on first use, a TCP connection or a shared-memory channel each
 /// way, so an all-to-all holds both), two more per rank for the one that hosts the store
-/// (rank 0: its clients, each with its heartbeat's connection), and 16 of its own (arena,
-/// streams, the store's listener). Measured on the CPU backend, one host of 16 ranks, when
-/// every pair shared one connection: rank 0 held 3 × world + 9, the others world + 10.
+/// (rank 0: its clients, each with its heartbeat's connection) and 64 for the connections
+/// joining the store at once (past them, the store refuses newcomers as they come:
+/// [`crate::rendezvous`]), and 16 of its own (arena, streams, the store's listener).
+/// Measured on the CPU backend, one host of 16 ranks, when every pair shared one
+/// connection: rank 0 held 3 × world + 9, the others world + 10.
 pub fn files_needed(world: usize, hosts_store: bool) -> u64 {
-    let per_rank = if hosts_store { 4 } else { 2 };
-    per_rank * world as u64 + 16
+    match hosts_store {
+        true => 4 * world as u64 + crate::rendezvous::MAX_STRANGERS as u64 + 16,
+        false => 2 * world as u64 + 16,
+    }
 }
 
 /// Refuses, before anything starts, a job whose ranks would run out of descriptors:
@@ -59,7 +63,7 @@ pub fn open_files_short(world: usize, hosts_store: bool) -> Option<String> {
     let need = files_needed(world, hosts_store);
     let who = if hosts_store { "rank 0" } else { "a rank" };
     let per = if hosts_store {
-        "4 per rank: a connection each way, and the store's and heartbeat's, as it hosts them"
+        "4 per rank: a connection each way, and the store's and heartbeat's, as it hosts them; 64 joining the store"
     } else {
         "2 per rank: a connection each way"
     };

@@ -3,7 +3,7 @@
 //! barrier, heartbeats, whom to blame, goodbye, each with its deadline.
 
 use super::{
-    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, GET, HELLO, Join, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET,
+    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, FULL, GET, HELLO, Join, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET,
     StoreLost, StoreSaid, Until, WAIT, WAITING,
 };
 use crate::wire::{self, Decoder, Encoder};
@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 pub struct Store {
     conn: TcpStream,
     addr: String,
+    /// What the store answered this rank's join with: its heartbeat connections show it,
+    /// as only this rank's own process has it ([`Store::heartbeat`]).
+    token: Vec<u8>,
     pub(super) timeout: Duration,
     /// How long to wait for any reply: a wait's own deadline plus [`deadline::SLACK`].
     reply_within: Duration,
@@ -24,17 +27,19 @@ pub struct Store {
 
 impl Store {
     /// Joins the store at `host:port`, retrying until `timeout` while the master is not
-    /// up yet; a refusal (wrong job, world size or rank) fails at once.
+    /// up yet (or its store is full); a refusal (wrong job, secret, world size or rank)
+    /// fails at once.
     pub fn connect(host: &str, port: u16, join: &Join, timeout: Duration) -> Result<Store> {
         let addr = format!("{host}:{port}");
         let deadline = Instant::now() + timeout;
         let mut last_err;
         loop {
-            match try_connect(&addr, join, ROLE_RANK, deadline, timeout) {
-                Ok(conn) => {
+            match try_connect(&addr, join, (ROLE_RANK, &[]), deadline, timeout) {
+                Ok((conn, token)) => {
                     return Ok(Store {
                         conn,
                         addr,
+                        token,
                         timeout,
                         reply_within: timeout + crate::deadline::SLACK,
                     });
@@ -62,6 +67,7 @@ impl Store {
         Ok(Store {
             conn: self.conn.try_clone()?,
             addr: self.addr.clone(),
+            token: self.token.clone(),
             timeout: limit,
             reply_within: limit,
         })
@@ -169,19 +175,28 @@ impl Store {
     }
 
     /// A connection of this rank's own for its heartbeat ([`crate::heartbeat`]), beside the
-    /// rank's connection (which must have joined): each request gives up after `limit`.
-    /// Its closing, whenever, says nothing: the rank's connection says whether it is gone.
+    /// rank's connection (which must have joined: the store takes a heartbeat only with the
+    /// token it answered that join with): each request gives up after `limit`. A store
+    /// full at that moment is tried again for a second. Its closing, whenever, says
+    /// nothing: the rank's connection says whether it is gone.
     pub fn heartbeat(&self, join: &Join, limit: Duration) -> Result<Store> {
         let deadline = Instant::now() + limit;
-        match try_connect(&self.addr, join, ROLE_HEARTBEAT, deadline, limit) {
-            Ok(conn) => Ok(Store {
-                conn,
-                addr: self.addr.clone(),
-                timeout: limit,
-                reply_within: limit,
-            }),
-            Err(Attempt::Refused(why) | Attempt::Silent(why)) => bail!("{why}"),
-            Err(Attempt::Failed(e)) => Err(e.into()),
+        let retry_until = Instant::now() + limit.min(Duration::from_secs(1));
+        loop {
+            match try_connect(&self.addr, join, (ROLE_HEARTBEAT, &self.token), deadline, limit) {
+                Ok((conn, _)) => {
+                    return Ok(Store {
+                        conn,
+                        addr: self.addr.clone(),
+                        token: Vec::new(),
+                        timeout: limit,
+                        reply_within: limit,
+                    });
+                }
+                Err(Attempt::Refused(why) | Attempt::Silent(why)) => bail!("{why}"),
+                Err(Attempt::Failed(e)) if Instant::now() >= retry_until => return Err(e.into()),
+                Err(Attempt::Failed(_)) => thread::sleep(Duration::from_millis(100)),
+            }
         }
     }
 
@@ -247,15 +262,16 @@ enum Attempt {
     Failed(io::Error),
 }
 
-/// One try at joining the store at `addr`, over by `deadline` (the end of the `timeout`
-/// the rank gives the whole join, which messages name).
+/// One try at joining the store at `addr` as `role` (with the token of the rank's join,
+/// for a heartbeat), over by `deadline` (the end of the `timeout` the rank gives the whole
+/// join, which messages name). The connection, and the body of the store's answer.
 fn try_connect(
     addr: &str,
     join: &Join,
-    role: u64,
+    (role, token): (u64, &[u8]),
     deadline: Instant,
     timeout: Duration,
-) -> std::result::Result<TcpStream, Attempt> {
+) -> std::result::Result<(TcpStream, Vec<u8>), Attempt> {
     let targets: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Attempt::Failed)?.collect();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
     // The whole join, connection and answer, ends by the deadline (a last try gets a
@@ -269,20 +285,39 @@ fn try_connect(
             Ok(mut conn) => {
                 let _ = conn.set_nodelay(true);
                 conn.set_write_timeout(Some(left)).map_err(Attempt::Failed)?;
-                let mut hello = Encoder::default()
+                let hello = Encoder::default()
                     .str(&join.job_id)
                     .u64(join.world_size as u64)
-                    .u64(join.rank as u64);
-                if role != ROLE_RANK {
-                    hello = hello.u64(role);
-                }
+                    .u64(join.rank as u64)
+                    .u64(role)
+                    .str(join.secret.as_ref().map_or("", |s| s.text()))
+                    .bytes(token);
                 wire::write_frame(&mut conn, HELLO, &hello.0).map_err(Attempt::Failed)?;
                 let mut reply = Until::new(&conn, by);
                 let answer = wire::read_frame(&mut reply, MAX_FRAME);
                 let waited = crate::units::human_duration(timeout);
                 return match answer {
-                    Ok((OK, _)) => Ok(conn),
+                    Ok((OK, body)) => Ok((conn, body)),
                     Ok((ERR, why)) => Err(Attempt::Refused(String::from_utf8_lossy(&why).into_owned())),
+                    // Full for now (strangers crowd it): another try may get in.
+                    Ok((FULL, why)) => Err(Attempt::Failed(io::Error::other(
+                        String::from_utf8_lossy(&why).into_owned(),
+                    ))),
+                    // Closed before a byte of answer: a store that shed this connection
+                    // (full, or crowded by strangers) before it read it; another try may get in.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::UnexpectedEof
+                                | io::ErrorKind::ConnectionReset
+                                | io::ErrorKind::ConnectionAborted
+                        ) && reply.2 == 0 =>
+                    {
+                        Err(Attempt::Failed(io::Error::new(
+                            e.kind(),
+                            format!("{target} closed the connection before answering"),
+                        )))
+                    }
                     // Nothing at all came back: a store that does not answer (its process
                     // frozen, or overwhelmed), not a stranger.
                     Err(e)

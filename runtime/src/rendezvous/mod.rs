@@ -6,6 +6,14 @@
 //! disagrees with it. After that the ranks only `set` keys and `wait` for keys: the
 //! NCCL unique id, each rank's address for the CPU backend, the rows of a table.
 //!
+//! The store is rank 0's to keep: a join must carry the job's secret where the job has
+//! one ([`crate::secret`]); a rank holds its own connection and at most two heartbeat
+//! connections, which only its own process can open (its join's answer carries a token
+//! they must show), and the store at most two connections per rank and 64 not yet joined,
+//! refusing the rest as they come, without a thread each; one key holds at most
+//! 8 MiB and the whole store 256 MiB and 1 MiB per rank, and a `set` past either is refused
+//! in one line naming the rank (the server's constants set these limits).
+//!
 //! Every wait has a deadline and, when it passes, names the ranks that never arrived.
 //! A rank whose connection closes without a goodbye has crashed or been killed: every
 //! wait then fails at once, naming it, instead of waiting for the deadline.
@@ -20,6 +28,7 @@ mod server;
 mod tests;
 
 pub use client::Store;
+pub(crate) use server::MAX_STRANGERS;
 pub use server::StoreServer;
 
 use anyhow::{Result, anyhow};
@@ -27,6 +36,9 @@ use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+/// A join ([`Join`]): the job's id, the world size, the rank, then, each if there, what
+/// the connection joins as ([`ROLE_RANK`] if absent), the job's secret (empty: none) and
+/// the token of the rank's join (a heartbeat's). A rank's join is answered with its token.
 const HELLO: u8 = 1;
 const SET: u8 = 2;
 const GET: u8 = 3;
@@ -41,6 +53,9 @@ const BEAT: u8 = 9;
 const BLAME: u8 = 10;
 const OK: u8 = 128;
 const ERR: u8 = 129;
+/// The store holds all the connections it takes: this one is refused before it is read,
+/// and may come again (a rank tries again until its deadline).
+const FULL: u8 = 130;
 /// The largest message the store accepts: a table row, an address, an NCCL id.
 const MAX_FRAME: u64 = 16 << 20;
 /// What a connection joins as, after the rank (absent: [`ROLE_RANK`]).
@@ -61,7 +76,12 @@ pub fn meet(id: &crate::launch::Identity, timeout: Duration) -> Result<(Store, O
                 .with_context(|| format!("resolving the master address {}", id.master_addr))?
                 .next()
                 .ok_or_else(|| anyhow!("the master address {} resolves to nothing", id.master_addr))?;
-            Some(StoreServer::start(addr, &id.job_id, id.world_size)?)
+            Some(StoreServer::start_with(
+                addr,
+                &id.job_id,
+                id.world_size,
+                id.secret.clone(),
+            )?)
         }
         _ => None,
     };
@@ -69,6 +89,7 @@ pub fn meet(id: &crate::launch::Identity, timeout: Duration) -> Result<(Store, O
         job_id: id.job_id.clone(),
         world_size: id.world_size,
         rank: id.rank,
+        secret: id.secret.clone(),
     };
     let store = Store::connect(&id.master_addr, id.store_port, &join, timeout)?;
     Ok((store, server))
@@ -92,6 +113,8 @@ pub struct Join {
     pub world_size: usize,
     /// This rank.
     pub rank: usize,
+    /// The job's secret, which the store asks of every join when rank 0 has one.
+    pub secret: Option<crate::secret::Secret>,
 }
 
 /// Reads from a connection until `deadline`, however slowly the bytes come: a peer

@@ -1,18 +1,23 @@
 //! The store's server: rank 0 listens on the master address, and a thread per
-//! connection admits joins (refusing another job's ranks, a wrong world size, a rank
-//! twice, and strangers past a cap), serves `set`, `get`, waits and barriers, notes
-//! heartbeats and lost ranks, and answers whom to blame for a failure.
+//! connection admits joins (refusing another job's ranks, a join without the job's
+//! secret, a wrong world size, a rank twice, a heartbeat that is not its rank's own, and
+//! strangers past a cap), serves `set`, `get`, waits and barriers within the store's
+//! limits, notes heartbeats and lost ranks, and answers whom to blame for a failure.
+//! Connections past the store's cap are refused by the accepting thread itself.
 
 use super::{
-    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, GET, HELLO, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET, Until, WAIT,
-    WAITING,
+    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, FULL, GET, HELLO, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET, Until,
+    WAIT, WAITING,
 };
+use crate::secret::{ENV_SECRET, Secret};
+use crate::units::human_bytes;
 use crate::wire::{self, Decoder, Encoder};
 use anyhow::{Result, anyhow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::net::TcpListener;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -23,7 +28,38 @@ const MAX_HELLO: u64 = 4 << 10;
 const JOIN_WITHIN: Duration = Duration::from_secs(10);
 /// Connections that have not joined yet, at most: past it the oldest is closed, so that
 /// junk can neither exhaust this process's descriptors nor crowd a real rank out.
-const MAX_STRANGERS: usize = 64;
+pub(crate) const MAX_STRANGERS: usize = 64;
+/// Heartbeat connections one rank may hold at once: its heartbeat's, and one more (a
+/// communicator made anew before the closing of the last one's reached the store). A
+/// rank's own connection is one: a rank joins once.
+const MAX_HEARTBEATS: usize = 2;
+/// The most one key may hold: twice the largest value the workbook sets (a piece of a
+/// rank's trace, `common::trace::PIECE_BYTES`, 4 MiB; the rest are rows, addresses, ids
+/// and accounts of some bytes per rank).
+const MAX_VALUE: usize = 8 << 20;
+/// What one key costs the store beside its name and value (the map's own bookkeeping),
+/// so that a flood of empty keys is counted too.
+const ENTRY_COST: usize = 64;
+/// The size of the token a rank's join is answered with, which its heartbeat shows.
+const TOKEN: usize = 16;
+
+/// What the store of a job of `world` ranks may hold, keys and values: 256 MiB, and 1 MiB
+/// per rank. Far more than the workbook keeps there: a whole `--trace` (at most 200,000
+/// events for the job, tens of MB), and per rank its accounts of point-to-point calls
+/// (some bytes per peer) and the rows of its tables. Without it one joined client could
+/// grow rank 0 without end (1.66 GB in 7 s).
+fn max_held(world: usize) -> usize {
+    (256usize << 20).saturating_add(world.saturating_mul(1 << 20))
+}
+
+/// The connections the store of a job of `world` ranks holds at once, joined or not: two
+/// per rank (its own, and its heartbeat's) and [`MAX_STRANGERS`] not joined yet. Past it,
+/// the accepting thread refuses a connection at once ([`refuse`]), without a thread of its
+/// own, so that no flood exhausts rank 0's threads or descriptors
+/// ([`crate::limits::files_needed`] counts them).
+fn max_connections(world: usize) -> usize {
+    world.saturating_mul(2).saturating_add(MAX_STRANGERS)
+}
 
 /// The store's server side, running on threads of rank 0's process.
 pub struct StoreServer {
@@ -33,7 +69,11 @@ pub struct StoreServer {
 
 struct Shared {
     job_id: String,
+    /// The secret every join must carry ([`crate::secret`]); `None`: no join may carry one.
+    secret: Option<Secret>,
     world_size: usize,
+    /// What the store may hold, keys and values ([`max_held`]).
+    max_held: usize,
     /// The kernel this store runs under ([`crate::clock::boot_id`]), for [`Store::clock`](super::Store::clock).
     boot: String,
     state: Mutex<State>,
@@ -43,8 +83,16 @@ struct Shared {
 #[derive(Default)]
 struct State {
     kv: HashMap<String, Vec<u8>>,
+    /// What `kv` holds, as [`max_held`] counts it (each key's name and value, and
+    /// [`ENTRY_COST`]).
+    held: usize,
     /// Ranks that joined, with where they joined from.
     joined: BTreeMap<usize, String>,
+    /// The token each rank's join was answered with: its heartbeat connections show it,
+    /// so that only its own process can beat for it.
+    tokens: HashMap<usize, [u8; TOKEN]>,
+    /// The heartbeat connections each rank holds now ([`MAX_HEARTBEATS`] at most).
+    heartbeats: HashMap<usize, usize>,
     /// Ranks that said goodbye: their connection closing is expected.
     finished: HashSet<usize>,
     /// Ranks whose connection closed without a goodbye, and how.
@@ -62,9 +110,20 @@ struct State {
 }
 
 impl StoreServer {
-    /// Binds the store at `addr` (the master address, not every interface) and serves it
-    /// on background threads until the process exits.
+    /// Binds the store of a job without a secret at `addr` (the master address, not every
+    /// interface) and serves it on background threads until the process exits.
     pub fn start(addr: SocketAddr, job_id: &str, world_size: usize) -> Result<StoreServer> {
+        Self::start_with(addr, job_id, world_size, None)
+    }
+
+    /// [`StoreServer::start`], for a job whose every join must carry `secret` (`None`: a
+    /// job without one, where no join may carry one).
+    pub fn start_with(
+        addr: SocketAddr,
+        job_id: &str,
+        world_size: usize,
+        secret: Option<Secret>,
+    ) -> Result<StoreServer> {
         let listener = TcpListener::bind(addr).map_err(|e| match e.kind() {
             io::ErrorKind::AddrInUse => anyhow!(
                 "port {} on {} is already in use (another job, or a program still running?): \
@@ -80,7 +139,9 @@ impl StoreServer {
         })?;
         let shared = Arc::new(Shared {
             job_id: job_id.to_string(),
+            secret,
             world_size,
+            max_held: max_held(world_size),
             boot: crate::clock::boot_id(),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -89,8 +150,15 @@ impl StoreServer {
             addr: listener.local_addr()?,
             shared: shared.clone(),
         };
+        let (most, at) = (max_connections(world_size), server.addr);
+        let full = format!(
+            "the store at {at} holds {most} connections, the most it takes for a job of {world_size} ranks (2 per \
+             rank, and {MAX_STRANGERS} joining): something else is connecting to it"
+        );
         thread::Builder::new().name("store-accept".into()).spawn(move || {
             let strangers: Arc<Mutex<Strangers>> = Arc::default();
+            // Connections with a thread of their own, until that thread ends.
+            let live = Arc::new(AtomicUsize::new(0));
             loop {
                 let conn = match listener.accept() {
                     Ok((conn, _)) => conn,
@@ -102,8 +170,14 @@ impl StoreServer {
                         continue;
                     }
                 };
-                let (shared, strangers) = (shared.clone(), strangers.clone());
+                if live.load(Ordering::Acquire) >= most {
+                    refuse(conn, full.as_bytes());
+                    continue;
+                }
+                let (shared, strangers, counted) = (shared.clone(), strangers.clone(), Live::count(&live));
                 let _ = thread::Builder::new().name("store-conn".into()).spawn(move || {
+                    // Counted out when this thread ends (or never starts), after the connection closed.
+                    let _counted = counted;
                     // Counted in by its own thread, which alone closes it, after counting it out.
                     let id = strangers.lock().unwrap_or_else(|p| p.into_inner()).admit(&conn);
                     serve(conn, &shared, &|| {
@@ -157,6 +231,41 @@ impl Drop for StoreServer {
     }
 }
 
+/// One connection counted among the store's live ones ([`max_connections`]) while this
+/// lives: its thread holds it, and drops it last.
+struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn count(live: &Arc<AtomicUsize>) -> Live {
+        live.fetch_add(1, Ordering::AcqRel);
+        Live(live.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Refuses a connection past the store's cap, on the accepting thread and without ever
+/// blocking it: reads what already came (closing with unread bytes would reset the
+/// connection and lose the answer), says why in one frame, and closes. A rank that meets
+/// it tries again until its deadline.
+fn refuse(mut conn: TcpStream, why: &[u8]) {
+    use std::io::Read;
+    if conn.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut came = [0u8; 1024];
+    for _ in 0..MAX_HELLO as usize / came.len() {
+        if !matches!(conn.read(&mut came), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    let _ = wire::write_frame(&mut conn, FULL, why);
+}
+
 /// The connections that have not joined yet, oldest first, by descriptor: one descriptor
 /// each (a clone would double what strangers cost rank 0). A connection's thread counts it
 /// out ([`Strangers::joined`]) before it can close it, under the same lock as
@@ -206,40 +315,34 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     let Ok((HELLO, payload)) = hello else {
         return;
     };
-    let (rank, role) = match shared.join(&payload, &peer) {
+    let (rank, role, answer) = match shared.join(&payload, &peer) {
         Ok(joined) => joined,
         Err(why) => {
             let _ = wire::write_frame(&mut conn, ERR, why.as_bytes());
             return;
         }
     };
-    if wire::write_frame(&mut conn, OK, &[]).is_err() {
+    let _ = conn.set_read_timeout(None);
+    if role == ROLE_HEARTBEAT {
+        if wire::write_frame(&mut conn, OK, &answer).is_ok() {
+            serve_beats(&mut conn, shared, rank);
+        }
+        shared.update(|st| {
+            if let Some(n) = st.heartbeats.get_mut(&rank) {
+                *n = n.saturating_sub(1);
+            }
+        });
         return;
     }
-    let _ = conn.set_read_timeout(None);
+    if wire::write_frame(&mut conn, OK, &answer).is_err() {
+        return;
+    }
     let how = loop {
         let (kind, payload) = match wire::read_frame(&mut conn, MAX_FRAME) {
             Ok(frame) => frame,
-            Err(_) if role == ROLE_HEARTBEAT => return,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break "its connection closed".to_string(),
             Err(e) => break format!("its connection failed: {e}"),
         };
-        if role == ROLE_HEARTBEAT {
-            // Only heartbeats; their connection closing says nothing.
-            if kind != BEAT {
-                return;
-            }
-            shared
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .beats
-                .insert(rank, Instant::now());
-            if wire::write_frame(&mut conn, OK, &[]).is_err() {
-                return;
-            }
-            continue;
-        }
         if kind == BYE {
             shared.update(|st| st.finished.insert(rank));
             return;
@@ -258,6 +361,32 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     });
 }
 
+/// Serves the heartbeat connection of `rank`: notes each beat, and answers it. Nothing
+/// else is taken on it (a beat is empty: no frame larger than a join is read), and its
+/// closing says nothing (the rank's own connection says whether it is gone).
+fn serve_beats(conn: &mut TcpStream, shared: &Shared, rank: usize) {
+    while let Ok((BEAT, _)) = wire::read_frame(conn, MAX_HELLO) {
+        shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .beats
+            .insert(rank, Instant::now());
+        if wire::write_frame(conn, OK, &[]).is_err() {
+            return;
+        }
+    }
+}
+
+/// A key as a message shows it: one line, and at most 60 characters of it.
+fn shown_key(key: &str) -> String {
+    let line = crate::error::one_line(key);
+    match line.char_indices().nth(60) {
+        Some((cut, _)) => format!("'{}…'", &line[..cut]),
+        None => format!("'{line}'"),
+    }
+}
+
 impl Shared {
     fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let r = f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
@@ -265,16 +394,29 @@ impl Shared {
         r
     }
 
-    /// Checks a join against the job: identity, world size, rank, no second copy of a rank.
-    /// Returns the rank and what the connection joins as (a rank, or its heartbeat).
-    fn join(&self, payload: &[u8], peer: &str) -> std::result::Result<(usize, u64), String> {
+    /// Checks a join against the job: identity, secret, world size, rank, no second copy of
+    /// a rank, a heartbeat only from its rank's own process and within [`MAX_HEARTBEATS`].
+    /// Returns the rank, what the connection joins as (a rank, or its heartbeat) and the
+    /// answer's body (to a rank, the token its heartbeats are to show).
+    fn join(&self, payload: &[u8], peer: &str) -> std::result::Result<(usize, u64, Vec<u8>), String> {
         let mut d = Decoder(payload);
-        let (job, world, rank) =
-            (|| Ok::<_, io::Error>((d.str()?, d.u64()?, d.u64()?)))().map_err(|e| format!("malformed join: {e}"))?;
+        let malformed = |e: io::Error| format!("malformed join: {e}");
+        let (job, world, rank) = (|| Ok::<_, io::Error>((d.str()?, d.u64()?, d.u64()?)))().map_err(malformed)?;
+        // Then, each in turn if there: the role, the secret, the token.
         let role = if d.0.is_empty() {
             ROLE_RANK
         } else {
-            d.u64().map_err(|e| format!("malformed join: {e}"))?
+            d.u64().map_err(malformed)?
+        };
+        let secret = if d.0.is_empty() {
+            ""
+        } else {
+            d.str().map_err(malformed)?
+        };
+        let token = if d.0.is_empty() {
+            &[][..]
+        } else {
+            d.bytes().map_err(malformed)?
         };
         if job != self.job_id {
             return Err(format!(
@@ -282,6 +424,29 @@ impl Shared {
                  master port, or is this a rank left over from an earlier run?",
                 self.job_id
             ));
+        }
+        // Before anything about the job's ranks is said or changed.
+        match (&self.secret, secret) {
+            (Some(_), "") => {
+                return Err(format!(
+                    "this job's store takes only joins that carry the job's secret ({ENV_SECRET}), and this one \
+                     carries none: its launcher gives its ranks theirs; ranks started otherwise need the same \
+                     {ENV_SECRET} set on every rank"
+                ));
+            }
+            (Some(ours), theirs) if !ours.matches(theirs) => {
+                return Err(format!(
+                    "the secret this join carries ({ENV_SECRET}) is not this job's: is it a rank of another job, or \
+                     of an earlier run?"
+                ));
+            }
+            (None, theirs) if !theirs.is_empty() => {
+                return Err(format!(
+                    "this join carries a secret ({ENV_SECRET}), and rank 0, which hosts the store, was started \
+                     without one: set the same one on every rank, or on none"
+                ));
+            }
+            _ => {}
         }
         if world as usize != self.world_size {
             return Err(format!(
@@ -294,20 +459,32 @@ impl Shared {
         let rank = rank as usize;
         match role {
             ROLE_RANK => {}
-            // A heartbeat comes from a rank that has joined: it adds no rank.
-            ROLE_HEARTBEAT
-                if self
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .joined
-                    .contains_key(&rank) =>
-            {
-                return Ok((rank, role));
+            // A heartbeat comes from the process of a rank that has joined (it shows the
+            // token that rank's join was answered with): it adds no rank.
+            ROLE_HEARTBEAT => {
+                return self.update(|st| {
+                    let Some(ours) = st.tokens.get(&rank) else {
+                        return Err(format!("a heartbeat of rank {rank}, which has not joined"));
+                    };
+                    if !crate::secret::same(ours, token) {
+                        return Err(format!(
+                            "a heartbeat for rank {rank} from {peer}, which is not rank {rank}'s own process (it \
+                             lacks the token of rank {rank}'s join): it is not counted"
+                        ));
+                    }
+                    let n = st.heartbeats.entry(rank).or_default();
+                    if *n >= MAX_HEARTBEATS {
+                        return Err(format!(
+                            "rank {rank} already holds {n} heartbeat connections, the most one rank may hold"
+                        ));
+                    }
+                    *n += 1;
+                    Ok((rank, role, Vec::new()))
+                });
             }
-            ROLE_HEARTBEAT => return Err(format!("a heartbeat of rank {rank}, which has not joined")),
             other => return Err(format!("malformed join: role {other}")),
         }
+        let token = crate::secret::random_bytes::<TOKEN>().map_err(|e| format!("rank {rank}: {e:#}"))?;
         self.update(|st| {
             if let Some(first) = st.joined.get(&rank) {
                 return Err(format!(
@@ -315,7 +492,40 @@ impl Shared {
                 ));
             }
             st.joined.insert(rank, peer.to_string());
-            Ok((rank, role))
+            st.tokens.insert(rank, token);
+            Ok((rank, role, token.to_vec()))
+        })
+    }
+
+    /// Sets `key` to `value` for `rank`, within the store's limits: [`MAX_VALUE`] for one
+    /// key, [`Shared::max_held`] in all (a key set again counts once, at its new size).
+    fn set(&self, rank: usize, key: &str, value: &[u8]) -> std::result::Result<(), String> {
+        if value.len() > MAX_VALUE {
+            return Err(format!(
+                "rank {rank} set {} to {}: one key of the store holds at most {}",
+                shown_key(key),
+                human_bytes(value.len()),
+                human_bytes(MAX_VALUE)
+            ));
+        }
+        let cost = ENTRY_COST + key.len() + value.len();
+        self.update(|st| {
+            let before = st.kv.get(key).map_or(0, |v| ENTRY_COST + key.len() + v.len());
+            let after = st.held.saturating_sub(before).saturating_add(cost);
+            if after > self.max_held {
+                return Err(format!(
+                    "rank {rank} set {} ({}) past what the store keeps for a job of {} ranks, {} (256 MiB, and 1 MiB \
+                     per rank), of which it holds {} already",
+                    shown_key(key),
+                    human_bytes(value.len()),
+                    self.world_size,
+                    human_bytes(self.max_held),
+                    human_bytes(st.held)
+                ));
+            }
+            st.held = after;
+            st.kv.insert(key.to_string(), value.to_vec());
+            Ok(())
         })
     }
 
@@ -326,8 +536,7 @@ impl Shared {
         match kind {
             SET => {
                 let (key, value) = (d.str().map_err(malformed)?, d.bytes().map_err(malformed)?);
-                self.update(|st| st.kv.insert(key.to_string(), value.to_vec()));
-                Ok(Vec::new())
+                self.set(rank, key, value).map(|()| Vec::new())
             }
             GET => {
                 let key = d.str().map_err(malformed)?;
@@ -346,7 +555,7 @@ impl Shared {
                     keys.push((d.str().map_err(malformed)?.to_string(), d.u64().map_err(malformed)?));
                 }
                 self.update(|st| st.waiting.insert(rank, what.clone()));
-                let reply = self.wait(&keys, &what, timeout);
+                let reply = self.wait(rank, &keys, &what, timeout);
                 // A rank whose wait failed fails too, from this meeting: it stays counted
                 // in it, so that no moment shows it busy elsewhere.
                 if reply.is_ok() {
@@ -385,8 +594,16 @@ impl Shared {
         }
     }
 
-    /// Blocks until every key is set; fails at the deadline, or at once if a rank is lost.
-    fn wait(&self, keys: &[(String, u64)], what: &str, timeout: Duration) -> std::result::Result<Vec<u8>, String> {
+    /// Blocks until every key is set; fails at the deadline, or at once if a rank is lost,
+    /// or if the values are more than one answer to `rank` carries ([`MAX_FRAME`]: a wait
+    /// that names one key many times must not make the store build gigabytes).
+    fn wait(
+        &self,
+        rank: usize,
+        keys: &[(String, u64)],
+        what: &str,
+        timeout: Duration,
+    ) -> std::result::Result<Vec<u8>, String> {
         let deadline = Instant::now() + timeout;
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -401,6 +618,19 @@ impl Shared {
                 return Err(super::with_awaited(said, &[*rank]));
             }
             if missing.is_empty() {
+                let size = keys
+                    .iter()
+                    .map(|(k, _)| 4 + st.kv[k].len())
+                    .fold(0usize, usize::saturating_add);
+                if size > MAX_FRAME as usize {
+                    return Err(format!(
+                        "rank {rank} waited for {} keys that hold {} together, more than one answer of the store \
+                         carries ({}): wait for fewer at once",
+                        keys.len(),
+                        human_bytes(size),
+                        human_bytes(MAX_FRAME as usize)
+                    ));
+                }
                 let mut e = Encoder::default();
                 for (k, _) in keys {
                     e = e.bytes(&st.kv[k]);
