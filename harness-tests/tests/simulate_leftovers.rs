@@ -98,6 +98,19 @@ fn long_job(tmp: &Path) -> (std::process::Child, Vec<u32>, PathBuf) {
     }
 }
 
+/// Waits until every one of `ranks` has ended, as ranks whose launcher was killed must,
+/// within 10 s.
+fn ranks_end(ranks: &[u32]) {
+    let start = Instant::now();
+    while !ranks.iter().all(|&k| ended(k)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the ranks outlived their launcher"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_simulated_rank_killed_mid_run_leaves_nothing_behind() {
     let _alone = JOBS.lock().unwrap_or_else(|p| p.into_inner());
@@ -124,14 +137,7 @@ fn what_a_job_killed_with_its_launcher_left_is_removed_by_the_next_job() {
     // Its ranks are told to stop as it dies (PR_SET_PDEATHSIG).
     signal(launcher, 9);
     let r = finish(child, LIMIT);
-    let start = Instant::now();
-    while !kids.iter().all(|&k| ended(k)) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the ranks outlived their launcher"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    ranks_end(&kids);
     let links = tmp.join(format!("nccl-workbook-sim-{launcher}"));
     let left_before = (room.exists(), links.exists());
     // Any next job on this host, even one on the CPU backend.
@@ -170,14 +176,7 @@ fn a_rank_then_its_launcher_killed_leave_nothing_without_a_next_job() {
     std::thread::sleep(Duration::from_millis(100));
     signal(launcher, 9);
     let r = finish(child, LIMIT);
-    let start = Instant::now();
-    while !kids.iter().all(|&k| ended(k)) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the ranks outlived their launcher"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    ranks_end(&kids);
     let links = tmp.join(format!("nccl-workbook-sim-{launcher}"));
     let (room_left, links_left) = (room.exists(), links.exists());
     let _ = std::fs::remove_dir_all(&room);
