@@ -451,10 +451,13 @@ impl Session {
                 }
                 Ok(Some(_)) => return err,
                 Ok(None) if asked_at.elapsed() < patience => std::thread::sleep(Duration::from_millis(50)),
-                // Nobody stopped: the peer that moved nothing is alive, waiting elsewhere (a
-                // receive whose send is missing from the peer's group, calls in another order).
+                // Nobody stopped: in a group, whose sends and receives progress together, the
+                // peer that moved nothing is alive and waits elsewhere (a send or a receive
+                // missing from its group). Outside one, a deadlock is as likely: the checker
+                // and the lines of the ranks name it.
                 Ok(None) => {
-                    return match workbook_runtime::error::link_failed(&err).filter(|l| l.timed_out) {
+                    let in_group = err.chain().any(|c| c.to_string().contains(" in a group"));
+                    return match workbook_runtime::error::link_failed(&err).filter(|l| l.timed_out && in_group) {
                         Some(link) if link.peer != me => {
                             let peer = link.peer;
                             err.context(format!(
