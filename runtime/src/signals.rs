@@ -10,8 +10,12 @@
 /// while the process has one thread: the threads started later inherit the blocked signals
 /// (a process it starts does not: std resets the mask of a child).
 pub fn clean_up_on_termination() {
-    // SAFETY: getppid has no arguments and cannot fail.
-    let _ = PARENT.set(unsafe { libc::getppid() });
+    // A rank this program's launcher started: its launcher's death is news (a rank started
+    // otherwise may outlive the shell that started it, and finish normally).
+    if std::env::var_os(crate::launch::ENV_LAUNCHED).is_some() {
+        // SAFETY: getppid has no arguments and cannot fail.
+        let _ = PARENT.set(unsafe { libc::getppid() });
+    }
     // SAFETY: sigemptyset and sigaddset fill a set this function owns; pthread_sigmask
     // changes this thread's mask only, from a valid set.
     let set = unsafe {
@@ -54,8 +58,8 @@ pub fn clean_up_on_termination() {
     }
 }
 
-/// This process's parent when [`clean_up_on_termination`] ran: its launcher, or whatever
-/// started it.
+/// This process's parent when [`clean_up_on_termination`] ran, in a rank this program's
+/// launcher started: its launcher.
 static PARENT: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
 
 /// Whether the launcher that started this rank is gone (the rank now has another parent):
