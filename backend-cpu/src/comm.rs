@@ -85,7 +85,7 @@ pub struct Comm {
     send_thread: OnceLock<Option<mpsc::Sender<SendJob>>>,
     /// `--link` and `--timeout`, when some link of this rank is simulated: a message the
     /// simulated wire cannot carry within the timeout is refused before it is sent
-    /// ([`Comm::wire_carries`]).
+    /// ([`carries`], with [`Comm::wire_limit`]).
     wire: Option<(crate::transport::simulated::Network, std::time::Duration)>,
 }
 
@@ -133,14 +133,6 @@ impl Comm {
     /// last at most `timeout`.
     pub fn on_wire(self, wire: Option<(crate::transport::simulated::Network, std::time::Duration)>) -> Comm {
         Comm { wire, ..self }
-    }
-
-    /// Whether a collective of `bytes` (its largest buffer) fits the simulated wire: on a
-    /// link of `--link`'s speed its buffer must cross within `--timeout`, or every rank
-    /// would wait past the deadline for bytes still on the wire. `Err`: one line saying
-    /// so, for the user (exit 2).
-    pub fn wire_carries(&self, bytes: usize) -> Result<(), String> {
-        carries(self.wire_limit(), bytes)
     }
 
     /// `--link` and `--timeout` where this rank has a simulated link to another of this

@@ -189,10 +189,7 @@ impl Session {
     /// cannot carry within `--timeout`: checked before a collective or a send starts.
     pub(crate) fn fits_wire(&self, bytes: usize) -> Result<()> {
         match &self.comm {
-            // Every rank of the communicator has a simulated link, and says the same.
-            Communicator::Cpu(cpu) => cpu
-                .wire_carries(bytes)
-                .map_err(|message| workbook_runtime::error::SharedError { message, usage: true }.into()),
+            Communicator::Cpu(cpu) => fits_wire(cpu.wire_limit(), bytes),
             _ => Ok(()),
         }
     }
@@ -326,4 +323,15 @@ impl Session {
         self.seq += 1;
         format!("{what}/{}", self.seq)
     }
+}
+
+/// Refuses a message of `bytes` that a simulated wire (`--link` and `--timeout`, `None`:
+/// no simulated link) cannot carry in time: one line, exit 2, the same on every rank of
+/// the communicator (each has a simulated link), so said once.
+pub(crate) fn fits_wire(
+    wire: Option<(workbook_cpu::transport::simulated::Network, Duration)>,
+    bytes: usize,
+) -> Result<()> {
+    workbook_cpu::comm::carries(wire, bytes)
+        .map_err(|message| workbook_runtime::error::SharedError { message, usage: true }.into())
 }

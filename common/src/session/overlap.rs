@@ -52,8 +52,9 @@ pub struct Stream<'s> {
     issued: usize,
     waited: usize,
     log: Vec<Span>,
-    /// Refuses a collective `--link`'s wire cannot carry within `--timeout` ([`Session::fits_wire`]).
-    wire: Box<dyn Fn(usize) -> Result<()> + 's>,
+    /// `--link` and `--timeout` where the rank has a simulated link: a collective the wire
+    /// cannot carry in time is refused as it is issued ([`super::fits_wire`]).
+    wire: Option<(workbook_cpu::transport::simulated::Network, Duration)>,
 }
 
 /// Where a stream's collectives run.
@@ -143,11 +144,7 @@ impl Session {
                         }
                     })
                     .with_context(|| format!("{who}: starting the stream's thread"))?;
-                let wire = Box::new(move |bytes| {
-                    workbook_cpu::comm::carries(limit, bytes)
-                        .map_err(|message| workbook_runtime::error::SharedError { message, usage: true }.into())
-                });
-                let mut stream = Stream::new(Queue::Thread(jobs), who.clone(), place, wire);
+                let mut stream = Stream::new(Queue::Thread(jobs), who.clone(), place, limit);
                 let out = body(&mut stream);
                 let (unwaited, report) = stream.close();
                 self.report.streams.push(report);
@@ -161,7 +158,7 @@ impl Session {
             })
         } else {
             nccl(&self.comm).open_comm_stream()?;
-            let mut stream = Stream::new(Queue::Nccl(&mut self.comm), who, place, Box::new(|_| Ok(())));
+            let mut stream = Stream::new(Queue::Nccl(&mut self.comm), who, place, None);
             let out = body(&mut stream);
             let (unwaited, report) = stream.close();
             self.report.streams.push(report);
@@ -183,7 +180,7 @@ impl<'s> Stream<'s> {
         queue: Queue<'s>,
         who: String,
         (rank, world): (usize, usize),
-        wire: Box<dyn Fn(usize) -> Result<()> + 's>,
+        wire: Option<(workbook_cpu::transport::simulated::Network, Duration)>,
     ) -> Stream<'s> {
         Stream {
             wire,
@@ -327,7 +324,7 @@ impl<'s> Stream<'s> {
         let count = coll
             .count_of(None, buf.len(), self.world)
             .map_err(|why| workbook_runtime::error::usage(format!("{}: {why}", self.who)))?;
-        (self.wire)(buf.len() * size_of::<T>())?;
+        super::fits_wire(self.wire, buf.len() * size_of::<T>())?;
         self.issued += 1;
         // The test hook `NCCL_WORKBOOK_FAULT=die-on-stream:RANK`: that rank is killed as it
         // issues its second collective, while the others' first ones are in flight.
