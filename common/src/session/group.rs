@@ -502,6 +502,18 @@ impl<'a> Group<'a> {
     }
 }
 
+/// What a group's send or receive was doing when it failed, typed so that the rank's
+/// explanation knows a group's calls failed ([`Session::explain`]: they progress together,
+/// so a peer that moved nothing lacks the matching call).
+#[derive(Debug)]
+pub(crate) struct InGroup(String);
+
+impl std::fmt::Display for InGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Runs the sends of `to` and the receives of `from` together (see [`Group::exchange`]),
 /// noted as one operation (its messages overlap in time: one span on the rank's track,
 /// each message on its link's track, an arrow from each send to its receive).
@@ -515,11 +527,11 @@ fn progress(
         for (data, elems) in msgs {
             cpu.send_tagged(workbook_cpu::SEND_RECV_TAG, data, peer)
                 .with_context(|| {
-                    format!(
+                    InGroup(format!(
                         "sending {elems} elements ({}) to {} in a group",
                         human_bytes(data.len()),
                         cpu.peer_name(peer)
-                    )
+                    ))
                 })?;
         }
         Ok(())
@@ -546,11 +558,11 @@ fn progress(
                 .recv_into(workbook_cpu::SEND_RECV_TAG, data)
                 .map_err(|e| cpu.lost(e, *peer))
                 .with_context(|| {
-                    format!(
+                    InGroup(format!(
                         "receiving {elems} elements ({}) from {} in a group",
                         human_bytes(n),
                         cpu.peer_name(*peer)
-                    )
+                    ))
                 });
             if got.is_err() {
                 break;

@@ -456,7 +456,7 @@ impl Session {
                 // missing from its group). Outside one, a deadlock is as likely: the checker
                 // and the lines of the ranks name it.
                 Ok(None) => {
-                    let in_group = err.chain().any(|c| c.to_string().contains(" in a group"));
+                    let in_group = err.downcast_ref::<super::group::InGroup>().is_some();
                     return match workbook_runtime::error::link_failed(&err).filter(|l| l.timed_out && in_group) {
                         Some(link) if link.peer != me => {
                             let peer = link.peer;
