@@ -74,6 +74,8 @@ Options:
                       FILE.png --plot-with ... --no-run
   --mpirun-args STR   more arguments for mpirun (split on spaces), e.g. "--bind-to none"
   --timeout S         seconds any one launch may take (default 600)
+  --busy N            run N busy programs (yes > /dev/null) beside every measurement, as
+                      on a machine that another job keeps busy (default 0)
   --no-build          do not run cargo build (use the built 07-nccl-perf as it is)
   -h, --help          this help
 EOF
@@ -113,11 +115,12 @@ save_results=""
 mpirun_args=""
 timeout_s=600
 repeat=3
+busy=0
 build=true
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
-        --sizes | --nproc | --ops | -n | --iters | -w | --warmup | --json | --save-results | --mpirun-args | --timeout | --repeat)
+        --sizes | --nproc | --ops | -n | --iters | -w | --warmup | --json | --save-results | --mpirun-args | --timeout | --repeat | --busy)
             (($# >= 2)) || die "$1 needs a value (see --help)"
             case "$1" in
                 --sizes) sizes_arg=$2 ;;
@@ -130,6 +133,7 @@ while (($#)); do
                 --mpirun-args) mpirun_args=$2 ;;
                 --timeout) timeout_s=$2 ;;
                 --repeat) repeat=$2 ;;
+                --busy) busy=$2 ;;
             esac
             shift 2 ;;
         --no-build) build=false; shift ;;
@@ -176,6 +180,9 @@ done
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || die "--timeout takes whole seconds ('$timeout_s')"
 if [[ ! "$repeat" =~ ^[0-9]+$ ]] || ((repeat < 1)); then
     die "--repeat takes a number of runs, 1 or more ('$repeat')"
+fi
+if [[ ! "$busy" =~ ^[0-9]+$ ]] || ((busy > 256)); then
+    die "--busy takes a number of busy programs, 0 to 256 ('$busy')"
 fi
 read -ra extra_mpirun <<<"$mpirun_args"
 
@@ -239,7 +246,8 @@ while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^(SLURM_|TO
 # --- The measurements -------------------------------------------------------------------
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+busy_pids=()
+trap '((${#busy_pids[@]})) && kill "${busy_pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 manifest="$work/manifest"
 : >"$manifest"
 mpirun_cmd=(mpirun --oversubscribe --allow-run-as-root)
@@ -300,6 +308,14 @@ run_mpi() { # op n repeat
 loadavg=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$SECONDS
 
+# A machine that another job keeps busy: programs that compute and never wait, on cores
+# that the ranks of both sides share with them.
+for ((b = 0; b < busy; b++)); do
+    yes >/dev/null &
+    busy_pids+=($!)
+done
+((busy == 0)) || log "$busy busy programs (yes > /dev/null) run beside the measurements"
+
 # The machine's limits, and how much CPU a rank kept waiting uses.
 log "the machine's limits: bench/build/floors"
 "$build_dir/floors" >"$work/floors.json" || die "bench/build/floors failed"
@@ -332,6 +348,10 @@ for ((r = 1; r <= repeat; r++)); do
     done
 done
 log "measured in $((SECONDS - start)) s"
+if ((${#busy_pids[@]})); then
+    kill "${busy_pids[@]}" 2>/dev/null || true
+    busy_pids=()
+fi
 
 # --- The report -------------------------------------------------------------------------
 
@@ -340,7 +360,7 @@ for size in "${sizes[@]}"; do
     iter_lines+=("$size:$(iters_for "$size"):$(warmup_for "$size")")
 done
 export CMP_COMMAND="$command_line" CMP_LOADAVG="$loadavg" CMP_JSON="$json" CMP_SAVE="$save_results"
-export CMP_FLOORS="$work/floors.json" CMP_IDLE="$work/idle-time" CMP_REPEAT="$repeat"
+export CMP_FLOORS="$work/floors.json" CMP_IDLE="$work/idle-time" CMP_REPEAT="$repeat" CMP_BUSY="$busy"
 export CMP_ITERS="${iter_lines[*]}" CMP_ITERS_AUTO="$iters_arg" CMP_WARMUP_AUTO="$warmup_arg" CMP_MPIRUN="${mpirun_cmd[*]} -np N${extra_mpirun[*]:+ ${extra_mpirun[*]}}"
 CMP_MPI_VERSION=$(mpirun --version 2>/dev/null | head -n 1)
 # Which transport Open MPI chose by default: its PML (ob1 moves messages through BTLs, vader
@@ -527,12 +547,15 @@ user, system, wall = (float(v) for v in open(env["CMP_IDLE"]).read().split())
 header["floors"] = floors
 header["held_10s"] = {"cpu_s": user + system, "user_s": user, "system_s": system, "wall_s": wall}
 header["repeat"] = int(env["CMP_REPEAT"])
+header["busy"] = int(env["CMP_BUSY"])
 rt = floors["round_trip_ns"] / 1e3
 mem, cache = floors["memcpy_gbps"]["in_memory"], floors["memcpy_gbps"]["in_cache"]
 
 out = [f"# compare-mpi: {header['date']}, nproc {header['nproc']}, {cpu}, {header['mpi']}", "",
        f"Command: `{header['command']}`  ",
-       f"Repository at {header['git']}; load average at start {header['loadavg']}; Open MPI "
+       f"Repository at {header['git']}; load average at start {header['loadavg']}; "
+       + (f"{header['busy']} busy programs (`yes > /dev/null`) beside every measurement; "
+          if header["busy"] else "") + "Open MPI "
        f"through `{header['mpirun']}`, its default transport: {header['mpi_transport']}.  ",
        "Per size, both sides: " + ", ".join(
            f"{fmt_size(s)} {v['iters']} timed + {v['warmup']} warm-up"

@@ -1,7 +1,8 @@
 //! How one side of a link waits for the other: it spins while the peer is likely to
-//! answer within a microsecond, yields where ranks share cores, then sleeps on a futex
-//! in the shared memory that the other side wakes, checking every few milliseconds that
-//! the peer process lives and that the timeout has not passed ([`ShmLink::wait`]).
+//! answer within a microsecond, yields where ranks share cores (unless a busy program
+//! takes the core at each yield), then sleeps on a futex in the shared memory that the
+//! other side wakes, checking every few milliseconds that the peer process lives and that
+//! the timeout has not passed ([`ShmLink::wait`]).
 
 use super::ShmLink;
 use super::cpu::current_cpu;
@@ -18,6 +19,22 @@ use std::time::{Duration, Instant};
 pub(super) const SPIN_FOR: Duration = Duration::from_micros(100);
 /// How long a side that shares a core (more ranks than cores) yields it before it sleeps.
 const YIELD_FOR: Duration = Duration::from_micros(50);
+/// A yield that comes back this late gave the core to something that kept it for a whole
+/// time slice (Linux's last at least 0.75 ms x (1 + log2 of the cores, at most 8): 1.5 ms
+/// on 2 cores): a program that computes. A rank gives the core back as soon as it waits, though while
+/// a job starts its ranks may keep a core as long, filling their buffers' pages.
+const LOST_YIELD: Duration = Duration::from_millis(1);
+/// How many lost yields within [`LOST_WITHIN`] show that this process shares its core with
+/// a busy program: one may be a neighbour's long reduction, three are a program that holds
+/// the core.
+const LOST_YIELDS: usize = 3;
+/// See [`LOST_YIELDS`]: also how long the waits sleep at once after the third, before they
+/// try yielding again.
+const LOST_WITHIN: Duration = Duration::from_millis(100);
+
+/// This process's yields that came back late ([`LostYields`]).
+static LOST: LostYields = LostYields::new();
+
 /// How often a sleeping side wakes up to check that its peer is alive.
 const CHECK_EVERY: Duration = Duration::from_millis(10);
 
@@ -45,7 +62,8 @@ impl ShmLink {
     /// its peer on its own core sleeps at once, and the wake-up lets the scheduler move
     /// it to an idle core, after which both spin again. Where the host runs more ranks
     /// than cores, a wait yields its core for [`YIELD_FOR`] (a peer that shares it can
-    /// run), then sleeps.
+    /// run), then sleeps; it sleeps at once where yields lately handed the core to a busy
+    /// program for whole time slices ([`LostYields`]).
     #[inline]
     pub(super) fn wait(
         &self,
@@ -92,12 +110,16 @@ impl ShmLink {
             }
         }
         // A rank with a core of its own that finds its peer on that core sleeps at once.
-        if self.spin.is_zero() {
+        if self.spin.is_zero() && !LOST.clustered(LostYields::now()) {
             while start.elapsed() < YIELD_FOR {
                 if ready() {
                     return Ok(());
                 }
+                let yielded = Instant::now();
                 std::thread::yield_now();
+                if LOST.note(yielded.elapsed(), LostYields::now()) {
+                    break;
+                }
             }
         }
         let deadline = Instant::now() + self.timeout;
@@ -135,6 +157,57 @@ impl ShmLink {
                 ));
             }
         }
+    }
+}
+
+/// The last [`LOST_YIELDS`] yields of this process that came back late ([`LOST_YIELD`]).
+///
+/// A yield hands the core to whoever runs next on it. Where that is a rank, it gives the
+/// core back as soon as it waits, a few microseconds later. Where it is a program that
+/// computes (another job, a `yes > /dev/null`), the scheduler lets it run its whole time
+/// slice, milliseconds, though the bytes this rank waits for may land a microsecond later;
+/// and the next wait does the same: four ranks on two cores beside two busy programs took
+/// 6 ms per 1 MiB all-reduce. A rank that sleeps on the futex instead is woken the moment
+/// its bytes land, and the scheduler lets a task that wakes run ahead of one that has
+/// computed for a while (0.6-0.9 ms there). So when yields come back late [`LOST_YIELDS`]
+/// times within [`LOST_WITHIN`], this process's waits sleep at once.
+struct LostYields {
+    /// How many yields came back late so far.
+    count: AtomicU64,
+    /// When the last [`LOST_YIELDS`] of them did, in nanoseconds after [`LostYields::now`]'s
+    /// start; a ring, the oldest at `count % LOST_YIELDS`.
+    at: [AtomicU64; LOST_YIELDS],
+}
+
+impl LostYields {
+    const fn new() -> LostYields {
+        LostYields {
+            count: AtomicU64::new(0),
+            at: [const { AtomicU64::new(0) }; LOST_YIELDS],
+        }
+    }
+
+    /// Nanoseconds since this process first asked.
+    fn now() -> u64 {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+
+    /// Notes a yield that came back `took` after it began, at `now`: whether it was lost.
+    fn note(&self, took: Duration, now: u64) -> bool {
+        let lost = took >= LOST_YIELD;
+        if lost {
+            let n = self.count.fetch_add(1, Relaxed);
+            self.at[n as usize % LOST_YIELDS].store(now, Relaxed);
+        }
+        lost
+    }
+
+    /// Whether the last [`LOST_YIELDS`] lost yields all came within [`LOST_WITHIN`] of `now`.
+    fn clustered(&self, now: u64) -> bool {
+        let n = self.count.load(Relaxed);
+        let oldest = self.at[n as usize % LOST_YIELDS].load(Relaxed);
+        n >= LOST_YIELDS as u64 && now.saturating_sub(oldest) < LOST_WITHIN.as_nanos() as u64
     }
 }
 
@@ -180,6 +253,31 @@ pub(super) fn futex_wake(word: &AtomicU32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn three_late_yields_within_100_ms_make_waits_sleep_for_a_while() {
+        let ms = |n: u64| n * 1_000_000;
+        let lost = LostYields::new();
+        // A neighbour's turn on the core, however many: not lost.
+        for t in 0..10 {
+            assert!(!lost.note(Duration::from_micros(300), ms(t)));
+        }
+        assert!(lost.note(LOST_YIELD, ms(10)));
+        assert!(lost.note(Duration::from_millis(3), ms(20)));
+        assert!(!lost.clustered(ms(20)), "two lost yields are not yet a busy program");
+        lost.note(LOST_YIELD, ms(60));
+        assert!(lost.clustered(ms(60)));
+        assert!(lost.clustered(ms(109)));
+        assert!(
+            !lost.clustered(ms(110)),
+            "100 ms after the first of the three, yield again"
+        );
+        // Three lost yields spread over 300 ms: no cluster.
+        for t in [200, 300, 400] {
+            lost.note(LOST_YIELD, ms(t));
+        }
+        assert!(!lost.clustered(ms(400)));
+    }
 
     #[test]
     fn liveness_reads_proc() {
