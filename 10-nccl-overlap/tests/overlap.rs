@@ -105,7 +105,11 @@ fn on_simulated_gpus_a_collective_waits_for_the_kernels_issued_before_it() {
     assert!(waited >= 0.3, "the all-reduce ended before the layers' kernels: {ddp}");
     // FSDP's step ends when its last kernel does.
     assert!(j["overlap"][2]["step_ms"].as_f64().unwrap() >= 300.0, "{r}");
-    let calls = testkit::calls(&format!("{}\n{}", r.stdout, r.stderr), 0).join("\n");
+    let out = format!("{}\n{}", r.stdout, r.stderr);
+    // Each rank writes a line in one piece: two ranks' lines never share one.
+    let mixed: Vec<&str> = out.lines().filter(|l| l.matches(" │ ").count() > 1).collect();
+    assert!(mixed.is_empty(), "ranks' --show-calls lines mixed: {mixed:?}");
+    let calls = testkit::calls(&out, 0).join("\n");
     for line in [
         "cuModuleLoadData(",
         "cuLaunchKernel(",

@@ -197,11 +197,14 @@ impl Shown {
         if !note.is_empty() {
             let _ = write!(line, "   // {note}");
         }
-        // One write per line, so that the ranks' lines never mix within a line.
+        // One write per line, newline included, so that the ranks' lines never mix within
+        // a line: `writeln!` on stderr, which has no buffer, writes the text and its newline
+        // in two calls, between which another rank's line can come.
         use std::io::Write as _;
+        line.push('\n');
         let _ = match self.json {
-            true => writeln!(std::io::stderr(), "{line}"),
-            false => writeln!(std::io::stdout(), "{line}"),
+            true => std::io::stderr().write_all(line.as_bytes()),
+            false => std::io::stdout().lock().write_all(line.as_bytes()),
         };
     }
 }
