@@ -20,9 +20,10 @@ pub(super) const SPIN_FOR: Duration = Duration::from_micros(100);
 /// How long a side that shares a core (more ranks than cores) yields it before it sleeps.
 const YIELD_FOR: Duration = Duration::from_micros(50);
 /// A yield that comes back this late gave the core to something that kept it for a whole
-/// time slice (Linux's last at least 0.75 ms x (1 + log2 of the cores, at most 8): 1.5 ms
-/// on 2 cores): a program that computes. A rank gives the core back as soon as it waits, though while
-/// a job starts its ranks may keep a core as long, filling their buffers' pages.
+/// time slice (Linux's last at least 0.75 ms x (1 + log2 of the cores, counting at most
+/// 8): 1.5 ms on 2 cores): a program that computes. A rank gives the core back as soon as
+/// it waits, though while a job starts its ranks may keep a core as long, filling their
+/// buffers' pages.
 const LOST_YIELD: Duration = Duration::from_millis(1);
 /// How many lost yields within [`LOST_WITHIN`] show that this process shares its core with
 /// a busy program: one may be a neighbour's long reduction, three are a program that holds
