@@ -309,12 +309,24 @@ loadavg=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$SECONDS
 
 # A machine that another job keeps busy: programs that compute and never wait, on cores
-# that the ranks of both sides share with them.
-for ((b = 0; b < busy; b++)); do
-    yes >/dev/null &
+# that the ranks of both sides share with them. Each `yes` has a watcher, which ends it
+# when told to (TERM) or, within a second, when this script is gone however it ended.
+start_busy() {
+    local script=$$
+    (
+        yes >/dev/null &
+        local hog=$!
+        trap 'kill "$hog" 2>/dev/null; exit 0' TERM
+        while kill -0 "$script" 2>/dev/null; do
+            sleep 1 &
+            wait $! || true
+        done
+        kill "$hog" 2>/dev/null || true
+    ) &
     busy_pids+=($!)
-done
-((busy == 0)) || log "$busy busy programs (yes > /dev/null) run beside the measurements"
+}
+for ((b = 0; b < busy; b++)); do start_busy; done
+((busy == 0)) || log "busy programs (yes > /dev/null) beside the measurements: $busy"
 
 # The machine's limits, and how much CPU a rank kept waiting uses.
 log "the machine's limits: bench/build/floors"
@@ -554,7 +566,8 @@ mem, cache = floors["memcpy_gbps"]["in_memory"], floors["memcpy_gbps"]["in_cache
 out = [f"# compare-mpi: {header['date']}, nproc {header['nproc']}, {cpu}, {header['mpi']}", "",
        f"Command: `{header['command']}`  ",
        f"Repository at {header['git']}; load average at start {header['loadavg']}; "
-       + (f"{header['busy']} busy programs (`yes > /dev/null`) beside every measurement; "
+       + (f"{header['busy']} busy program{'s' if header['busy'] > 1 else ''} (`yes > /dev/null`) "
+          "beside every measurement; "
           if header["busy"] else "") + "Open MPI "
        f"through `{header['mpirun']}`, its default transport: {header['mpi_transport']}.  ",
        "Per size, both sides: " + ", ".join(
