@@ -10,6 +10,7 @@ use super::layout::Channel;
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
+use workbook_runtime::clock::monotonic_ns;
 
 /// How long a waiting side with a core of its own spins before it sleeps: far longer
 /// than a peer on another core takes to answer a small message (a fraction of a
@@ -111,14 +112,14 @@ impl ShmLink {
             }
         }
         // A rank with a core of its own that finds its peer on that core sleeps at once.
-        if self.spin.is_zero() && !LOST.clustered(LostYields::now()) {
+        if self.spin.is_zero() && !LOST.clustered(monotonic_ns()) {
             while start.elapsed() < YIELD_FOR {
                 if ready() {
                     return Ok(());
                 }
                 let yielded = Instant::now();
                 std::thread::yield_now();
-                if LOST.note(yielded.elapsed(), LostYields::now()) {
+                if LOST.note(yielded.elapsed(), monotonic_ns()) {
                     break;
                 }
             }
@@ -175,8 +176,8 @@ impl ShmLink {
 struct LostYields {
     /// How many yields came back late so far.
     count: AtomicU64,
-    /// When the last [`LOST_YIELDS`] of them did, in nanoseconds after [`LostYields::now`]'s
-    /// start; a ring, the oldest at `count % LOST_YIELDS`.
+    /// When the last [`LOST_YIELDS`] of them did ([`monotonic_ns`]); a ring, the oldest at
+    /// `count % LOST_YIELDS`.
     at: [AtomicU64; LOST_YIELDS],
 }
 
@@ -186,12 +187,6 @@ impl LostYields {
             count: AtomicU64::new(0),
             at: [const { AtomicU64::new(0) }; LOST_YIELDS],
         }
-    }
-
-    /// Nanoseconds since this process first asked.
-    fn now() -> u64 {
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
     }
 
     /// Notes a yield that came back `took` after it began, at `now`: whether it was lost.
