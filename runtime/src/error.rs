@@ -2,6 +2,7 @@
 //! run time, and one line on stderr either way.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Exit status for bad input (flags, variables, sizes), as clap uses.
 pub const EXIT_USAGE: u8 = 2;
@@ -105,10 +106,40 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 
 /// Writes one line to stderr in a single write, so that lines from several ranks
 /// sharing a terminal or a Slurm `.out` file never interleave mid-line.
+///
+/// Once another thread is ending the process ([`exit_now`]), this thread says nothing and
+/// waits there for the end: the process's last line is the one that ends it, alone.
 pub fn say_line(line: &str) {
+    if ENDING.load(Ordering::Acquire) {
+        wait_for_the_end();
+    }
+    write_line(line);
+}
+
+fn write_line(line: &str) {
     use std::io::Write;
     let line = cut_long_words(&one_line(line), 200);
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Set by the first thread that ends the process at once ([`exit_now`], [`exit_cleaned`]).
+/// A deadline's line and the failure it ends can race: the deadline fires while the
+/// call it watched is returning (a clean-up of the ending thread can even free it: the
+/// double's abort returns once its meeting folder is removed), and the main thread would
+/// then say its own line before the `_exit`.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// The process is ending now, by a signal taken by its own thread ([`crate::signals`]):
+/// from here on, no other thread says a line.
+pub(crate) fn hush() {
+    ENDING.store(true, Ordering::Release);
+}
+
+/// Parks this thread for good: another one is ending the process.
+fn wait_for_the_end() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
 
 /// `line` as one line whatever it quotes: a newline or another control character (a value
@@ -146,7 +177,6 @@ static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 /// that output to a closed pipe ends quietly (as `closed` says), never with a panic.
 pub fn print_line(line: &str, closed: OnClosed) {
     use std::io::Write;
-    use std::sync::atomic::Ordering;
     if STDOUT_CLOSED.load(Ordering::Relaxed) {
         return;
     }
@@ -216,7 +246,10 @@ static AT_EXIT: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
 /// libnccl) concurrently with that thread, and they can wait for it for ever.
 pub fn exit_now(line: &str, code: u8) -> ! {
     use std::io::Write;
-    say_line(line);
+    if ENDING.swap(true, Ordering::AcqRel) {
+        wait_for_the_end();
+    }
+    write_line(line);
     let _ = std::io::stderr().flush();
     exit_cleaned(code)
 }
@@ -224,6 +257,7 @@ pub fn exit_now(line: &str, code: u8) -> ! {
 /// Ends this process at once, saying nothing: the files it made removed (what
 /// [`clean_up_at_exit`] registered), then `_exit(code)`, as [`exit_now`] does.
 pub fn exit_cleaned(code: u8) -> ! {
+    hush();
     run_clean_ups();
     // SAFETY: _exit ends the process without running any code of its own; nothing after
     // this line is needed (the output is written, our files are removed).
@@ -271,5 +305,44 @@ mod tests {
         assert!(line.starts_with("error: RANK=\"777"), "{line}");
         assert!(line.ends_with("more bytes) is not a number"), "{line}");
         assert_eq!(cut_long_words("short words stay", 200), "short words stay");
+    }
+
+    /// Set in the copy of this test that ends itself (see below).
+    const ENDING_CHILD: &str = "WORKBOOK_TEST_ENDING_CHILD";
+
+    #[test]
+    fn the_line_that_ends_the_process_is_its_last_whatever_a_clean_up_frees() {
+        use std::sync::atomic::AtomicBool;
+        static CLEANING: AtomicBool = AtomicBool::new(false);
+        const NAME: &str = "error::tests::the_line_that_ends_the_process_is_its_last_whatever_a_clean_up_frees";
+        if std::env::var_os(ENDING_CHILD).is_some() {
+            // As a deadline does when NCCL's abort hangs: the watcher ends the process
+            // while the main thread waits; its clean-up frees the wait (the double's abort
+            // returns once its meeting folder is gone), and the main thread, free, would
+            // say its own failure before the `_exit`.
+            fn freeing_clean_up() {
+                CLEANING.store(true, Ordering::Release);
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            clean_up_at_exit(freeing_clean_up);
+            std::thread::spawn(|| {
+                while !CLEANING.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                say_line("error: rank 0: the failure, said again by the freed thread");
+            });
+            exit_now(
+                "error: rank 0: the failure; then the abort did not return",
+                EXIT_FAILURE,
+            );
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+            .env(ENDING_CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(i32::from(EXIT_FAILURE)), "{stderr}");
+        assert_eq!(stderr, "error: rank 0: the failure; then the abort did not return\n");
     }
 }

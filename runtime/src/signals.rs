@@ -34,6 +34,7 @@ pub fn clean_up_on_termination() {
             let mut signal = 0;
             // SAFETY: `set` is a valid set; sigwait writes the signal taken into `signal`.
             if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+                crate::error::hush();
                 crate::error::run_clean_ups();
                 // Then the signal's own end, so that whoever waits (the launcher, the
                 // shell, Slurm) reads "killed by SIGTERM", as before.
