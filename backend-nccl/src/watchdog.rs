@@ -118,7 +118,7 @@ impl Watchdog {
         let (rank, quiet) = (self.rank, crate::heartbeat::quiet(self.timeout));
         Ok(Box::new(move || {
             let said = match store.blame(quiet) {
-                Ok(Some((r, why))) if r != rank => Some(format!("the store says rank {r} {why}")),
+                Ok(Some(v)) if v.rank != rank => Some(format!("the store says rank {} {}", v.rank, v.why)),
                 Ok(_) => None,
                 Err(_) if rank != 0 => Some("rank 0, which hosts the store, stopped answering or is gone".into()),
                 Err(_) => None,
@@ -199,7 +199,8 @@ impl Watchdog {
         // that stopped, as every other rank's explanation does.
         if !silent.is_empty()
             && let Ok(mut store) = self.store.watcher(STORE_REPLY)
-            && let Ok(Some((r, why))) = store.blame(crate::heartbeat::quiet(self.timeout))
+            && let Ok(Some(crate::rendezvous::Verdict { rank: r, why, .. })) =
+                store.blame(crate::heartbeat::quiet(self.timeout))
             && r != self.rank
         {
             let said = format!("rank {r} {why}; nothing finished in {limit} (--timeout) waiting for {what}");

@@ -402,8 +402,17 @@ impl Session {
                 }
             };
         }
+        // This rank's own wait timed out (nothing moved between it and this peer): it gives
+        // up, and tells the store so once it knows what to say, so that its exit is no
+        // crash in the others' eyes.
+        let timed_out = workbook_runtime::error::link_failed(&err)
+            .filter(|l| l.timed_out && l.peer != me)
+            .map(|l| l.peer);
         // A message this rank sent and a peer went on without receiving: the cause.
         if let Some((line, unreceived)) = self.unreceived_at_failure() {
+            if let Ok(mut store) = self.store.watcher(Duration::from_secs(1)) {
+                give_up(&mut store, timed_out);
+            }
             let err = err.context(line);
             return match unreceived {
                 Some(to) => failure::attach(err, Fact::Unreceived { to }),
@@ -443,30 +452,30 @@ impl Session {
             Ok(s) => s,
             Err(_) => return err,
         };
-        loop {
+        let in_group = err.downcast_ref::<super::group::InGroup>().is_some();
+        let err = loop {
             match store.blame(quiet) {
-                Ok(Some((r, why))) if r != me => {
-                    tell_launcher(r, &why);
-                    return failure::attach(err.context(format!("rank {r} {why}")), Fact::Awaited(vec![r]));
+                // A rank that only gave up is no cause of a wait in a group that timed out
+                // itself: the group's peer is nearer (below).
+                Ok(Some(v)) if v.rank != me && !(v.gave_up && in_group && timed_out.is_some()) => {
+                    tell_launcher(v.rank, &v.why);
+                    let said = format!("rank {} {}", v.rank, v.why);
+                    break failure::attach(err.context(said), Fact::Awaited(vec![v.rank]));
                 }
-                Ok(Some(_)) => return err,
-                Ok(None) if asked_at.elapsed() < patience => std::thread::sleep(Duration::from_millis(50)),
+                Ok(Some(v)) if v.rank == me => break err,
+                Ok(_) if asked_at.elapsed() < patience => std::thread::sleep(Duration::from_millis(50)),
                 // Nobody stopped: in a group, whose sends and receives progress together, the
                 // peer that moved nothing is alive and waits elsewhere (a send or a receive
                 // missing from its group). Outside one, a deadlock is as likely: the checker
                 // and the lines of the ranks name it.
-                Ok(None) => {
-                    let in_group = err.downcast_ref::<super::group::InGroup>().is_some();
-                    return match workbook_runtime::error::link_failed(&err).filter(|l| l.timed_out && in_group) {
-                        Some(link) if link.peer != me => {
-                            let peer = link.peer;
-                            err.context(format!(
-                                "rank {peer} is alive (the store hears from it) and waits elsewhere: nothing it sent or \
+                Ok(_) => {
+                    break match timed_out.filter(|_| in_group) {
+                        Some(peer) => err.context(format!(
+                            "rank {peer} is alive (the store hears from it) and waits elsewhere: nothing it sent or \
                                  received matched this rank's call for the whole --timeout (is a send or a receive \
                                  missing from its group, or are the calls in another order?)"
-                            ))
-                        }
-                        _ => err,
+                        )),
+                        None => err,
                     };
                 }
                 Err(_) if me != 0 => {
@@ -475,7 +484,20 @@ impl Session {
                 }
                 Err(_) => return err,
             }
-        }
+        };
+        give_up(&mut store, timed_out);
+        err
+    }
+}
+
+/// Tells the store that this rank gives up, if its own wait timed out (nothing moved
+/// between it and `peer`), whatever else it says of its failure: its exit is then no crash
+/// to the ranks that lose it ([`workbook_runtime::rendezvous::Store::give_up`]).
+fn give_up(store: &mut workbook_runtime::rendezvous::Store, timed_out: Option<usize>) {
+    if let Some(peer) = timed_out {
+        let _ = store.give_up(&format!(
+            "nothing moved between it and rank {peer} for the whole --timeout"
+        ));
     }
 }
 

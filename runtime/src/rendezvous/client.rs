@@ -3,8 +3,8 @@
 //! barrier, heartbeats, whom to blame, goodbye, each with its deadline.
 
 use super::{
-    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, FULL, GET, HELLO, Join, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET,
-    StoreLost, StoreSaid, Until, WAIT, WAITING,
+    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, FULL, GET, GIVE_UP, HELLO, Join, MAX_FRAME, OK, ROLE_HEARTBEAT,
+    ROLE_RANK, SET, StoreLost, StoreSaid, Until, Verdict, WAIT, WAITING,
 };
 use crate::wire::{self, Decoder, Encoder};
 use anyhow::{Result, anyhow, bail};
@@ -161,17 +161,27 @@ impl Store {
     }
 
     /// Who is to blame for the failure this rank met, as the store judges it for every rank
-    /// alike: the first rank lost, else the rank silent longest, at least `quiet` (no
-    /// heartbeat: stopped or frozen). The first answer given is the answer every rank gets
-    /// from then on. `None` when every rank is alive and beating (nothing is recorded).
-    pub fn blame(&mut self, quiet: Duration) -> Result<Option<(usize, String)>> {
+    /// alike: the first rank lost (killed, crashed), else the rank silent longest, at least
+    /// `quiet` (no heartbeat: stopped or frozen), else the first rank that gave up
+    /// ([`Store::give_up`]). The first answer given is the answer every rank gets from then
+    /// on. `None` when every rank is alive, beating and waiting (nothing is recorded).
+    pub fn blame(&mut self, quiet: Duration) -> Result<Option<Verdict>> {
         let reply = self.call(BLAME, &Encoder::default().u64(quiet.as_millis() as u64).0, "who failed")?;
         let mut d = Decoder(&reply);
         Ok(if d.u64()? == 1 {
-            Some((d.u64()? as usize, d.str()?.to_string()))
+            Some(Verdict::new(d.u64()? as usize, d.str()?.to_string(), d.u64()? == 1))
         } else {
             None
         })
+    }
+
+    /// Tells the store that this rank gives up: a wait of its own timed out (for `why`,
+    /// "nothing came from rank 2 for the whole --timeout"), and the store had nobody to
+    /// blame. When it exits, its connection closing is then no crash: the others are told
+    /// that it gave up, and why, not that it failed.
+    pub fn give_up(&mut self, why: &str) -> Result<()> {
+        self.call(GIVE_UP, &Encoder::default().str(why).0, "giving up")
+            .map(drop)
     }
 
     /// A connection of this rank's own for its heartbeat ([`crate::heartbeat`]), beside the

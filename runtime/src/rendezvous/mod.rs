@@ -15,8 +15,9 @@
 //! in one line naming the rank (the server's constants set these limits).
 //!
 //! Every wait has a deadline and, when it passes, names the ranks that never arrived.
-//! A rank whose connection closes without a goodbye has crashed or been killed: every
-//! wait then fails at once, naming it, instead of waiting for the deadline.
+//! A rank whose connection closes without a goodbye has crashed or been killed, unless it
+//! said it gave up (a wait of its own timed out): every wait then fails at once, naming
+//! it, instead of waiting for the deadline.
 //!
 //! Here are what both ends share: the messages' kinds and limits, who joins ([`Join`]),
 //! reads bounded by a deadline, and the errors a rank tells apart ([`StoreLost`],
@@ -33,6 +34,23 @@ pub use server::StoreServer;
 
 use anyhow::{Result, anyhow};
 use std::io;
+
+/// The store's answer to whom a failure is to blame ([`Store::blame`]): the rank and why,
+/// in words ("failed first (its connection closed)"), and whether that rank only gave up
+/// (its own wait timed out: [`Store::give_up`]), which is no crash: a rank whose own wait
+/// timed out too may have a cause nearer to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub rank: usize,
+    pub why: String,
+    pub gave_up: bool,
+}
+
+impl Verdict {
+    fn new(rank: usize, why: String, gave_up: bool) -> Verdict {
+        Verdict { rank, why, gave_up }
+    }
+}
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -51,6 +69,8 @@ const WAITING: u8 = 8;
 const BEAT: u8 = 9;
 /// Who is to blame for a failure ([`Store::blame`]).
 const BLAME: u8 = 10;
+/// This rank gives up: its own wait timed out, with nobody to blame ([`Store::give_up`]).
+const GIVE_UP: u8 = 11;
 const OK: u8 = 128;
 const ERR: u8 = 129;
 /// The store holds all the connections it takes: this one is refused before it is read,

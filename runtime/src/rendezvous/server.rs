@@ -6,8 +6,8 @@
 //! Connections past the store's cap are refused by the accepting thread itself.
 
 use super::{
-    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, FULL, GET, HELLO, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET, Until,
-    WAIT, WAITING,
+    BEAT, BLAME, BYE, CLOCK, ERR, FIRST_LOST, FULL, GET, GIVE_UP, HELLO, MAX_FRAME, OK, ROLE_HEARTBEAT, ROLE_RANK, SET,
+    Until, Verdict, WAIT, WAITING,
 };
 use crate::secret::{ENV_SECRET, Secret};
 use crate::units::human_bytes;
@@ -97,8 +97,16 @@ struct State {
     finished: HashSet<usize>,
     /// Ranks whose connection closed without a goodbye, and how.
     lost: BTreeMap<usize, String>,
-    /// The first rank lost: the cause of the failures that follow.
+    /// The first rank lost, whatever the reason: what a rank waiting on others learns.
     first_lost: Option<usize>,
+    /// The first rank lost that had not given up (killed, crashed): the cause of the
+    /// failures that follow.
+    first_failed: Option<usize>,
+    /// Ranks that gave up ([`GIVE_UP`]: a wait of their own timed out, with nobody to
+    /// blame), and what they waited for: when they exit, they are no crash.
+    gave_up: BTreeMap<usize, String>,
+    /// The first rank that gave up.
+    first_gave_up: Option<usize>,
     /// What each rank is waiting for in the store now: a rank missing from a wait that
     /// is itself waiting here is not the one stuck.
     waiting: HashMap<usize, String>,
@@ -106,7 +114,7 @@ struct State {
     beats: HashMap<usize, Instant>,
     /// The rank to blame for the job's failure, and why, once a rank asked
     /// ([`Store::blame`](super::Store::blame)): every rank that asks later gets the same answer.
-    culprit: Option<(usize, String)>,
+    culprit: Option<Verdict>,
 }
 
 impl StoreServer {
@@ -357,6 +365,13 @@ fn serve(mut conn: TcpStream, shared: &Shared, joined: &dyn Fn()) {
     };
     shared.update(|st| {
         st.first_lost.get_or_insert(rank);
+        let how = match st.gave_up.get(&rank) {
+            Some(why) => format!("it gave up: {why}"),
+            None => {
+                st.first_failed.get_or_insert(rank);
+                how
+            }
+        };
         st.lost.insert(rank, how)
     });
 }
@@ -585,9 +600,24 @@ impl Shared {
                     st.culprit = culprit(&st, rank, quiet, Instant::now());
                 }
                 Ok(match &st.culprit {
-                    Some((r, why)) => Encoder::default().u64(1).u64(*r as u64).str(why).0,
+                    Some(v) => {
+                        Encoder::default()
+                            .u64(1)
+                            .u64(v.rank as u64)
+                            .str(&v.why)
+                            .u64(v.gave_up as u64)
+                            .0
+                    }
                     None => Encoder::default().u64(0).0,
                 })
+            }
+            GIVE_UP => {
+                let why = d.str().map_err(malformed)?.to_string();
+                self.update(|st| {
+                    st.gave_up.entry(rank).or_insert(why);
+                    st.first_gave_up.get_or_insert(rank);
+                });
+                Ok(Vec::new())
             }
             CLOCK => Ok(Encoder::default().u64(crate::clock::monotonic_ns()).str(&self.boot).0),
             other => Err(format!("unknown request kind {other}")),
@@ -614,7 +644,10 @@ impl Shared {
                 .collect();
             // A rank that is gone will never set its key: fail now rather than at the deadline.
             if let Some((rank, how)) = missing.iter().find_map(|r| st.lost.get_key_value(&(*r as usize))) {
-                let said = format!("rank {rank} is gone ({how}; it crashed or was killed) while waiting for {what}");
+                let said = match st.gave_up.contains_key(rank) {
+                    true => format!("rank {rank} is gone ({how}) while waiting for {what}"),
+                    false => format!("rank {rank} is gone ({how}; it crashed or was killed) while waiting for {what}"),
+                };
                 return Err(super::with_awaited(said, &[*rank]));
             }
             if missing.is_empty() {
@@ -655,30 +688,35 @@ impl Shared {
     }
 }
 
-/// The rank to blame for a failure that `asker` met, and why: the first rank lost (its
-/// connection closed without a goodbye: killed, crashed, or exited without a word), else
-/// the rank whose heartbeat has been missing longest, at least `quiet` (its process is
-/// stopped or frozen: it cannot even beat). `None` when every rank is alive and beating.
-fn culprit(st: &State, asker: usize, quiet: Duration, now: Instant) -> Option<(usize, String)> {
-    if let Some(r) = st.first_lost {
-        return Some((r, format!("failed first ({})", st.lost[&r])));
+/// The rank to blame for a failure that `asker` met, and why: the first rank lost that
+/// had not given up (its connection closed without a goodbye: killed, crashed, or exited
+/// without a word), else the rank whose heartbeat has been missing longest, at least
+/// `quiet` (its process is stopped or frozen: it cannot even beat), else the first rank
+/// that gave up (its own wait timed out: it is no crash, and the rank it waited for may
+/// be the asker's cause too). `None` when every rank is alive, beating and waiting.
+fn culprit(st: &State, asker: usize, quiet: Duration, now: Instant) -> Option<Verdict> {
+    if let Some(r) = st.first_failed {
+        return Some(Verdict::new(r, format!("failed first ({})", st.lost[&r]), false));
     }
     let gone = |r: &usize| st.finished.contains(r) || st.lost.contains_key(r) || *r == asker;
-    st.beats
+    let silent = st
+        .beats
         .iter()
         .filter(|(r, _)| !gone(r))
         .map(|(r, at)| (now.saturating_duration_since(*at), *r))
         .filter(|(silent, _)| *silent >= quiet)
         .max()
         .map(|(silent, r)| {
-            (
-                r,
-                format!(
-                    "stopped responding (no heartbeat for {}: its process is stopped or frozen)",
-                    crate::units::human_duration(Duration::from_millis(silent.as_millis() as u64 / 100 * 100))
-                ),
-            )
-        })
+            let why = format!(
+                "stopped responding (no heartbeat for {}: its process is stopped or frozen)",
+                crate::units::human_duration(Duration::from_millis(silent.as_millis() as u64 / 100 * 100))
+            );
+            Verdict::new(r, why, false)
+        });
+    silent.or_else(|| {
+        let r = st.first_gave_up.filter(|r| *r != asker)?;
+        Some(Verdict::new(r, format!("gave up first ({})", st.gave_up[&r]), true))
+    })
 }
 
 /// Who of `missing` kept a wait from ending, the rank the others wait on first: ranks

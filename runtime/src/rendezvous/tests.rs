@@ -131,8 +131,10 @@ fn the_rank_whose_heartbeat_stopped_is_blamed_and_every_rank_gets_that_answer() 
         thread::sleep(Duration::from_millis(50));
         beat1.beat().unwrap();
     }
-    let (rank, why) = zero.blame(Duration::from_millis(300)).unwrap().unwrap();
+    let verdict = zero.blame(Duration::from_millis(300)).unwrap().unwrap();
+    let (rank, why) = (verdict.rank, verdict.why.clone());
     assert_eq!(rank, 2, "{why}");
+    assert!(!verdict.gave_up);
     assert!(
         why.starts_with("stopped responding (no heartbeat for ")
             && why.ends_with(": its process is stopped or frozen)"),
@@ -142,7 +144,7 @@ fn the_rank_whose_heartbeat_stopped_is_blamed_and_every_rank_gets_that_answer() 
     drop(beat1);
     drop(one);
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(zero.blame(Duration::from_millis(300)).unwrap(), Some((2, why)));
+    assert_eq!(zero.blame(Duration::from_millis(300)).unwrap(), Some(verdict));
     drop(two);
 }
 
@@ -163,9 +165,58 @@ fn a_lost_rank_is_blamed_before_a_silent_one_and_a_heartbeat_closing_loses_nobod
     thread::sleep(Duration::from_millis(100));
     assert_eq!(
         zero.blame(Duration::from_millis(50)).unwrap(),
-        Some((2, "failed first (its connection closed)".into()))
+        Some(Verdict::new(2, "failed first (its connection closed)".into(), false))
     );
     drop(one);
+}
+
+#[test]
+fn a_rank_that_gave_up_is_no_crash_and_is_blamed_after_a_lost_or_silent_one() {
+    let s = server(4);
+    let mut zero = join(&s, "job-a", 4, 0).unwrap();
+    let (mut one, two) = (join(&s, "job-a", 4, 1).unwrap(), join(&s, "job-a", 4, 2).unwrap());
+    let mut three = join(&s, "job-a", 4, 3).unwrap();
+    // Rank 1's own wait timed out, with nobody to blame: it gives up, then exits.
+    one.give_up("nothing moved between it and rank 2 for the whole --timeout")
+        .unwrap();
+    // The rank that gave up asks: nobody (it is not its own cause).
+    assert_eq!(one.blame(Duration::from_secs(60)).unwrap(), None);
+    drop(one);
+    thread::sleep(Duration::from_millis(100));
+    // Gone, and said so to a rank waiting for it, but not as a crash.
+    let e = zero.wait(&[("k1".into(), 1)], "rank 1's key").unwrap_err().to_string();
+    assert!(
+        e.contains("rank 1 is gone (it gave up: nothing moved between it and rank 2 for the whole --timeout)")
+            && !e.contains("crashed"),
+        "{e}"
+    );
+    assert!(zero.first_lost().unwrap().is_some_and(|(r, _)| r == 1));
+    // Rank 2 is then killed: the crash is the cause, not the rank that gave up.
+    drop(two);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        three.blame(Duration::from_secs(60)).unwrap(),
+        Some(Verdict::new(2, "failed first (its connection closed)".into(), false))
+    );
+    drop((zero, three));
+    // With no crash and no silence, the first rank that gave up is named, as having given up.
+    let s = server(3);
+    let mut zero = join(&s, "job-a", 3, 0).unwrap();
+    let mut one = join(&s, "job-a", 3, 1).unwrap();
+    let _two = join(&s, "job-a", 3, 2).unwrap();
+    one.give_up("nothing moved between it and rank 2 for the whole --timeout")
+        .unwrap();
+    drop(one);
+    thread::sleep(Duration::from_millis(100));
+    let verdict = zero.blame(Duration::from_secs(60)).unwrap().unwrap();
+    assert_eq!(
+        verdict,
+        Verdict::new(
+            1,
+            "gave up first (nothing moved between it and rank 2 for the whole --timeout)".into(),
+            true
+        )
+    );
 }
 
 #[test]
@@ -489,11 +540,11 @@ fn a_heartbeat_from_another_process_than_its_ranks_is_refused_and_hides_nothing(
             let _ = wire::write_frame(f, BEAT, &[]).and_then(|()| wire::read_frame(f, MAX_FRAME).map(drop));
         }
     }
-    let (rank, why) = zero
+    let verdict = zero
         .blame(Duration::from_millis(300))
         .unwrap()
         .expect("rank 2 is silent");
-    assert_eq!(rank, 2, "{why}");
+    assert_eq!(verdict.rank, 2, "{}", verdict.why);
     drop((one, two));
 }
 
