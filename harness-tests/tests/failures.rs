@@ -508,6 +508,85 @@ fn strangers_on_the_stores_port_neither_exhaust_it_nor_keep_a_rank_out() {
     }
 }
 
+/// A TCP peer link's greeting as a stranger sends it: the job's id (which anyone on the
+/// machine can work out), a rank, and a key (`None`: the greeting of the links before
+/// they had one).
+fn greeting(job: &str, rank: u64, key: Option<&str>) -> Vec<u8> {
+    let text = |t: &str| [&(t.len() as u32).to_le_bytes()[..], t.as_bytes()].concat();
+    let mut payload = [text(job), rank.to_le_bytes().to_vec()].concat();
+    if let Some(k) = key {
+        payload.extend(text(k));
+    }
+    // The frame's header: magic, version 1, kind 200 (a greeting), two bytes, the length.
+    let mut frame = b"NCWB\x01\xc8\0\0".to_vec();
+    frame.extend((payload.len() as u64).to_le_bytes());
+    [frame, payload].concat()
+}
+
+#[test]
+fn a_stranger_who_knows_the_jobs_id_cannot_take_a_ranks_place_on_a_peer_link() {
+    // While rank 2 is held, a stranger greets ranks 0 and 1 on their peer ports as rank 2,
+    // with the job's id, which anyone can work out (`manual@ADDR:PORT`). The links used to
+    // take it on that alone: the stranger held rank 2's place (it could have sent rank 2's
+    // data) and the real rank 2, refused as a second copy, failed the job at --timeout.
+    // A greeting must show the key each rank published in the store beside its address.
+    let (port, w) = (free_port(), ["--count", "1000", "--transport", "tcp", "--timeout", "8"]);
+    let mut ranks = start(3, &[0, 1], port, &w);
+    let p = port.to_string();
+    let late = [
+        "--world-size",
+        "3",
+        "--rank",
+        "2",
+        "--master-port",
+        &p,
+        "--count",
+        "1000",
+        "--transport",
+        "tcp",
+    ];
+    let mut late = command(BIN, &[&late[..], &["--timeout", "8"]].concat());
+    late.env("NCCL_WORKBOOK_FAULT", "stall-mesh:2:3000");
+    ranks.push((2, spawn(late)));
+    let mut peer_ports: Vec<u16> = vec![];
+    for _ in 0..100 {
+        peer_ports = ranks
+            .iter()
+            .filter(|(r, _)| *r < 2)
+            .flat_map(|(_, c)| listening_ports(c.id()))
+            .filter(|p| *p != port)
+            .collect();
+        if peer_ports.len() >= 2 {
+            break;
+        }
+        sleep(Duration::from_millis(30));
+    }
+    assert_eq!(peer_ports.len(), 2, "the peer ports of ranks 0 and 1 are not open");
+    let job = format!("manual@127.0.0.1:{port}");
+    let mut answers = vec![];
+    for p in &peer_ports {
+        for key in [None, Some("0123456789abcdef0123456789abcdef")] {
+            let mut c = TcpStream::connect(("127.0.0.1", *p)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            c.write_all(&greeting(&job, 2, key)).unwrap();
+            let mut answer = [0u8; 16];
+            // Closed unanswered (0 bytes, or reset); an answer is a frame header.
+            let n = std::io::Read::read(&mut c, &mut answer).unwrap_or(0);
+            answers.push((*p, key.is_some(), n));
+        }
+    }
+    for (r, child) in ranks {
+        let run = finish(child, LIMIT);
+        assert_eq!(run.code, Some(0), "rank {r}:\n{run}");
+    }
+    for (p, keyed, n) in answers {
+        assert_eq!(
+            n, 0,
+            "port {p} answered a stranger's greeting (with a key of its own: {keyed})"
+        );
+    }
+}
+
 #[test]
 fn silent_and_trickling_strangers_on_the_peer_ports_hold_nobody_up() {
     // While rank 2 is held, strangers connect to ranks 0 and 1's peer ports: ten that say

@@ -42,13 +42,14 @@ impl Secret {
         Ok(Secret(text.to_string()))
     }
 
-    /// The secret as it travels in a join.
-    pub(crate) fn text(&self) -> &str {
+    /// The secret as it travels in a join (or a greeting of a peer link).
+    pub fn text(&self) -> &str {
         &self.0
     }
 
-    /// Whether `other` (as it came in a join) is this secret.
-    pub(crate) fn matches(&self, other: &str) -> bool {
+    /// Whether `other` (as it came in a join or a greeting) is this secret, compared in a
+    /// time that does not depend on where they differ.
+    pub fn matches(&self, other: &str) -> bool {
         same(self.0.as_bytes(), other.as_bytes())
     }
 }

@@ -8,7 +8,8 @@
 //! on its own, as NCCL's send and receive connectors are:
 //!
 //! - the *sender* dials, at its first send to that peer ([`TcpLink`]): it connects to the
-//!   peer's published address, greets (the job and its rank) and waits for the answer,
+//!   peer's published address, greets (the job, its rank and the key the peer published
+//!   beside its address) and waits for the answer,
 //!   which the peer's accepting thread gives whatever the peer's own thread is doing. So
 //!   a send never waits for the receiver to reach its receive, and no order of first
 //!   uses can deadlock;
@@ -19,7 +20,9 @@
 //!
 //! A ring makes one connection per rank, not one per pair: a job starts in about the time
 //! its store takes, and holds the sockets its algorithms use. A connection that does not
-//! greet (a port scanner, another job, a duplicate) is closed; strangers are read side by
+//! greet (a port scanner, another job, a duplicate), or greets without the key, is closed:
+//! the key (128 random bits, a new one for each rank and run) is read from the store, so
+//! a link is as closed to strangers as the store is (`docs/failures.md`, who may join); strangers are read side by
 //! side, each with a second to greet, so none holds the others up. The accepting thread
 //! ends, and the listener closes, when the last of the rank's TCP links is dropped.
 
@@ -34,6 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
+use workbook_runtime::secret::Secret;
 
 const GREET: u8 = 200;
 const GREET_OK: u8 = 201;
@@ -45,6 +49,8 @@ pub struct TcpLink {
     peer: usize,
     /// Where the peer listens: what this rank dials, and what messages name.
     addr: SocketAddr,
+    /// The key the peer published beside its address: what this rank's greeting shows.
+    key: String,
     /// This rank's accepting thread and what it received, shared by the rank's TCP links.
     mesh: Arc<Acceptor>,
     /// The connection this rank sends on, once dialed.
@@ -165,7 +171,11 @@ impl TcpLink {
             stream.set_read_timeout(Some(left))?;
             stream.set_write_timeout(Some(left))?;
             let mut s = &stream;
-            let greeting = Encoder::default().str(&mesh.job_id).u64(mesh.rank as u64).0;
+            let greeting = Encoder::default()
+                .str(&mesh.job_id)
+                .u64(mesh.rank as u64)
+                .str(&self.key)
+                .0;
             let answer = wire::write_frame(&mut s, GREET, &greeting).and_then(|()| wire::read_frame(&mut s, 1024));
             match answer {
                 Ok((GREET_OK, _)) => break stream,
@@ -272,25 +282,29 @@ pub fn connect(
     let world = wanted.len();
     let listener = TcpListener::bind((local_ip, 0)).with_context(|| format!("listening for peers on {local_ip}"))?;
     let me = listener.local_addr()?;
+    // The key a greeting must show: only ranks that read it from the store know it.
+    let key = Secret::fresh().with_context(|| format!("making rank {rank}'s key for its peer links"))?;
     let addrs = store.share(
         "cpu/addr",
         rank,
         world,
-        me.to_string().as_bytes(),
+        format!("{me} {}", key.text()).as_bytes(),
         "every rank's CPU-backend address",
     )?;
     let mut peers = vec![];
-    for (peer, addr) in addrs.iter().enumerate().filter(|(p, _)| wanted[*p] && *p != rank) {
-        let addr: SocketAddr = std::str::from_utf8(addr)
+    for (peer, published) in addrs.iter().enumerate().filter(|(p, _)| wanted[*p] && *p != rank) {
+        let (addr, key): (SocketAddr, String) = std::str::from_utf8(published)
             .ok()
-            .and_then(|a| a.parse().ok())
+            .and_then(|a| a.split_once(' '))
+            .and_then(|(a, k)| Some((a.parse().ok()?, k.to_string())))
             .ok_or_else(|| anyhow!("rank {peer} published a malformed address"))?;
-        peers.push((peer, addr));
+        peers.push((peer, addr, key));
     }
     listener.set_nonblocking(true)?;
     let shared = Arc::new(Shared {
         rank,
         job_id: job_id.to_string(),
+        key,
         wanted: wanted.to_vec(),
         me,
         timeout,
@@ -315,10 +329,11 @@ pub fn connect(
     });
     stall_for_tests(rank);
     let mut links: Vec<Option<TcpLink>> = (0..world).map(|_| None).collect();
-    for (peer, addr) in peers {
+    for (peer, addr, key) in peers {
         links[peer] = Some(TcpLink {
             peer,
             addr,
+            key,
             mesh: mesh.clone(),
             out: OnceLock::new(),
             inbox: OnceLock::new(),
@@ -342,6 +357,8 @@ fn stall_for_tests(rank: usize) {
 struct Shared {
     rank: usize,
     job_id: String,
+    /// This rank's key, published beside its address: a greeting without it is a stranger's.
+    key: Secret,
     /// The peers that may connect (the pairs that use TCP).
     wanted: Vec<bool>,
     /// This rank's listening address, for messages.
@@ -572,8 +589,9 @@ impl Shared {
             return None;
         }
         let mut d = Decoder(payload);
-        let (job, peer) = (d.str().ok()?, d.u64().ok()? as usize);
-        let ours = job == self.job_id && peer != self.rank && self.wanted.get(peer) == Some(&true);
+        let (job, peer, key) = (d.str().ok()?, d.u64().ok()? as usize, d.str().ok()?);
+        let ours =
+            job == self.job_id && peer != self.rank && self.wanted.get(peer) == Some(&true) && self.key.matches(key);
         if !ours || greeted[peer] {
             return None;
         }
