@@ -85,7 +85,13 @@ impl Watchdog {
             self.look(now, progressed, what)?;
         }
         if now - progressed >= self.timeout {
-            return Err(self.blame(now, what));
+            let e = self.blame(now, what);
+            // This rank gives up: told to the store, its exit is no crash to the others.
+            let limit = crate::units::human_duration(self.timeout);
+            let _ = self
+                .store
+                .give_up(&format!("nothing finished in {limit} (--timeout) waiting for {what}"));
+            return Err(e);
         }
         Ok(())
     }

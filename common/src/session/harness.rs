@@ -382,8 +382,9 @@ impl Session {
     /// rank's launcher (if any) whom it blames (`workbook_runtime::blame`), so that every launcher
     /// names the same rank. The store judges for every rank alike
     /// ([`workbook_runtime::rendezvous::Store::blame`]): the first rank lost (killed, crashed), else
-    /// the rank whose heartbeat stopped (stopped or frozen). A rank whose neighbour gave up
-    /// waiting for a third one then names the third, not its neighbour.
+    /// the rank whose heartbeat stopped (stopped or frozen), else the first rank that gave up
+    /// (its own wait timed out; this rank says so too when its own wait did). A rank whose
+    /// neighbour gave up waiting for a third one then names the third, not its neighbour.
     #[doc(hidden)]
     pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
         use workbook_runtime::blame::{named_in, tell_launcher};

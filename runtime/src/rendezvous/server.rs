@@ -596,10 +596,16 @@ impl Shared {
             BLAME => {
                 let quiet = Duration::from_millis(d.u64().map_err(malformed)?);
                 let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                if st.culprit.is_none() {
-                    st.culprit = culprit(&st, rank, quiet, Instant::now());
+                // A rank that only gave up stands until a lost or silent one is found: it is
+                // not kept as the job's answer.
+                let verdict = match &st.culprit {
+                    Some(v) => Some(v.clone()),
+                    None => culprit(&st, rank, quiet, Instant::now()),
+                };
+                if st.culprit.is_none() && verdict.as_ref().is_some_and(|v| !v.gave_up) {
+                    st.culprit = verdict.clone();
                 }
-                Ok(match &st.culprit {
+                Ok(match &verdict {
                     Some(v) => {
                         Encoder::default()
                             .u64(1)

@@ -203,7 +203,7 @@ fn a_rank_that_gave_up_is_no_crash_and_is_blamed_after_a_lost_or_silent_one() {
     let s = server(3);
     let mut zero = join(&s, "job-a", 3, 0).unwrap();
     let mut one = join(&s, "job-a", 3, 1).unwrap();
-    let _two = join(&s, "job-a", 3, 2).unwrap();
+    let two = join(&s, "job-a", 3, 2).unwrap();
     one.give_up("nothing moved between it and rank 2 for the whole --timeout")
         .unwrap();
     drop(one);
@@ -217,6 +217,11 @@ fn a_rank_that_gave_up_is_no_crash_and_is_blamed_after_a_lost_or_silent_one() {
             true
         )
     );
+    // That answer is not kept: a rank lost later is the answer from then on.
+    drop(two);
+    thread::sleep(Duration::from_millis(100));
+    let verdict = zero.blame(Duration::from_secs(60)).unwrap().unwrap();
+    assert_eq!((verdict.rank, verdict.gave_up), (2, false), "{}", verdict.why);
 }
 
 #[test]
