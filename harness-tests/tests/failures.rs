@@ -508,6 +508,33 @@ fn strangers_on_the_stores_port_neither_exhaust_it_nor_keep_a_rank_out() {
     }
 }
 
+/// Three ranks by hand over TCP (1000 elements, --timeout 8), rank 2 held `ms` after every
+/// rank published its address; returns the store's port, the ranks, and the peer ports of
+/// ranks 0 and 1 once they are open (while rank 2 is held).
+fn rank_2_held(ms: u64) -> (u16, Vec<(usize, Child)>, Vec<u16>) {
+    let (port, w) = (free_port(), ["--count", "1000", "--transport", "tcp", "--timeout", "8"]);
+    let mut ranks = start(3, &[0, 1], port, &w);
+    let p = port.to_string();
+    let late = ["--world-size", "3", "--rank", "2", "--master-port", &p];
+    let mut late = command(BIN, &[&late[..], &w].concat());
+    late.env("NCCL_WORKBOOK_FAULT", format!("stall-mesh:2:{ms}"));
+    ranks.push((2, spawn(late)));
+    let mut peer_ports: Vec<u16> = vec![];
+    for _ in 0..100 {
+        peer_ports = ranks
+            .iter()
+            .filter(|(r, _)| *r < 2)
+            .flat_map(|(_, c)| listening_ports(c.id()))
+            .filter(|p| *p != port)
+            .collect();
+        if peer_ports.len() >= 2 {
+            break;
+        }
+        sleep(Duration::from_millis(30));
+    }
+    (port, ranks, peer_ports)
+}
+
 /// A TCP peer link's greeting as a stranger sends it: the job's id (which anyone on the
 /// machine can work out), a rank, and a key (`None`: the greeting of the links before
 /// they had one).
@@ -530,37 +557,7 @@ fn a_stranger_who_knows_the_jobs_id_cannot_take_a_ranks_place_on_a_peer_link() {
     // take it on that alone: the stranger held rank 2's place (it could have sent rank 2's
     // data) and the real rank 2, refused as a second copy, failed the job at --timeout.
     // A greeting must show the key each rank published in the store beside its address.
-    let (port, w) = (free_port(), ["--count", "1000", "--transport", "tcp", "--timeout", "8"]);
-    let mut ranks = start(3, &[0, 1], port, &w);
-    let p = port.to_string();
-    let late = [
-        "--world-size",
-        "3",
-        "--rank",
-        "2",
-        "--master-port",
-        &p,
-        "--count",
-        "1000",
-        "--transport",
-        "tcp",
-    ];
-    let mut late = command(BIN, &[&late[..], &["--timeout", "8"]].concat());
-    late.env("NCCL_WORKBOOK_FAULT", "stall-mesh:2:3000");
-    ranks.push((2, spawn(late)));
-    let mut peer_ports: Vec<u16> = vec![];
-    for _ in 0..100 {
-        peer_ports = ranks
-            .iter()
-            .filter(|(r, _)| *r < 2)
-            .flat_map(|(_, c)| listening_ports(c.id()))
-            .filter(|p| *p != port)
-            .collect();
-        if peer_ports.len() >= 2 {
-            break;
-        }
-        sleep(Duration::from_millis(30));
-    }
+    let (port, ranks, peer_ports) = rank_2_held(3000);
     assert_eq!(peer_ports.len(), 2, "the peer ports of ranks 0 and 1 are not open");
     let job = format!("manual@127.0.0.1:{port}");
     let mut answers = vec![];
@@ -594,39 +591,8 @@ fn silent_and_trickling_strangers_on_the_peer_ports_hold_nobody_up() {
     // payload a byte every 300 ms. Newcomers are read side by side, each with a second to
     // greet, so the real rank 2 gets in at once. (They used to be read one at a time, and
     // the trickler held its rank for as long as it trickled: 24 s here.)
-    let (port, w) = (free_port(), ["--count", "1000", "--transport", "tcp", "--timeout", "8"]);
     let started = Instant::now();
-    let mut ranks = start(3, &[0, 1], port, &w);
-    let p = port.to_string();
-    let late = [
-        "--world-size",
-        "3",
-        "--rank",
-        "2",
-        "--master-port",
-        &p,
-        "--count",
-        "1000",
-        "--transport",
-        "tcp",
-    ];
-    let mut late = command(BIN, &[&late[..], &["--timeout", "8"]].concat());
-    late.env("NCCL_WORKBOOK_FAULT", "stall-mesh:2:4000");
-    ranks.push((2, spawn(late)));
-    // Both lower ranks' peer ports, once they are open (rank 2 is held 4 s after that).
-    let mut peer_ports: Vec<u16> = vec![];
-    for _ in 0..100 {
-        peer_ports = ranks
-            .iter()
-            .filter(|(r, _)| *r < 2)
-            .flat_map(|(_, c)| listening_ports(c.id()))
-            .filter(|p| *p != port)
-            .collect();
-        if peer_ports.len() >= 2 {
-            break;
-        }
-        sleep(Duration::from_millis(30));
-    }
+    let (_, ranks, peer_ports) = rank_2_held(4000);
     assert!(!peer_ports.is_empty(), "no peer port open while the mesh is built");
     let mut silent = vec![];
     let mut tricklers = vec![];
