@@ -15,9 +15,10 @@ Checks the workbook on this GPU node, once, and writes one report (markdown):
   - builds it (cargo build --release) if cargo is here, else takes built binaries;
   - finds the GPUs (nvidia-smi -L, else the program's own probe), the driver's version,
     NCCL's version and the library file loaded;
-  - runs every lesson (00-nccl-hello-world to 06-nccl-alltoall, and 07-nccl-perf with
-    every collective, operator and type: --coll all -o all -d all) with --backend nccl, one
-    rank per GPU; 08-cudarc-allreduce (cudarc's NCCL API, called directly); 02 with
+  - runs every lesson (00-nccl-hello-world to 10-nccl-overlap, 07-nccl-perf with every
+    collective, operator and type: --coll all -o all -d all) with --backend nccl, one
+    rank per GPU (08-cudarc-allreduce calls cudarc's NCCL API directly; 10-nccl-overlap's
+    four ways, step, computing and exposed time, go into the report); 02 with
     --show-calls (every rank shows its ncclAllReduce calls);
   - runs the exercises' checker on NCCL (cargo workbook check --all --solution
     --backend nccl; needs cargo and 2 GPUs);
@@ -1249,6 +1250,14 @@ total=${#names[@]}
     echo
     echo '```'
     echo "$perf_table"
+    echo '```'
+    echo
+  fi
+  if [ -f "$tmp/10-nccl-overlap.log" ] && grep -q '^DDP: ' "$tmp/10-nccl-overlap.log"; then
+    echo "## 10-nccl-overlap ($gpus rank$([ "$gpus" = 1 ] || echo s)): each way's step, computing and exposed time (ms)"
+    echo
+    echo '```'
+    grep -E '^(Model|Rank 0|DDP|FSDP|Check)' "$tmp/10-nccl-overlap.log"
     echo '```'
     echo
   fi

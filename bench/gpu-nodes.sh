@@ -20,7 +20,8 @@ Usage: bench/gpu-nodes.sh [--nodes N] [--bin-dir DIR] [--out FILE] [--double] [-
 Runs the workbook on N nodes (default 4) of one GPU each, all on this machine's GPU 0,
 and writes one report (markdown): each step's result, the perf sweeps with NCCL_ALGO
 Ring and Tree and the tuner's choice, one with -A ring,tree -P ll,simple (whose rows
-must run what each sweep asked), and NCCL's INIT, GRAPH and TUNING lines of rank 0.
+must run what each sweep asked), lesson 10's four ways (step, computing and exposed time),
+and NCCL's INIT, GRAPH and TUNING lines of rank 0.
   --bin-dir DIR  the workbook's binaries (default: where cargo builds them)
   --out FILE     the report (default gpu-nodes-<host>-<date>.md)
   --double       on the NCCL test double (--simulate-gpus 1 per node): checks the script
@@ -63,7 +64,7 @@ if ! $double && command -v nvidia-smi >/dev/null 2>&1; then
   fi
 fi
 if [ -n "$bins" ]; then export NCCL_WORKBOOK_BIN_DIR=$bins; fi
-find_workbook_bins 00-nccl-hello-world 02-nccl-allreduce 07-nccl-perf 09-nccl-split || exit 2
+find_workbook_bins 00-nccl-hello-world 02-nccl-allreduce 07-nccl-perf 09-nccl-split 10-nccl-overlap || exit 2
 bins=$WORKBOOK_BIN_DIR
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-nodes.XXXXXX")
@@ -113,6 +114,9 @@ step allreduce "^Check: OK" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING,
 step split "^Check: OK" -- 09-nccl-split --tp 2
 step hierarchical "^Check: OK" -- sol12-hierarchical-allreduce --per-node 2
 step grouped-alltoall "^Check: OK" -- sol13-grouped-alltoall
+# Overlap (lesson 10): NCCL on a stream of its own, ordered by events against the
+# layers' kernels, on several ranks of a real NCCL; its four ways' lines go in the report.
+step overlap "^FSDP: forward, next layer prefetched" -- 10-nccl-overlap
 for algo in Ring Tree; do
   step "perf-$algo" "^# Out of bounds values : 0 OK" NCCL_ALGO=$algo -- 07-nccl-perf -b 8 -e "$perf_max" -f 4 --fit
 done
@@ -164,6 +168,14 @@ fi
     cat "$work/perf-$algo/out.0"
     echo '```'
   done
+  if [ -f "$work/overlap/out.0" ]; then
+    echo
+    echo "## 10-nccl-overlap, rank 0: each way's step, computing and exposed time (ms)"
+    echo
+    echo '```'
+    grep -E '^(Model|Rank 0|DDP|FSDP|Check)' "$work/overlap/out.0"
+    echo '```'
+  fi
   if [ -f "$work/allreduce/out.0" ]; then
     echo
     echo "## NCCL's INIT, GRAPH, TUNING and NET lines, rank 0 (02-nccl-allreduce --size 16M)"
