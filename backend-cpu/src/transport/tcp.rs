@@ -22,9 +22,10 @@
 //! its store takes, and holds the sockets its algorithms use. A connection that does not
 //! greet (a port scanner, another job, a duplicate), or greets without the key, is closed:
 //! the key (128 random bits, a new one for each rank and run) is read from the store, so
-//! a link is as closed to strangers as the store is (`docs/failures.md`, who may join); strangers are read side by
-//! side, each with a second to greet, so none holds the others up. The accepting thread
-//! ends, and the listener closes, when the last of the rank's TCP links is dropped.
+//! a link is as closed to strangers as the store is (`docs/failures.md`, who may join).
+//! Strangers are read side by side, each with a second to greet, so none holds the others
+//! up. The accepting thread ends, and the listener closes, when the last of the rank's TCP
+//! links is dropped.
 
 use super::{Link, Unconnected, len_mismatch, op_mismatch};
 use crate::rendezvous::Store;

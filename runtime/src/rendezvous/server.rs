@@ -113,7 +113,8 @@ struct State {
     /// When each rank's heartbeat last came (the ranks that beat: the CPU backend's).
     beats: HashMap<usize, Instant>,
     /// The rank to blame for the job's failure, and why, once a rank asked
-    /// ([`Store::blame`](super::Store::blame)): every rank that asks later gets the same answer.
+    /// ([`Store::blame`](super::Store::blame)): every rank that asks later gets the same answer
+    /// (not kept while the answer is a rank that only gave up).
     culprit: Option<Verdict>,
 }
 
