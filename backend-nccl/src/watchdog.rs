@@ -103,11 +103,11 @@ impl Watchdog {
         let until = Instant::now() + grace;
         loop {
             match self.store.first_lost() {
-                Ok(Some((r, how))) if r != self.rank => {
+                Ok(Some(v)) if v.rank != self.rank => {
                     let text = format!("{nccl:#}");
                     let said = text.strip_prefix(&format!("rank {}: ", self.rank)).unwrap_or(&text);
-                    let e = Culprit(format!("{}; NCCL then said: {said}", lost(r, &how, what))).into();
-                    return failure::attach(e, Fact::PeerLost(r));
+                    let e = Culprit(format!("{}; NCCL then said: {said}", lost(&v, what))).into();
+                    return failure::attach(e, Fact::PeerLost(v.rank));
                 }
                 Ok(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
                 _ => return nccl,
@@ -163,10 +163,10 @@ impl Watchdog {
         self.store
             .set(&format!("beat/{}", self.rank), &beat)
             .map_err(store_gone)?;
-        if let Some((r, how)) = self.store.first_lost().map_err(store_gone)?
-            && r != self.rank
+        if let Some(v) = self.store.first_lost().map_err(store_gone)?
+            && v.rank != self.rank
         {
-            return Err(failure::attach(Culprit(lost(r, &how, what)).into(), Fact::PeerLost(r)));
+            return Err(failure::attach(Culprit(lost(&v, what)).into(), Fact::PeerLost(v.rank)));
         }
         // Heartbeats matter only if the wait is long: read them from half the deadline on.
         if now - progressed >= self.timeout / 2 {
@@ -261,9 +261,14 @@ impl Watchdog {
     }
 }
 
-/// What a rank says of rank `r`, lost (`how`) while it waited for `what`.
-fn lost(r: usize, how: &str, what: &str) -> String {
-    format!("rank {r} failed ({how}) while this rank was waiting for {what}")
+/// What a rank says of the rank the store says is lost, while it waited for `what`:
+/// failed (how), or gave up (what it waited for: no crash).
+fn lost(v: &crate::rendezvous::Verdict, what: &str) -> String {
+    let (r, why) = (v.rank, &v.why);
+    match v.gave_up {
+        true => format!("rank {r} gave up ({why}) and is gone while this rank was waiting for {what}"),
+        false => format!("rank {r} failed ({why}) while this rank was waiting for {what}"),
+    }
 }
 
 #[cfg(test)]
@@ -343,6 +348,30 @@ mod tests {
         let mut dog = Watchdog::new(&me, 0, 3, Duration::from_secs(30)).unwrap();
         let (why, took) = wait_until_it_fails(&mut dog);
         assert!(why.starts_with("rank 2 failed ("), "{why}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+
+    #[test]
+    fn a_rank_that_gave_up_is_said_to_have_given_up_not_to_have_failed() {
+        // Rank 2's own deadline passed first: its watchdog told the store it gives up, then
+        // its process ended. Rank 0's watchdog names it at once, as having given up.
+        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
+        let port = server.addr().port();
+        let me = join(port, 0);
+        let _alive = join(port, 1);
+        let mut two = join(port, 2);
+        two.give_up("nothing finished in 4 s (--timeout) waiting for the GPU")
+            .unwrap();
+        drop(two);
+        let mut dog = Watchdog::new(&me, 0, 3, Duration::from_secs(30)).unwrap();
+        let (why, took) = wait_until_it_fails(&mut dog);
+        assert!(
+            why.starts_with(
+                "rank 2 gave up (nothing finished in 4 s (--timeout) waiting for the GPU) and is gone while this rank \
+                 was waiting for the GPU to finish all-reduce"
+            ),
+            "{why}"
+        );
         assert!(took < Duration::from_secs(2), "{took:?}");
     }
 

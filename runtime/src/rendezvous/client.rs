@@ -148,13 +148,14 @@ impl Store {
         .map(drop)
     }
 
-    /// The first rank whose connection closed without a goodbye, and how: after a
-    /// failure, the rank that caused it, rather than the neighbour that reported it.
-    pub fn first_lost(&mut self) -> Result<Option<(usize, String)>> {
+    /// The first rank whose connection closed without a goodbye, and how (`why`: "its
+    /// connection closed", or, if it gave up, what it waited for): after a failure, the
+    /// rank that caused it, rather than the neighbour that reported it.
+    pub fn first_lost(&mut self) -> Result<Option<Verdict>> {
         let reply = self.call(FIRST_LOST, &[], "the first rank lost")?;
         let mut d = Decoder(&reply);
         Ok(if d.u64()? == 1 {
-            Some((d.u64()? as usize, d.str()?.to_string()))
+            Some(Verdict::new(d.u64()? as usize, d.str()?.to_string(), d.u64()? == 1))
         } else {
             None
         })

@@ -581,8 +581,12 @@ impl Shared {
             }
             FIRST_LOST => {
                 let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                // How it went: what it waited for, if it gave up.
                 Ok(match st.first_lost {
-                    Some(r) => Encoder::default().u64(1).u64(r as u64).str(&st.lost[&r]).0,
+                    Some(r) => match st.gave_up.get(&r) {
+                        Some(why) => Encoder::default().u64(1).u64(r as u64).str(why).u64(1).0,
+                        None => Encoder::default().u64(1).u64(r as u64).str(&st.lost[&r]).u64(0).0,
+                    },
                     None => Encoder::default().u64(0).0,
                 })
             }

@@ -190,7 +190,14 @@ fn a_rank_that_gave_up_is_no_crash_and_is_blamed_after_a_lost_or_silent_one() {
             && !e.contains("crashed"),
         "{e}"
     );
-    assert!(zero.first_lost().unwrap().is_some_and(|(r, _)| r == 1));
+    assert_eq!(
+        zero.first_lost().unwrap(),
+        Some(Verdict::new(
+            1,
+            "nothing moved between it and rank 2 for the whole --timeout".into(),
+            true
+        ))
+    );
     // Rank 2 is then killed: the crash is the cause, not the rank that gave up.
     drop(two);
     thread::sleep(Duration::from_millis(100));
@@ -245,7 +252,7 @@ fn the_store_remembers_which_rank_went_first() {
     thread::sleep(Duration::from_millis(100));
     drop(join(&s, "job-a", 3, 1).unwrap());
     thread::sleep(Duration::from_millis(100));
-    let (rank, how) = st.first_lost().unwrap().unwrap();
+    let Verdict { rank, why: how, .. } = st.first_lost().unwrap().unwrap();
     assert_eq!((rank, how.as_str()), (2, "its connection closed"));
 }
 
