@@ -287,6 +287,15 @@ mod tests {
         Store::connect("127.0.0.1", port, &j, Duration::from_secs(5)).unwrap()
     }
 
+    /// A store for 3 ranks, joined as rank 0 (the watchdog's) and as rank 1 (alive): the
+    /// store (kept running), its port, rank 0's connection and rank 1's.
+    fn ranks_0_and_1() -> (StoreServer, u16, Store, Store) {
+        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
+        let port = server.addr().port();
+        let (me, alive) = (join(port, 0), join(port, 1));
+        (server, port, me, alive)
+    }
+
     /// Calls `check` as a waiting rank does, until it fails (or 10 s pass).
     fn wait_until_it_fails(dog: &mut Watchdog) -> (String, Duration) {
         let since = Instant::now();
@@ -340,10 +349,7 @@ mod tests {
 
     #[test]
     fn a_rank_whose_connection_closes_is_named_at_once() {
-        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
-        let port = server.addr().port();
-        let me = join(port, 0);
-        let _alive = join(port, 1);
+        let (_server, port, me, _alive) = ranks_0_and_1();
         drop(join(port, 2)); // killed: no goodbye
         let mut dog = Watchdog::new(&me, 0, 3, Duration::from_secs(30)).unwrap();
         let (why, took) = wait_until_it_fails(&mut dog);
@@ -355,10 +361,7 @@ mod tests {
     fn a_rank_that_gave_up_is_said_to_have_given_up_not_to_have_failed() {
         // Rank 2's own deadline passed first: its watchdog told the store it gives up, then
         // its process ended. Rank 0's watchdog names it at once, as having given up.
-        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
-        let port = server.addr().port();
-        let me = join(port, 0);
-        let _alive = join(port, 1);
+        let (_server, port, me, _alive) = ranks_0_and_1();
         let mut two = join(port, 2);
         two.give_up("nothing finished in 4 s (--timeout) waiting for the GPU")
             .unwrap();
@@ -380,10 +383,7 @@ mod tests {
         // On a GPU (4 nodes of one H100, NCCL 2.28.3), a peer killed during an all-reduce
         // made NCCL say "ncclRemoteError: socketProgress: Connection closed by remote
         // peer" on two ranks before their store said who had died.
-        let server = StoreServer::start("127.0.0.1:0".parse().unwrap(), "job-w", 3).unwrap();
-        let port = server.addr().port();
-        let me = join(port, 0);
-        let _alive = join(port, 1);
+        let (_server, port, me, _alive) = ranks_0_and_1();
         let mut dog = Watchdog::new(&me, 0, 3, Duration::from_secs(30)).unwrap();
         let nccl = || {
             anyhow::anyhow!(

@@ -535,19 +535,16 @@ fn rank_2_held(ms: u64) -> (u16, Vec<(usize, Child)>, Vec<u16>) {
     (port, ranks, peer_ports)
 }
 
-/// A TCP peer link's greeting as a stranger sends it: the job's id (which anyone on the
-/// machine can work out), a rank, and a key (`None`: the greeting of the links before
-/// they had one).
+/// A TCP peer link's greeting as a stranger sends it, framed by the workbook's own wire
+/// code: the job's id (which anyone on the machine can work out), a rank, and a key
+/// (`None`: the greeting of the links before they had one). Kind 200 is a greeting.
 fn greeting(job: &str, rank: u64, key: Option<&str>) -> Vec<u8> {
-    let text = |t: &str| [&(t.len() as u32).to_le_bytes()[..], t.as_bytes()].concat();
-    let mut payload = [text(job), rank.to_le_bytes().to_vec()].concat();
+    use workbook_runtime::wire::{Encoder, header};
+    let mut payload = Encoder::default().str(job).u64(rank);
     if let Some(k) = key {
-        payload.extend(text(k));
+        payload = payload.str(k);
     }
-    // The frame's header: magic, version 1, kind 200 (a greeting), two bytes, the length.
-    let mut frame = b"NCWB\x01\xc8\0\0".to_vec();
-    frame.extend((payload.len() as u64).to_le_bytes());
-    [frame, payload].concat()
+    [&header(200, payload.0.len() as u64)[..], &payload.0].concat()
 }
 
 #[test]
