@@ -267,18 +267,30 @@ pub fn report(s: &mut Session, way: Way, times: &[Times], last: &Step) -> Result
         "{:<38} step {step:>6.1}   computing {computing:>6.1}   communicating {comm:>6}   exposed {exposed:>6.1}",
         way.name,
     ));
-    for span in last.log.iter().take(12) {
+    // The first collectives and the last, which decides when the step ends.
+    let line = |span: &Span| {
         let ran = span
             .ran
             .map_or(String::new(), |(a, b)| format!(", ran {:.1}–{:.1}", a * 1e3, b * 1e3));
-        s.say(&format!(
+        format!(
             "    {} {} ({}): issued at {:.1}{ran}, waited at {:.1}",
             span.what,
             span.seq,
             span.size(),
             span.issued * 1e3,
             span.waited * 1e3
-        ));
+        )
+    };
+    const SHOWN: usize = 12;
+    for span in last.log.iter().take(SHOWN) {
+        s.say(&line(span));
+    }
+    if let Some(end) = last.log.last().filter(|_| last.log.len() > SHOWN) {
+        let between = last.log.len() - SHOWN - 1;
+        if between > 0 {
+            s.say(&format!("    … {between} more"));
+        }
+        s.say(&line(end));
     }
     s.report_way(serde_json::json!({
         "way": way.name,

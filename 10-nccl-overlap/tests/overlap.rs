@@ -42,6 +42,33 @@ fn every_way_averages_and_gathers_right_on_1_to_4_ranks() {
     }
 }
 
+/// A timeline of many buckets shows the first twelve, says how many it leaves out, and
+/// ends with the last bucket (the one the step waits for): 3 layers of 12 tensors, a
+/// bucket each and a last one.
+#[test]
+fn a_long_timeline_ends_with_its_last_bucket() {
+    let args = [&["--nproc-per-node", "1"][..], &SMALL[..6], &["--bucket-mb", "0.0001"]].concat();
+    let r = finish(spawn(command(BIN, &args)), LIMIT).ok();
+    let way: Vec<&str> = r
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("DDP: buckets"))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    assert_eq!(way.len(), 14, "{r}");
+    assert!(way[11].starts_with("    all-reduce 12 ("), "{r}");
+    let more: usize = way[12]
+        .strip_prefix("    … ")
+        .and_then(|t| t.strip_suffix(" more"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no '… N more': {r}"));
+    assert!(
+        way[13].starts_with(&format!("    all-reduce {} (", 12 + more + 1)),
+        "{r}"
+    );
+}
+
 #[test]
 fn on_simulated_gpus_and_on_two_emulated_nodes() {
     let args = [
