@@ -69,6 +69,7 @@ fn main() -> std::process::ExitCode {
         for way in overlap::WAYS {
             let mut times = Vec::new();
             for _ in 0..args.iters {
+                drop(last.take()); // the step before's buffers go before this one's are made
                 // The buffers are made before the step (DDP's buckets are allocated once,
                 // and the backward writes the gradients into them): it times only the step.
                 let step = match way.prepare(s, &model, bucket)? {

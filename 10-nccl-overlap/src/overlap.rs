@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Parser;
 use common::compute::{Compute, Model};
 use common::session::Span;
-use common::{Buffer, Session, Stream};
+use common::{Buffer, Session, Stream, try_collect, try_vec};
 use std::time::Duration;
 
 /// One training step four ways: DDP's backward, then one all-reduce or in buckets; FSDP's
@@ -123,7 +123,7 @@ impl Way {
         let mut shards = Vec::new();
         for (layer, params) in model.layers.iter().enumerate() {
             let shard = params.div_ceil(n);
-            let mut whole = vec![0.0; shard * n];
+            let mut whole = try_collect(shard * n, "a layer's parameters", |_| 0.0)?;
             whole[rank * shard..(rank + 1) * shard].fill(value(rank, layer));
             shards.push(s.from_host(whole)?);
         }
@@ -133,8 +133,8 @@ impl Way {
     /// What every rank's results hold after the step, element by element: DDP, the
     /// averaged gradients, (n + 1)(layer + 1) / 2, the last layer first; FSDP, each layer's
     /// parameters whole, rank i's shard (i + 1)(layer + 1).
-    fn expected(&self, model: &Model, n: usize) -> Vec<f32> {
-        let mut all = Vec::new();
+    fn expected(&self, model: &Model, n: usize, len: usize) -> Result<Vec<f32>> {
+        let mut all = try_vec(len, "the expected results")?;
         if self.ddp {
             for (layer, &params) in model.layers.iter().enumerate().rev() {
                 let average = ((n + 1) * (layer + 1)) as f32 / 2.0;
@@ -150,7 +150,7 @@ impl Way {
                 }
             }
         }
-        all
+        Ok(all)
     }
 }
 
@@ -192,11 +192,11 @@ impl Step {
 
 /// Says what the model is, what a layer costs, and how the buckets cut it; refuses a
 /// model this machine has no memory for.
-pub fn introduce(s: &Session, model: &Model, compute: &Compute, args: &Args) -> Result<()> {
+pub fn introduce(s: &mut Session, model: &Model, compute: &Compute, args: &Args) -> Result<()> {
     let bucket_mib = args.bucket_mb;
-    let bytes = model.parameters() as u64 * 4;
-    // A way's buffers, its results' copy and what they must hold.
-    s.ensure_memory(3 * bytes, "the model's gradients and parameters")?;
+    // A way's buffers, its results' copy and what they must hold (3.1 times the model
+    // measured at the peak, on one rank).
+    model.ensure_fits(s, 4)?;
     let mib = |elems: usize| (elems * 4) as f64 / (1 << 20) as f64;
     // Where a layer computes: on this core (a count of operations), or on the GPU (a kernel).
     let layer = match s.backend_name() {
@@ -333,11 +333,12 @@ pub fn draw(s: &Session, path: &std::path::Path, ways: &[workbook_draw::timeline
 
 /// Checks what the step's collectives gave, element by element, on every rank.
 pub fn check(s: &mut Session, way: Way, step: Step, model: &Model) -> Result<()> {
-    let mut all = Vec::new();
-    for buf in &step.results {
-        all.extend(s.to_host(buf)?);
+    let len = step.results.iter().map(|b| b.len()).sum();
+    let mut all = try_vec(len, "the step's results, to check")?;
+    for buf in step.results {
+        all.extend(s.to_host(&buf)?);
     }
     let all = s.from_host(all)?;
-    let expected = way.expected(model, s.world_size());
+    let expected = way.expected(model, s.world_size(), len)?;
     s.check_each(&all, &expected)
 }

@@ -232,10 +232,43 @@ fn bad_input_is_one_line_and_exit_2() {
         let r = finish(spawn(command(BIN, &all)), LIMIT);
         assert_eq!(r.code, Some(2), "{args:?}: {r}");
         let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("error")).collect();
-        // One line, or one per rank when each finds it (the memory its host has).
-        assert!(!errors.is_empty(), "{args:?}: {r}");
-        assert!(errors.iter().all(|e| e.contains(says)), "{args:?}: {r}");
+        // One line, also where each rank finds it (the memory its host has): said once.
+        assert_eq!(errors.len(), 1, "{args:?}: {r}");
+        assert!(errors[0].contains(says), "{args:?}: {r}");
         assert!(!r.stderr.contains("panicked"), "{args:?}: {r}");
+    }
+}
+
+/// A model too large for the memory is refused before it is made, in one line, exit 2,
+/// under `ulimit -v`: where the ranks decide together (before: rank 0 refused, and rank 1
+/// passed its own check and failed on rank 0; or the check passed and the results' copy
+/// ended in Rust's "memory allocation failed" and SIGABRT), and on simulated GPUs, whose
+/// memory is this host's (before: no check; a model larger than the host met the
+/// out-of-memory killer).
+#[test]
+fn a_model_too_large_is_refused_in_one_line_on_every_backend() {
+    let limited = |kib: &str, args: &[&str]| {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -v {kib} && exec \"$0\" \"$@\""), BIN]);
+        cmd.args(["--nproc-per-node", "2", "--layers", "16", "--iters", "1"])
+            .args(args);
+        testkit::clear_job_env(&mut cmd);
+        cmd.env_remove("RUST_BACKTRACE");
+        finish(spawn(cmd), LIMIT)
+    };
+    let runs = [
+        limited("950000", &["--hidden", "512"]),
+        limited("1000000", &["--hidden", "512"]),
+        limited("3000000", &["--hidden", "1024", "--simulate-gpus", "2"]),
+    ];
+    for r in runs {
+        assert_eq!(r.code, Some(2), "{r}");
+        let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("error")).collect();
+        assert_eq!(errors.len(), 1, "{r}");
+        assert!(errors[0].contains("the model (--layers, --hidden): rank "), "{r}");
+        for abort in ["memory allocation of", "backtrace", "panicked", "signal"] {
+            assert!(!r.stderr.contains(abort), "{abort:?}: {r}");
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! its gradients' sizes, and a layer's forward or backward work that really computes:
 //! floating-point multiply-adds on this core, of a known operation count.
 
+use crate::Session;
+use anyhow::Result;
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -55,6 +57,15 @@ impl Model {
     /// Every layer's parameters together.
     pub fn parameters(&self) -> usize {
         self.layers.iter().sum()
+    }
+
+    /// Refuses, in one line said once, a model whose gradients this machine cannot hold
+    /// `copies` times over on every rank of a host (a step's buffers at their peak):
+    /// without it, a `--layers` and `--hidden` too large end in an aborted allocation or
+    /// the out-of-memory killer.
+    pub fn ensure_fits(&self, s: &mut Session, copies: u64) -> Result<()> {
+        let bytes = (self.parameters() as u64).saturating_mul(4 * copies);
+        s.ensure_memory(bytes, "the model (--layers, --hidden)")
     }
 }
 

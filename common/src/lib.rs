@@ -32,6 +32,8 @@ pub use backend::Buffer;
 pub use communicator::Communicator;
 pub use session::{Group, SPLIT_NOCOLOR, Session, Split, Stream, Work};
 pub use workbook_runtime::element::{DataType, Element, ReduceOp};
+/// Vectors made without aborting: a refused allocation is an error of one line.
+pub use workbook_runtime::limits::{try_collect, try_vec};
 
 use anyhow::Result;
 use clap::Parser;

@@ -18,11 +18,15 @@ impl Session {
     /// peak) fit in the memory this host has available, every rank of the host taking as
     /// much; `what` names the flag that asked for them. Without it a too large `--size`
     /// ends as "killed by signal 9" (the out-of-memory killer). This process's own limit
-    /// of address space (`ulimit -v`) counts too: past it an allocation fails. CPU backend
-    /// only: NCCL's buffers live on the GPU.
+    /// of address space (`ulimit -v`) counts too: past it an allocation fails. On the CPU
+    /// backend and on simulated GPUs (whose device memory is this host's, half as much
+    /// again), not on real GPUs: NCCL's buffers live there. Every rank calls it at the
+    /// same point, and the ranks decide together: one that is short refuses for all, in
+    /// one line said once, rather than each saying its own or the others failing on it.
     #[doc(hidden)]
-    pub fn ensure_memory(&self, bytes: u64, what: &str) -> Result<()> {
-        if self.comm.name() != "cpu" {
+    pub fn ensure_memory(&mut self, bytes: u64, what: &str) -> Result<()> {
+        let simulated = workbook_nccl::simulate::gpus().is_some();
+        if self.comm.name() != "cpu" && !simulated {
             return Ok(());
         }
         // The test hook `NCCL_WORKBOOK_FAULT=no-memory-check`: buffers are made unchecked,
@@ -30,31 +34,50 @@ impl Session {
         if workbook_runtime::fault::asked("no-memory-check", None).is_some() {
             return Ok(());
         }
+        let bytes = if simulated {
+            bytes.saturating_add(bytes / 2)
+        } else {
+            bytes
+        };
+        let short = self.memory_short(bytes, what).unwrap_or_default();
+        let key = self.next_key("memory");
+        let all = self.share_here(&key, short.as_bytes(), "whether every rank has the memory")?;
+        match all.iter().find(|said| !said.is_empty()) {
+            Some(said) => Err(SharedError {
+                message: String::from_utf8_lossy(said).into_owned(),
+                usage: true,
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Why this rank cannot hold `bytes` (see [`Session::ensure_memory`]), if it cannot.
+    fn memory_short(&self, bytes: u64, what: &str) -> Option<String> {
+        let rank = self.rank();
         if let Some((limit, left)) = workbook_runtime::limits::address_space_left()
             && bytes > left
         {
-            return Err(workbook_runtime::error::usage(format!(
-                "rank {}: {what}: a rank would hold {} in buffers, and this process's address space is limited to {} \
+            return Some(format!(
+                "{what}: rank {rank} would hold {} in buffers, and its address space is limited to {} \
                  (ulimit -v, RLIMIT_AS), {} of it left: ask for less, or raise the limit",
-                self.rank(),
                 human_bytes(bytes as usize),
                 human_bytes(limit as usize),
                 human_bytes(left as usize)
-            )));
+            ));
         }
-        let host = &self.members[self.rank()].host;
+        let host = &self.members[rank].host;
         let local = self.members.iter().filter(|m| &m.host == host).count() as u64;
         let need = bytes.saturating_mul(local);
-        match device::available_memory() {
-            Some(free) if need > free => Err(workbook_runtime::error::usage(format!(
-                "rank {}: {what}: {local} rank(s) on this host would hold {} in buffers, and it has {} of memory \
-                 available: ask for less, or start fewer ranks per host",
-                self.rank(),
+        let free = device::available_memory()?;
+        (need > free).then(|| {
+            format!(
+                "{what}: {local} rank(s) on {host} would hold {} in buffers, and it has {} of memory available: \
+                 ask for less, or start fewer ranks per host",
                 human_bytes(need as usize),
                 human_bytes(free as usize)
-            ))),
-            _ => Ok(()),
-        }
+            )
+        })
     }
 
     /// Every rank's `value`, in rank order, on every rank (`what` names it in errors).

@@ -72,6 +72,7 @@ fn main() -> std::process::ExitCode {
     common::main(&args.run, |s| {
         let (rank, n) = (s.rank(), s.world_size());
         let model = Model::new(args.layers as usize, args.hidden as usize);
+        model.ensure_fits(s, 4)?; // one line, not an aborted allocation, if it cannot fit here
         let compute = Compute::lasting(Duration::from_micros(args.compute_us));
         let bucket_bytes = (args.bucket_mb * (1 << 20) as f64) as usize;
         // Rank r's gradient of layer l is (r + 1)(l + 1) everywhere: the average over n ranks
