@@ -232,7 +232,7 @@ fn launch_ranks(run: &RunArgs, plan: &launch::Plan) -> Result<u8> {
         transport::shm::remove_files_of(pids);
         workbook_nccl::leftovers::remove_files_of(pids);
     };
-    launcher::run(plan, nproc, &[], &left_by)
+    launcher::run(plan, nproc, run.timeout, &[], &left_by)
 }
 
 /// Refuses, before starting anything, more CPU-backend ranks on this host than `/dev/shm`

@@ -175,3 +175,34 @@ fn a_killed_rank_is_named_as_lost_by_every_rank_and_every_launcher() {
         }
     }
 }
+
+#[test]
+fn a_node_whose_only_rank_is_stopped_ends_once_no_rank_can_wait_for_it() {
+    // 2 emulated hosts of 1 rank, rank 0 (which hosts the store) stopped. Host 1's rank
+    // names it and ends; host 0's launcher had no rank of its own left to fail, and no
+    // way to hear from host 1. Before: it waited for its stopped rank for ever.
+    let jobs = emulated_hosts(2, 1, "3");
+    sleep(Duration::from_millis(2500));
+    let frozen = jobs[0].1[0];
+    testkit::signal(frozen, 19); // rank 0: SIGSTOP
+    let hit = Instant::now();
+    for (node, (launcher, _)) in jobs.into_iter().enumerate() {
+        let run = finish(launcher, LIMIT);
+        let ctx = format!("host {node}, ended {:?} after the signal:\n{run}", hit.elapsed());
+        assert_eq!(run.code, Some(1), "{ctx}");
+        let (_, said) = lines(&run);
+        if node == 0 {
+            // --timeout, then 5 s for the other nodes' ranks to say it first.
+            assert!(hit.elapsed() < Duration::from_secs(3 + 5) + SLACK, "{ctx}");
+            assert!(
+                said.starts_with(
+                    "launcher: rank 0 was frozen (stopped: SIGSTOP, or a debugger) for longer than --timeout (3 s)"
+                ),
+                "{ctx}"
+            );
+        } else {
+            assert!(said.starts_with("launcher: rank 0 (on another node)"), "{ctx}");
+        }
+    }
+    assert!(testkit::ended(frozen), "the stopped rank is gone");
+}

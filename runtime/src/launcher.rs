@@ -21,13 +21,28 @@ use std::time::{Duration, Instant};
 
 /// How long the other ranks may take to exit on their own after the first failure.
 const GRACE: Duration = Duration::from_secs(3);
+/// How long past `--timeout` the launcher lets its ranks stay stopped before it ends them:
+/// time for the ranks of other nodes to notice, give up and say so first.
+const STOPPED_SLACK: Duration = Duration::from_secs(5);
+/// How often the launcher looks whether its ranks are stopped (a read of /proc each).
+const STOPPED_LOOK: Duration = Duration::from_millis(250);
 
 /// Starts this node's ranks and waits for them; returns the launcher's exit status.
 /// `extra_env` is added to every rank's environment (the backend's needs). `left_by`
 /// removes, once the ranks have ended, the files the ranks of these process ids made and
 /// may have left (a rank killed before its peers opened its shared-memory channels left
 /// their names): the backends know their files, the launcher only the ranks.
-pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &dyn Fn(&[u32])) -> Result<u8> {
+///
+/// `timeout` is the ranks' `--timeout`: no rank waits for another longer, so ranks of this
+/// node that stay stopped (SIGSTOP, a debugger) longer than that, with no other rank of this
+/// node left to fail, are past any use: the ranks of other nodes gave up on them.
+pub fn run(
+    plan: &Plan,
+    nproc: usize,
+    timeout: Duration,
+    extra_env: &[(String, String)],
+    left_by: &dyn Fn(&[u32]),
+) -> Result<u8> {
     let world = nproc * plan.nnodes;
     let port = match plan.master_port {
         Some(p) => p,
@@ -87,7 +102,7 @@ pub fn run(plan: &Plan, nproc: usize, extra_env: &[(String, String)], left_by: &
         v.started();
     }
     let pids: Vec<u32> = ranks.iter().map(|(_, c)| c.id()).collect();
-    let code = watch(ranks, verdicts.as_ref());
+    let code = watch(ranks, verdicts.as_ref(), timeout);
     left_by(&pids);
     Ok(code)
 }
@@ -117,8 +132,10 @@ fn die_with_parent(cmd: &mut Command) {
 
 /// Waits for every rank; on the first failure, gives the rest a grace period, then stops
 /// them. The line it says names the rank the ranks blamed (`verdicts`), as every node's
-/// launcher does, else what it saw itself.
-fn watch(mut ranks: Vec<(usize, Child)>, verdicts: Option<&crate::blame::Verdicts>) -> u8 {
+/// launcher does, else what it saw itself. Ranks still running that all stay stopped for
+/// longer than `timeout` (and [`STOPPED_SLACK`]) are stopped for good: nothing else ends
+/// them once the other nodes' ranks have given up on them.
+fn watch(mut ranks: Vec<(usize, Child)>, verdicts: Option<&crate::blame::Verdicts>, timeout: Duration) -> u8 {
     let mut first: Option<(usize, ExitStatus)> = None;
     let mut grace_end: Option<Instant> = None;
     let mut live = ranks.len();
@@ -128,6 +145,8 @@ fn watch(mut ranks: Vec<(usize, Child)>, verdicts: Option<&crate::blame::Verdict
     let mut killed = vec![false; ranks.len()];
     let mut stopped = 0;
     let mut frozen: Option<Vec<usize>> = None;
+    // Since when every rank still running has been seen stopped, and when it was last looked at.
+    let (mut all_stopped_since, mut looked): (Option<Instant>, Option<Instant>) = (None, None);
     while live > 0 {
         let mut ended = vec![];
         for (i, (rank, child)) in ranks.iter_mut().enumerate() {
@@ -168,6 +187,31 @@ fn watch(mut ranks: Vec<(usize, Child)>, verdicts: Option<&crate::blame::Verdict
                 stopped += 1;
             }
             frozen = Some(stopped_now.iter().map(|&i| ranks[i].0).collect());
+        }
+        // Before any failure, every so often: are the ranks still running all stopped?
+        let now = Instant::now();
+        if first.is_none() && looked.is_none_or(|t| now - t >= STOPPED_LOOK) {
+            looked = Some(now);
+            let running: Vec<usize> = (0..ranks.len()).filter(|&i| !done[i]).collect();
+            let all_stopped = !running.is_empty() && running.iter().all(|&i| is_stopped(ranks[i].1.id()));
+            all_stopped_since = all_stopped.then(|| all_stopped_since.unwrap_or(now));
+            if all_stopped_since.is_some_and(|t| now - t > timeout + STOPPED_SLACK) {
+                for &i in &running {
+                    let _ = ranks[i].1.kill();
+                    let _ = ranks[i].1.wait();
+                }
+                let which: Vec<u64> = running.iter().map(|&i| ranks[i].0 as u64).collect();
+                let (who, was) = match which.len() {
+                    1 => (format!("rank {}", which[0]), "was"),
+                    _ => (crate::rank::list(&which), "were"),
+                };
+                crate::error::say_line(&format!(
+                    "launcher: {who} {was} frozen (stopped: SIGSTOP, or a debugger) for longer than --timeout ({}), \
+                     past which no rank waits for it: stopped for good",
+                    crate::units::human_duration(timeout)
+                ));
+                return EXIT_FAILURE;
+            }
         }
         if grace_end.is_some_and(|end| Instant::now() >= end) {
             for (i, (_, child)) in ranks.iter_mut().enumerate() {
