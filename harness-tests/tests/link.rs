@@ -34,10 +34,23 @@ fn a_link_that_cannot_be_or_cannot_apply_is_refused_in_one_line() {
         &probe(&[&base[..], &["--link", "5us,10Gbps"]].concat()),
         "no pair of ranks talks over TCP here",
     );
-    // NCCL has a network of its own.
+    // One rank: no pair at all (before: "they share memory", though --transport tcp was
+    // given), and said at once (before: 2 s, rank 0's store waiting for its own goodbye).
+    let started = std::time::Instant::now();
+    refused(
+        &probe(&["--nproc-per-node", "1", "--transport", "tcp", "--link", "5us,10Gbps"]),
+        "a job of one rank has no link to simulate",
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // NCCL has a network of its own; on simulated GPUs, the CPU backend is had by leaving
+    // them out (--backend cpu is refused beside --simulate-gpus).
     refused(
         &probe(&["--simulate-gpus", "2", "--count", "4", "--link", "5us,10Gbps"]),
-        "simulates the CPU backend's TCP links",
+        "simulates the CPU backend's TCP links; NCCL uses this machine's own network: leave --link out, or leave out --simulate-gpus",
     );
 }
 

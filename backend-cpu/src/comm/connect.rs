@@ -169,6 +169,11 @@ impl Comm {
 /// every rank.
 fn simulable(keys: &[String], tcp: bool, net: &Network) -> Result<(), String> {
     let link = format!("--link ({})", net.describe());
+    if keys.len() < 2 {
+        return Err(format!(
+            "{link}: a job of one rank has no link to simulate: start two ranks or more"
+        ));
+    }
     if !tcp {
         return Err(format!(
             "{link}: no pair of ranks talks over TCP here (they share memory): run them as emulated nodes \

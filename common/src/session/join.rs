@@ -106,11 +106,16 @@ impl Session {
         if kind == Kind::Nccl {
             check_nccl_tuning(&probe)?;
         }
+        // The CPU backend, as this command line can ask for it.
+        let cpu = match run.simulate_gpus {
+            Some(_) => "leave out --simulate-gpus",
+            None => "add --backend cpu",
+        };
         if let (Some(path), Kind::Nccl) = (&run.draw, kind) {
             return Err(SharedError {
                 message: format!(
-                    "--draw {}: NCCL runs a collective's steps inside its own kernels, where this program cannot \
-                     see them; add --backend cpu to draw the same collective step by step",
+                    "--draw {}: NCCL runs its collectives inside its own kernels, where this program cannot see \
+                     them; the CPU backend runs the same collectives where it can draw them: {cpu}",
                     path.display()
                 ),
                 usage: true,
@@ -121,7 +126,7 @@ impl Session {
             return Err(SharedError {
                 message: format!(
                     "--link ({}) simulates the CPU backend's TCP links; NCCL uses this machine's own network: \
-                     leave --link out, or add --backend cpu",
+                     leave --link out, or {cpu}",
                     net.describe()
                 ),
                 usage: true,

@@ -22,8 +22,14 @@ impl Session {
         let (events, too_big) = workbook_runtime::record::take_steps();
         if let Some(n) = too_big {
             let flag = if self.steps { "--steps" } else { "--draw" };
+            // A lesson's buffer has --count elements; others (lesson 10's model) their own flags.
+            let try_count = if self.report.count.is_some() {
+                " (try --count 6)"
+            } else {
+                ""
+            };
             self.say(&format!(
-                "{flag}: the buffer has {n} elements; steps are shown for buffers of at most {} (try --count 6)",
+                "{flag}: the buffer has {n} elements; steps are shown for buffers of at most {}{try_count}",
                 workbook_runtime::record::STEPS_MAX
             ));
             (self.steps, self.draw) = (false, None);

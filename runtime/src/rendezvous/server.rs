@@ -209,12 +209,14 @@ impl StoreServer {
         let deadline = Instant::now() + limit;
         let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            // Every rank that joined, rank 0 included, has said goodbye or is gone.
-            let gone = st
-                .joined
-                .keys()
+            // Every other rank that joined has said goodbye or is gone (rank 0, whose store
+            // this is, is leaving: a rank alone, or one that failed, says no goodbye, and
+            // waiting for it held every such exit for the whole limit).
+            let others = st.joined.keys().filter(|r| **r != 0);
+            let gone = others
+                .clone()
                 .filter(|r| st.finished.contains(r) || st.lost.contains_key(r));
-            if gone.count() >= st.joined.len() {
+            if gone.count() >= others.count() {
                 return;
             }
             let now = Instant::now();
