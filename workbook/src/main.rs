@@ -200,10 +200,21 @@ fn main() -> ExitCode {
                 (_, _, Some(bin)) => Source::Fixture(bin),
                 _ => Source::Exercise,
             };
-            let max_world = max_world.unwrap_or(match (backend.as_str(), simulate_gpus) {
+            let mut max_world = max_world.unwrap_or(match (backend.as_str(), simulate_gpus) {
                 ("cpu", None) => 17,
                 _ => 5,
             });
+            // NCCL where it cannot run is refused here, once, not as every case failing
+            // (which read as the exercise's fault); where it runs, one rank per GPU.
+            if backend == "nccl" {
+                use workbook_nccl::device::{BackendChoice, choose, probe};
+                let found = probe();
+                if let Err(e) = choose(BackendChoice::Nccl, &found) {
+                    workbook_runtime::error::say_line(&format!("error: {e:#}"));
+                    return ExitCode::from(2);
+                }
+                max_world = max_world.min(found.gpus.max(1) as u32);
+            }
             let opts = Options {
                 source,
                 hint,

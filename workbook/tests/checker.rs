@@ -329,6 +329,25 @@ fn on_simulated_gpus_the_checker_runs_unchanged() {
     assert_eq!(r.code, Some(2), "{r}");
 }
 
+#[test]
+fn the_nccl_backend_where_it_cannot_run_is_refused_once_not_failed_case_by_case() {
+    // A machine with an NVIDIA driver runs it: nothing to refuse there.
+    if std::path::Path::new("/proc/driver/nvidia").exists() {
+        return;
+    }
+    // Before: every exercise's first case FAILED, then "Exercise 14 is not done yet: look
+    // for TODO", or of the solution "this is a bug in the workbook".
+    for source in ["--starting", "--solution"] {
+        let r = workbook(&["check", "14", source, "--backend", "nccl"]);
+        assert_eq!(r.code, Some(2), "{r}");
+        assert!(r.stdout.is_empty(), "{r}");
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{r}");
+        assert!(lines[0].starts_with("error: --backend nccl cannot run here: "), "{r}");
+        assert!(lines[0].contains("--simulate-gpus N"), "{r}");
+    }
+}
+
 /// The deadlock's explanation, as the checker prints it: one paragraph over several lines.
 fn explanation(r: &Run) -> String {
     let from = r
