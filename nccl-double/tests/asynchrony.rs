@@ -236,8 +236,11 @@ fn finalize_waits_for_the_queued_work_blocking_or_not() {
 /// `NCCL_DOUBLE_HOST`) do not hold it.
 #[test]
 fn an_abort_waits_while_a_peer_of_the_node_is_stopped_or_gone() {
-    // Stopped, then resumed 1.5 s after the survivor's watch ended.
+    // Stopped, then resumed 1.5 s after the survivor's watch ended; NCCL_DEBUG=WARN for
+    // the double to say why the abort waits, as NCCL's warnings go: to its debug output
+    // (here stdout), not stderr.
     let (job, ready) = hang_job(2);
+    let job = job.rank_env(0, "NCCL_DEBUG", "WARN");
     let mut ranks = job.start();
     wait_for_file(&ready);
     let peer = ranks.pop().unwrap();
@@ -257,11 +260,14 @@ fn an_abort_waits_while_a_peer_of_the_node_is_stopped_or_gone() {
         "the abort did not wait:\n{ctx}"
     );
     assert!(
-        me.stderr.contains("ncclCommAbort waits for rank 1 of this node") && me.stderr.contains("which is stopped"),
+        me.stdout.contains("NCCL WARN rank 0: ncclCommAbort waits for rank 1 of this node")
+            && me.stdout.contains("which is stopped")
+            && !me.stderr.contains("ncclCommAbort waits"),
         "{ctx}"
     );
     // Killed: the abort never returns.
     let (job, ready) = hang_job(2);
+    let job = job.rank_env(0, "NCCL_DEBUG", "WARN");
     let mut ranks = job.start();
     wait_for_file(&ready);
     let peer = ranks.pop().unwrap();
@@ -271,7 +277,7 @@ fn an_abort_waits_while_a_peer_of_the_node_is_stopped_or_gone() {
     assert!(me.running(), "the abort returned with a dead peer on the node");
     let me = me.kill();
     let peer = peer.kill();
-    assert!(me.stderr.contains("which is gone"), "{}", all(&[me.clone(), peer]));
+    assert!(me.stdout.contains("which is gone"), "{}", all(&[me.clone(), peer]));
     // Another node's peer, killed: the abort returns at once.
     let (job, ready) = hang_job(2);
     let job = job.rank_env(1, "NCCL_DOUBLE_HOST", "another-node");

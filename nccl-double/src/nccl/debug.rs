@@ -85,6 +85,23 @@ pub fn info(device: usize, text: &str) {
     write_line(line.as_bytes());
 }
 
+/// A `WARN` line of `text` on the device `device`, where `NCCL_DEBUG` asks for warnings
+/// (`WARN`, `INFO` or `TRACE`; NCCL's level is NONE when it is unset): written as NCCL's
+/// are, to its debug file (stdout, or `NCCL_DEBUG_FILE`), not to stderr.
+pub fn warn(device: usize, text: &str) {
+    let level = std::env::var("NCCL_DEBUG").unwrap_or_default().trim().to_ascii_uppercase();
+    if !["WARN", "INFO", "TRACE"].contains(&level.as_str()) {
+        return;
+    }
+    let line = format!(
+        "{}:{}:{} [{device}] NCCL WARN {text}\n",
+        host(),
+        std::process::id(),
+        thread_id()
+    );
+    write_line(line.as_bytes());
+}
+
 /// NCCL's debug file: stdout, or the file `NCCL_DEBUG_FILE` names (see the module's
 /// doc), opened at the first use.
 enum Sink {

@@ -218,16 +218,16 @@ fn wait_for_the_node(shared: &Shared) {
             }
         })
     };
+    // Not a failure of a call: a warning of NCCL's, in its debug output (where NCCL_DEBUG
+    // asks for one), not on stderr, where a program's failure is its own one line.
     let mut said = false;
     while let Some((r, pid, how)) = holding() {
         if !said {
-            warn(
-                Some(shared.rank),
-                &format!(
-                    "ncclCommAbort waits for rank {r} of this node (pid {pid}), which is {how}: NCCL's abort \
-                     synchronises with the node's other ranks before it frees their shared memory"
-                ),
+            let why = format!(
+                "ncclCommAbort waits for rank {r} of this node (pid {pid}), which is {how}: NCCL's abort \
+                 synchronises with the node's other ranks before it frees their shared memory"
             );
+            crate::nccl::debug::warn(shared.device, &format!("rank {}: {why}", shared.rank));
             said = true;
         }
         std::thread::sleep(Duration::from_millis(20));
