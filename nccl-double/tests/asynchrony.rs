@@ -260,7 +260,8 @@ fn an_abort_waits_while_a_peer_of_the_node_is_stopped_or_gone() {
         "the abort did not wait:\n{ctx}"
     );
     assert!(
-        me.stdout.contains("NCCL WARN rank 0: ncclCommAbort waits for rank 1 of this node")
+        me.stdout
+            .contains("NCCL WARN rank 0: ncclCommAbort waits for rank 1 of this node")
             && me.stdout.contains("which is stopped")
             && !me.stderr.contains("ncclCommAbort waits"),
         "{ctx}"

@@ -89,7 +89,10 @@ pub fn info(device: usize, text: &str) {
 /// (`WARN`, `INFO` or `TRACE`; NCCL's level is NONE when it is unset): written as NCCL's
 /// are, to its debug file (stdout, or `NCCL_DEBUG_FILE`), not to stderr.
 pub fn warn(device: usize, text: &str) {
-    let level = std::env::var("NCCL_DEBUG").unwrap_or_default().trim().to_ascii_uppercase();
+    let level = std::env::var("NCCL_DEBUG")
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_uppercase();
     if !["WARN", "INFO", "TRACE"].contains(&level.as_str()) {
         return;
     }
