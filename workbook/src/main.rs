@@ -37,7 +37,7 @@ struct Cli {
     #[command(subcommand)]
     command: Cmd,
     /// How long a rank may wait for another before the job fails (the programs' --timeout).
-    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = workbook_runtime::units::parse_duration)]
+    #[arg(long, global = true, value_name = "TIME", default_value = "10s", value_parser = job_timeout)]
     timeout: std::time::Duration,
     /// Write and read the student's files (exercises/src/bin/) under this folder instead of
     /// the workbook's: for the workbook's own tests, which leave a student's work alone.
@@ -250,6 +250,18 @@ fn main() -> ExitCode {
                 Some(_) => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+/// `--timeout`: a duration of a second or more, which the ranks of a job need to start and
+/// meet (less, and every case fails as though the code were wrong).
+fn job_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let t = workbook_runtime::units::parse_duration(text)?;
+    match t < std::time::Duration::from_secs(1) {
+        true => Err(format!(
+            "{text} is shorter than the ranks of a job need to start and meet: give 1s or more"
+        )),
+        false => Ok(t),
     }
 }
 

@@ -348,6 +348,17 @@ fn the_nccl_backend_where_it_cannot_run_is_refused_once_not_failed_case_by_case(
     }
 }
 
+#[test]
+fn a_timeout_too_short_for_a_job_to_start_is_refused_not_blamed_on_the_code() {
+    // Before: every case failed, and of the solution the checker said "this is a bug in
+    // the workbook".
+    let r = workbook(&["check", "14", "--solution", "--timeout", "1ms"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stdout.is_empty(), "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
+    assert!(r.stderr.contains("give 1s or more"), "{r}");
+}
+
 /// The deadlock's explanation, as the checker prints it: one paragraph over several lines.
 fn explanation(r: &Run) -> String {
     let from = r
