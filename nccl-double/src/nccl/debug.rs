@@ -76,33 +76,27 @@ pub fn env_line(device: usize, text: &str) {
 /// An `INFO` line of `text` on the device `device`, whose subsystem the caller has let
 /// through: the prefix, then the text, in one write to the debug file.
 pub fn info(device: usize, text: &str) {
-    let line = format!(
-        "{}:{}:{} [{device}] NCCL INFO {text}\n",
-        host(),
-        std::process::id(),
-        thread_id()
-    );
-    write_line(line.as_bytes());
+    write_line(prefixed(device, "INFO", text).as_bytes());
 }
 
 /// A `WARN` line of `text` on the device `device`, where `NCCL_DEBUG` asks for warnings
 /// (`WARN`, `INFO` or `TRACE`; NCCL's level is NONE when it is unset): written as NCCL's
 /// are, to its debug file (stdout, or `NCCL_DEBUG_FILE`), not to stderr.
 pub fn warn(device: usize, text: &str) {
-    let level = std::env::var("NCCL_DEBUG")
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_uppercase();
-    if !["WARN", "INFO", "TRACE"].contains(&level.as_str()) {
-        return;
+    let level = std::env::var("NCCL_DEBUG").unwrap_or_default();
+    if ["WARN", "INFO", "TRACE"].contains(&level.trim().to_ascii_uppercase().as_str()) {
+        write_line(prefixed(device, "WARN", text).as_bytes());
     }
-    let line = format!(
-        "{}:{}:{} [{device}] NCCL WARN {text}\n",
+}
+
+/// `host:pid:tid [device] NCCL LEVEL text`, as `src/debug.cc` writes a line.
+fn prefixed(device: usize, level: &str, text: &str) -> String {
+    format!(
+        "{}:{}:{} [{device}] NCCL {level} {text}\n",
         host(),
         std::process::id(),
         thread_id()
-    );
-    write_line(line.as_bytes());
+    )
 }
 
 /// NCCL's debug file: stdout, or the file `NCCL_DEBUG_FILE` names (see the module's
