@@ -191,6 +191,11 @@ fn watch(mut ranks: Vec<(usize, Child)>, verdicts: Option<&crate::blame::Verdict
         // Before any failure, every so often: are the ranks still running all stopped?
         let now = Instant::now();
         if first.is_none() && looked.is_none_or(|t| now - t >= STOPPED_LOOK) {
+            // A long gap since the last look: this launcher was stopped too (Ctrl-Z stops
+            // the whole job), and what it saw before says nothing of the time between.
+            if looked.is_some_and(|t| now - t > 8 * STOPPED_LOOK) {
+                all_stopped_since = None;
+            }
             looked = Some(now);
             let running: Vec<usize> = (0..ranks.len()).filter(|&i| !done[i]).collect();
             let all_stopped = !running.is_empty() && running.iter().all(|&i| is_stopped(ranks[i].1.id()));
