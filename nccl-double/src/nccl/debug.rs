@@ -80,13 +80,22 @@ pub fn info(device: usize, text: &str) {
 }
 
 /// A `WARN` line of `text` on the device `device`, where `NCCL_DEBUG` asks for warnings
-/// (`WARN`, `INFO` or `TRACE`; NCCL's level is NONE when it is unset): written as NCCL's
+/// ([`warns`]; NCCL's level is NONE when it is unset): written as NCCL's
 /// are, to its debug file (stdout, or `NCCL_DEBUG_FILE`), not to stderr.
 pub fn warn(device: usize, text: &str) {
-    let level = std::env::var("NCCL_DEBUG").unwrap_or_default();
-    if ["WARN", "INFO", "TRACE"].contains(&level.trim().to_ascii_uppercase().as_str()) {
+    if warns(std::env::var("NCCL_DEBUG").ok().as_deref()) {
         write_line(prefixed(device, "WARN", text).as_bytes());
     }
+}
+
+/// Whether this NCCL_DEBUG level prints warnings, as `ncclDebugInit` reads it
+/// (`tempNcclDebugLevel > NCCL_LOG_VERSION`): WARN, INFO, ABORT or TRACE, in any case.
+fn warns(level: Option<&str>) -> bool {
+    level.is_some_and(|level| {
+        ["WARN", "INFO", "ABORT", "TRACE"]
+            .iter()
+            .any(|l| l.eq_ignore_ascii_case(level))
+    })
 }
 
 /// `host:pid:tid [device] NCCL LEVEL text`, as `src/debug.cc` writes a line.
@@ -146,12 +155,7 @@ fn write_line(line: &[u8]) {
 /// The file `NCCL_DEBUG_FILE` names for these values of NCCL_DEBUG and NCCL_DEBUG_FILE, on
 /// host `host` in process `pid`, as `ncclDebugInit` expands it; `None`: stdout.
 fn file_name(level: Option<&str>, name: Option<&str>, host: &str, pid: u32) -> Option<String> {
-    // `tempNcclDebugLevel > NCCL_LOG_VERSION`: WARN, INFO, ABORT, TRACE.
-    let level = level?;
-    if !["WARN", "INFO", "ABORT", "TRACE"]
-        .iter()
-        .any(|l| l.eq_ignore_ascii_case(level))
-    {
+    if !warns(level) {
         return None;
     }
     let mut out = String::new();
